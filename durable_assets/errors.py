@@ -1,0 +1,120 @@
+"""One exception hierarchy for durable-assets.
+
+Every condition a user or operator can act on has its own class, so callers (the CLI, the HTTP API,
+Dagster's retry policy) can decide by type rather than by parsing messages. Messages say what
+happened and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class DurableError(Exception):
+    """Base of every error raised by durable-assets on purpose."""
+
+    #: Process exit code the CLI uses when this error ends a command (see CONTRACT.md).
+    exit_code: int = 1
+
+
+# --- usage and input ---------------------------------------------------------------------------
+
+
+class UsageError(DurableError):
+    """The command line or a request was malformed (exit 2)."""
+
+    exit_code = 2
+
+
+class InvalidBatchIdError(UsageError):
+    """A batch ID does not match ``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``."""
+
+
+class InputFileError(UsageError):
+    """An invoice file could not be read, or lacks required columns."""
+
+
+# --- batches -------------------------------------------------------------------------------------
+
+
+class BatchConflictError(DurableError):
+    """The batch is in a state that forbids the request (exit 3)."""
+
+    exit_code = 3
+
+
+class BatchExistsError(BatchConflictError):
+    """``job run`` of a batch ID that already has runs."""
+
+
+class UnknownBatchError(BatchConflictError):
+    """No run carries this batch ID."""
+
+
+class LeaseHeldError(BatchConflictError):
+    """A live worker still holds the batch's lease, so it may not be resumed or taken over."""
+
+
+# --- idempotency and side effects ---------------------------------------------------------------
+
+
+class IdempotencyError(DurableError):
+    """Base for violations of idempotency-key semantics."""
+
+
+class IdempotencyKeyMismatchError(IdempotencyError):
+    """The same key was used with different parameters; nothing was overwritten."""
+
+
+class IdempotencyKeyInFlightError(IdempotencyError):
+    """Another request with the same key is still being processed; retry later with the same key."""
+
+
+class FencedOutError(DurableError):
+    """A newer run of the batch has taken over; this (orphaned) worker must not send requests."""
+
+
+class BatchCanceledError(DurableError):
+    """A cancel was recorded for the batch; the step stopped before its next side effect."""
+
+
+class GuardrailError(DurableError):
+    """A safety limit would be crossed (refund above refundable amount, batch ceiling)."""
+
+
+class RefundCeilingExceededError(GuardrailError):
+    """The batch's refunds would exceed the configured per-batch count or amount ceiling."""
+
+
+class RefundAboveRefundableError(GuardrailError):
+    """A refund was about to be requested for more than the invoice's refundable amount."""
+
+
+# --- payment provider ---------------------------------------------------------------------------
+
+
+class ProviderError(DurableError):
+    """Base for failures reported by (or while talking to) the payment provider."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        http_status: int | None = None,
+        code: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.code = code
+        self.retry_after = retry_after
+
+
+class TransientProviderError(ProviderError):
+    """A fault worth retrying with the same idempotency key: 429, 5xx, timeout, lost connection."""
+
+
+class ProviderRejectedError(ProviderError):
+    """The provider refused the request (4xx other than 409/429); retrying will not help."""
+
+
+class ProviderResponseMismatchError(ProviderError):
+    """The provider's answer does not match what was asked (amount, currency, charge): fail closed."""

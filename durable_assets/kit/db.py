@@ -1,0 +1,168 @@
+"""The durability kit's tables, stored beside Dagster's own.
+
+Our rows (idempotency ledger, leases, cancel requests, progress, outboxes) must commit in the same
+place as Dagster's run storage, so that moving the instance to Postgres moves them too and there is
+never a second database to run or back up. SQLite instances get one file, ``durable.db``, inside
+``DAGSTER_HOME``; ``dagster-postgres`` instances get ``durable_*`` tables in their own database.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
+
+metadata = sa.MetaData()
+
+idempotency = sa.Table(
+    "durable_idempotency",
+    metadata,
+    sa.Column("scope", sa.String(64), primary_key=True),
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    # started -> finished | review. One-way: a finished or review row is never reopened.
+    sa.Column("recovery_point", sa.String(16), nullable=False),
+    sa.Column("params", sa.Text, nullable=False),
+    sa.Column("result", sa.Text),
+    sa.Column("owner_run", sa.String(64)),
+    sa.Column("claimed_by", sa.String(64)),
+    sa.Column("claim_fence", sa.BigInteger, nullable=False, default=0),
+    sa.Column("claim_expires_at", sa.Float, nullable=False, default=0.0),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+leases = sa.Table(
+    "durable_leases",
+    metadata,
+    sa.Column("batch_id", sa.String(64), primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("owner", sa.String(255), nullable=False),
+    # Fencing token: grows by one on every takeover, so an orphan can tell it was superseded.
+    sa.Column("fence", sa.BigInteger, nullable=False),
+    sa.Column("heartbeat_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Column("released", sa.Boolean, nullable=False, default=False),
+)
+
+cancel_requests = sa.Table(
+    "durable_cancel_requests",
+    metadata,
+    sa.Column("batch_id", sa.String(64), primary_key=True),
+    sa.Column("requested_at", sa.Float, nullable=False),
+)
+
+progress = sa.Table(
+    "durable_progress",
+    metadata,
+    sa.Column("batch_id", sa.String(64), primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("step", sa.Integer, nullable=False),
+    sa.Column("total", sa.Integer, nullable=False),
+    sa.Column("label", sa.String(255), nullable=False),
+    sa.Column("done", sa.BigInteger, nullable=False),
+    sa.Column("of", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """WAL + IMMEDIATE transactions: readers never block, and two writers queue instead of deadlocking."""
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # let BEGIN below own the transaction
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=60000")
+        cur.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def engine_for_url(url: str) -> Engine:
+    """One engine per URL per process; tables are created on first use."""
+    with _engines_lock:
+        engine = _engines.get(url)
+        if engine is None:
+            if url.startswith("sqlite"):
+                engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+                _configure_sqlite(engine)
+            else:
+                engine = sa.create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=16)
+            metadata.create_all(engine, checkfirst=True)
+            _engines[url] = engine
+        return engine
+
+
+def database_url_for_instance(instance: DagsterInstance) -> str:
+    """Where our tables live for this instance: its Postgres database, else a file in DAGSTER_HOME."""
+    postgres_url = getattr(instance.run_storage, "postgres_url", None)
+    if postgres_url:
+        return str(postgres_url)
+    return f"sqlite:///{Path(instance.root_directory) / 'durable.db'}"
+
+
+class DurableDatabase:
+    """A handle on our tables; cheap to create, shares the process-wide engine."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = engine_for_url(url)
+
+    @classmethod
+    def for_instance(cls, instance: DagsterInstance) -> DurableDatabase:
+        return cls(database_url_for_instance(instance))
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    def insert_ignore(self, table: sa.Table) -> Any:
+        """An INSERT that skips rows whose primary key exists, in this database's dialect."""
+        if self.is_postgres:
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            return pg_insert(table).on_conflict_do_nothing()
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table).on_conflict_do_nothing()
+
+    def upsert(self, table: sa.Table, index: list[str], values: dict[str, Any]) -> Any:
+        """INSERT ... ON CONFLICT DO UPDATE, portable across our two dialects."""
+        if self.is_postgres:
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            stmt: Any = pg_insert(table).values(**values)
+        else:
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            stmt = sqlite_insert(table).values(**values)
+        update = {k: v for k, v in values.items() if k not in index}
+        return stmt.on_conflict_do_update(index_elements=index, set_=update)
+
+
+def now() -> float:
+    """Wall-clock seconds; one place to read time so tests can reason about it."""
+    return time.time()

@@ -1,0 +1,199 @@
+"""Apply many keyed side effects exactly once, fast: the engine behind the refund and notice steps.
+
+Per chunk: check the guard (cancel, fence), claim the chunk's keys in the ledger (intents commit
+before any call), reuse recorded results, send the rest concurrently under a client-side rate
+limit with retries that always reuse the key, then record all results of the chunk in one commit.
+A crash anywhere leaves intents without results, which the next attempt re-sends with the same
+key, and the provider's own idempotency answers with the original result.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from durable_assets.errors import (
+    IdempotencyKeyInFlightError,
+    LeaseHeldError,
+    ProviderRejectedError,
+    ProviderResponseMismatchError,
+    TransientProviderError,
+)
+from durable_assets.kit.ledger import Intent, Ledger, LedgerEntry
+
+Result = Mapping[str, Any]
+
+
+class RateLimiter:
+    """A token bucket shared by all sender threads, so we stay under the provider's request rate."""
+
+    def __init__(self, rate_per_s: float | None, burst: float = 1.0) -> None:
+        self.rate = rate_per_s
+        self.capacity = max(burst, 1.0)
+        self._tokens = self.capacity
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def acquire(self) -> None:
+        if not self.rate:
+            return
+        while True:
+            with self._lock:
+                t = time.monotonic()
+                self._tokens = min(self.capacity, self._tokens + (t - self._last) * self.rate)
+                self._last = t
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    return
+                wait = (1.0 - self._tokens) / self.rate
+            time.sleep(wait)
+
+    def pause(self, seconds: float) -> None:
+        """Honour a provider's Retry-After for everyone, not just the thread that got the 429."""
+        if not self.rate:
+            return
+        with self._lock:
+            self._tokens = min(self._tokens, 0.0) - seconds * self.rate
+
+
+@dataclass(frozen=True)
+class Backoff:
+    max_attempts: int = 8
+    base_s: float = 0.05
+    cap_s: float = 5.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Full jitter (AWS architecture blog), never shorter than the provider asked for."""
+        jittered = random.uniform(0, min(self.cap_s, self.base_s * 2**attempt))
+        return max(jittered, retry_after or 0.0)
+
+
+@dataclass
+class EffectReport:
+    results: dict[str, Result] = field(default_factory=dict)
+    review: dict[str, Result] = field(default_factory=dict)
+    sent: int = 0
+    replayed: int = 0
+    looked_up: int = 0
+    retries: int = 0
+
+
+@dataclass
+class EffectRunner:
+    """Runs ``perform`` once per intent across crashes, retries and concurrent workers."""
+
+    ledger: Ledger
+    scope: str
+    owner: str
+    perform: Callable[[Intent], Result]
+    verify: Callable[[Intent, Result], str | None] = lambda _i, _r: None
+    lookup: Callable[[LedgerEntry], Result | None] | None = None
+    key_retention_s: float = 24 * 3600.0
+    fence: int = 0
+    guard: Callable[[], None] = lambda: None
+    concurrency: int = 16
+    chunk_size: int = 200
+    limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None))
+    backoff: Backoff = field(default_factory=Backoff)
+    held_wait_s: float = 180.0
+    on_progress: Callable[[int, int], None] = lambda _done, _of: None
+
+    def run(self, intents: Sequence[Intent]) -> EffectReport:
+        report = EffectReport()
+        total = len(intents)
+        self.on_progress(0, total)
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=self.scope) as pool:
+            for start in range(0, total, self.chunk_size):
+                self._run_chunk(pool, intents[start : start + self.chunk_size], report)
+                self.on_progress(len(report.results) + len(report.review), total)
+        return report
+
+    def _run_chunk(self, pool: ThreadPoolExecutor, chunk: Sequence[Intent], report: EffectReport) -> None:
+        pending = list(chunk)
+        deadline = time.monotonic() + self.held_wait_s
+        while pending:
+            self.guard()
+            claim = self.ledger.claim(self.scope, pending, owner=self.owner, fence=self.fence)
+            report.results.update(claim.finished)
+            report.review.update(claim.review)
+            report.replayed += len(claim.finished) + len(claim.review)
+            self._send_owned(pool, {i.key: i for i in pending}, claim.owned, report)
+            held = set(claim.held_elsewhere)
+            pending = [i for i in pending if i.key in held]
+            if pending:
+                if time.monotonic() > deadline:
+                    raise LeaseHeldError(
+                        f"{len(pending)} {self.scope} keys are claimed by another live worker "
+                        f"(e.g. {pending[0].key}); not sending them twice. Retry when it has finished."
+                    )
+                time.sleep(0.2)  # another worker holds these keys; re-check its progress shortly
+
+    def _send_owned(
+        self,
+        pool: ThreadPoolExecutor,
+        intents: Mapping[str, Intent],
+        owned: Sequence[LedgerEntry],
+        report: EffectReport,
+    ) -> None:
+        if not owned:
+            return
+        stale_before = time.time() - self.key_retention_s
+        futures = {
+            e.key: pool.submit(self._settle, intents[e.key], e.created_at < stale_before, e) for e in owned
+        }
+        results: dict[str, Result] = {}
+        review: dict[str, Result] = {}
+        first_error: BaseException | None = None
+        for key, future in futures.items():
+            try:
+                outcome, result, how = future.result()
+            except BaseException as exc:  # keep collecting: finished results must still be recorded
+                first_error = first_error or exc
+                continue
+            (results if outcome == "ok" else review)[key] = result
+            report.sent += how == "sent"
+            report.looked_up += how == "lookup"
+        self.ledger.record_results(self.scope, results)
+        self.ledger.record_review(self.scope, review)
+        report.results.update(results)
+        report.review.update(review)
+        if first_error is not None:
+            raise first_error
+
+    def _settle(self, intent: Intent, stale: bool, entry: LedgerEntry) -> tuple[str, Result, str]:
+        """Reach a final answer for one key: ("ok" | "review", result, "sent" | "lookup")."""
+        if stale and self.lookup is not None:
+            # The provider may have forgotten this key: a resend would not be deduplicated.
+            found = self.lookup(entry)
+            if found is not None:
+                return self._judge(intent, found, "lookup")
+        attempt = 0
+        while True:
+            self.guard()
+            self.limiter.acquire()
+            try:
+                return self._judge(intent, self.perform(intent), "sent")
+            except (TransientProviderError, IdempotencyKeyInFlightError) as exc:
+                attempt += 1
+                if attempt >= self.backoff.max_attempts:
+                    raise
+                retry_after = getattr(exc, "retry_after", None)
+                if retry_after:
+                    self.limiter.pause(retry_after)
+                time.sleep(self.backoff.delay(attempt, retry_after))
+            except ProviderRejectedError as exc:
+                return "review", {"error": str(exc), "code": exc.code, "http_status": exc.http_status}, "sent"
+
+    def _judge(self, intent: Intent, result: Result, how: str) -> tuple[str, Result, str]:
+        try:
+            problem = self.verify(intent, result)
+        except ProviderResponseMismatchError as exc:
+            problem = str(exc)
+        if problem:
+            return "review", {"mismatch": problem, "provider_answer": dict(result)}, how
+        return "ok", result, how

@@ -1,0 +1,162 @@
+"""Run leases: how we tell a live worker from a dead one, and how an orphan learns it was replaced.
+
+Dagster's default run launcher cannot see whether the process running a run is alive, so a run
+whose worker was SIGKILLed stays STARTED forever. The worker therefore renews a lease row in the
+instance's database; a lease not renewed within ``ttl_s`` means the worker is dead. Every
+takeover by another process increments the lease's *fence*; a worker checks its fence before each
+side effect and stops when it has been superseded.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from durable_assets.errors import FencedOutError, LeaseHeldError
+from durable_assets.kit.db import DurableDatabase, leases, now
+
+DEFAULT_LEASE_TTL_S = 15.0
+
+
+def process_owner() -> str:
+    """Identity of this worker process; the same process may re-acquire its own lease."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Lease:
+    batch_id: str
+    run_id: str
+    owner: str
+    fence: int
+    expires_at: float
+    released: bool = False
+
+    def is_live(self, at: float | None = None) -> bool:
+        return not self.released and self.expires_at > (now() if at is None else at)
+
+
+class LeaseStore:
+    def __init__(self, db: DurableDatabase, ttl_s: float = DEFAULT_LEASE_TTL_S) -> None:
+        self.db = db
+        self.ttl_s = ttl_s
+
+    def get(self, batch_id: str) -> Lease | None:
+        with self.db.engine.connect() as conn:
+            row = conn.execute(sa.select(leases).where(leases.c.batch_id == batch_id)).first()
+        return _to_lease(row) if row else None
+
+    def acquire(self, batch_id: str, run_id: str, owner: str | None = None) -> Lease:
+        """Take the batch's lease for ``run_id``, or raise :class:`LeaseHeldError`.
+
+        The same process (owner) may adopt its own live lease for a new run id without a new
+        fence: the CLI takes the lease before it creates the run, and the run then adopts it.
+        """
+        owner = owner or process_owner()
+        t = now()
+        with self.db.transaction() as conn:
+            query = sa.select(leases).where(leases.c.batch_id == batch_id)
+            if self.db.is_postgres:
+                query = query.with_for_update()
+            row = conn.execute(query).first()
+            current = _to_lease(row) if row else None
+            if current and current.is_live(t) and current.owner != owner:
+                raise LeaseHeldError(
+                    f"batch {batch_id!r} is held by worker {current.owner} (run {current.run_id}); "
+                    f"its lease expires in {current.expires_at - t:.0f} s unless renewed. "
+                    "Wait for it to finish or die, or cancel it with `job cancel`."
+                )
+            same_holder = current is not None and current.is_live(t) and current.owner == owner
+            fence = current.fence if (current and same_holder) else (current.fence + 1 if current else 1)
+            values = {
+                "batch_id": batch_id,
+                "run_id": run_id,
+                "owner": owner,
+                "fence": fence,
+                "heartbeat_at": t,
+                "expires_at": t + self.ttl_s,
+                "released": False,
+            }
+            if current is None:
+                conn.execute(leases.insert().values(**values))
+            else:
+                conn.execute(leases.update().where(leases.c.batch_id == batch_id).values(**values))
+        return Lease(batch_id, run_id, owner, fence, t + self.ttl_s)
+
+    def renew(self, lease: Lease) -> bool:
+        """Extend the lease; False when another worker has taken over (our fence is stale)."""
+        t = now()
+        c = leases.c
+        with self.db.transaction() as conn:
+            updated = conn.execute(
+                leases.update()
+                .where(c.batch_id == lease.batch_id, c.fence == lease.fence, c.owner == lease.owner)
+                .values(heartbeat_at=t, expires_at=t + self.ttl_s, released=False)
+            ).rowcount
+        return bool(updated)
+
+    def release(self, lease: Lease) -> None:
+        c = leases.c
+        with self.db.transaction() as conn:
+            conn.execute(
+                leases.update()
+                .where(c.batch_id == lease.batch_id, c.fence == lease.fence, c.owner == lease.owner)
+                .values(released=True, expires_at=now())
+            )
+
+    def check_fence(self, batch_id: str, fence: int) -> None:
+        """Raise :class:`FencedOutError` when a newer worker took the batch over."""
+        current = self.get(batch_id)
+        if current is None or current.fence != fence:
+            raise FencedOutError(
+                f"batch {batch_id!r} was taken over by run {current.run_id if current else '?'} "
+                f"(fence {current.fence if current else '?'} > {fence}); this worker stops before "
+                "sending anything more."
+            )
+
+
+class Heartbeat:
+    """Renews a lease from a daemon thread until stopped; notes when the lease was lost."""
+
+    def __init__(self, store: LeaseStore, lease: Lease, interval_s: float | None = None) -> None:
+        self.store = store
+        self.lease = lease
+        self.interval_s = interval_s if interval_s is not None else max(store.ttl_s / 3.0, 0.2)
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{lease.batch_id}", daemon=True)
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                if not self.store.renew(self.lease):
+                    self.lost.set()
+                    return
+            except Exception:  # a database hiccup: try again next beat; expiry is the safety net
+                continue
+
+    def stop(self, release: bool = True) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        if release and not self.lost.is_set():
+            self.store.release(self.lease)
+
+
+def _to_lease(row: sa.Row) -> Lease:
+    return Lease(
+        batch_id=row.batch_id,
+        run_id=row.run_id,
+        owner=row.owner,
+        fence=row.fence,
+        expires_at=row.expires_at,
+        released=bool(row.released),
+    )

@@ -1,0 +1,208 @@
+"""The idempotency ledger: atomic phases for any side effect that must happen exactly once.
+
+The design follows Stripe's idempotency keys and Brandur Leach's "atomic phases":
+
+1. *intent* — a row with the key, a fingerprint of the parameters and the recovery point
+   ``started`` is committed before any foreign call is made;
+2. the foreign call carries the same key, so the provider deduplicates a repeat;
+3. *result* — recorded after the provider confirmed it (recovery point ``finished``), or
+   ``review`` when the answer could not be trusted. Both are one-way: never reopened.
+
+A key whose result is recorded is never sent again; one with only an intent is retried with the
+same key. The same key with other parameters stops the step (:class:`IdempotencyKeyMismatchError`).
+Claims (owner run, fence, expiry) make sure two live workers never both believe they own a key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from durable_assets.errors import IdempotencyKeyMismatchError
+from durable_assets.kit.db import DurableDatabase, idempotency, now
+
+STARTED = "started"
+FINISHED = "finished"
+REVIEW = "review"
+
+
+def fingerprint(params: Mapping[str, Any]) -> str:
+    """A stable hash of canonical parameters: same params → same fingerprint, across processes."""
+    canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Intent:
+    """One side effect we mean to cause, named by a key derived from business identity."""
+
+    key: str
+    params: Mapping[str, Any]
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.params)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    key: str
+    params: Mapping[str, Any]
+    recovery_point: str
+    result: Mapping[str, Any] | None
+    created_at: float
+    attempts: int
+
+
+@dataclass
+class Claim:
+    """What :meth:`Ledger.claim` found: results to reuse, keys this worker now owns, keys others hold."""
+
+    finished: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    review: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    owned: list[LedgerEntry] = field(default_factory=list)
+    held_elsewhere: list[str] = field(default_factory=list)
+
+
+class Ledger:
+    """Plain-Python ledger over :class:`DurableDatabase`; the Dagster resource wraps it."""
+
+    def __init__(self, db: DurableDatabase, *, claim_ttl_s: float = 120.0) -> None:
+        self.db = db
+        self.claim_ttl_s = claim_ttl_s
+
+    def claim(self, scope: str, intents: Sequence[Intent], *, owner: str, fence: int = 0) -> Claim:
+        """Commit intents for new keys and claim the unfinished ones, in one transaction.
+
+        A claim is taken when the key is free, already ours, held under an older fence (its
+        holder was superseded by a resume) or expired. Raises before committing anything when a
+        key already stands for other parameters.
+        """
+        if not intents:
+            return Claim()
+        t = now()
+        by_key = {i.key: i for i in intents}
+        if len(by_key) != len(intents):
+            raise IdempotencyKeyMismatchError(f"duplicate idempotency keys in one {scope!r} chunk")
+        rows = [
+            {
+                "scope": scope,
+                "key": i.key,
+                "fingerprint": i.fingerprint,
+                "recovery_point": STARTED,
+                "params": json.dumps(i.params, sort_keys=True, default=str),
+                "owner_run": owner,
+                "claimed_by": None,
+                "claim_fence": 0,
+                "claim_expires_at": 0.0,
+                "attempts": 0,
+                "created_at": t,
+                "updated_at": t,
+            }
+            for i in intents
+        ]
+        keys = list(by_key)
+        c = idempotency.c
+        with self.db.transaction() as conn:
+            conn.execute(self.db.insert_ignore(idempotency), rows)
+            conn.execute(
+                idempotency.update()
+                .where(c.scope == scope, c.key.in_(keys), c.recovery_point == STARTED)
+                .where(
+                    sa.or_(
+                        c.claimed_by.is_(None),
+                        c.claimed_by == owner,
+                        c.claim_fence < fence,
+                        c.claim_expires_at < t,
+                    )
+                )
+                .values(claimed_by=owner, claim_fence=fence, claim_expires_at=t + self.claim_ttl_s)
+            )
+            found = conn.execute(sa.select(idempotency).where(c.scope == scope, c.key.in_(keys))).all()
+            for row in found:
+                if row.fingerprint != by_key[row.key].fingerprint:
+                    raise IdempotencyKeyMismatchError(
+                        f"idempotency key {row.key!r} ({scope}) was first used with other parameters "
+                        f"({row.params}); refusing to send {json.dumps(by_key[row.key].params, default=str)}. "
+                        "Fix the input so the business identity is unique, or review the earlier request."
+                    )
+        claim = Claim()
+        for row in found:
+            if row.recovery_point == FINISHED:
+                claim.finished[row.key] = json.loads(row.result)
+            elif row.recovery_point == REVIEW:
+                claim.review[row.key] = json.loads(row.result or "{}")
+            elif row.claimed_by == owner:
+                claim.owned.append(
+                    LedgerEntry(
+                        key=row.key,
+                        params=json.loads(row.params),
+                        recovery_point=row.recovery_point,
+                        result=None,
+                        created_at=row.created_at,
+                        attempts=row.attempts,
+                    )
+                )
+            else:
+                claim.held_elsewhere.append(row.key)
+        return claim
+
+    def record_results(self, scope: str, results: Mapping[str, Mapping[str, Any]]) -> None:
+        """Move keys to ``finished`` with the provider's confirmed result (one commit for many)."""
+        self._close(scope, results, FINISHED)
+
+    def record_review(self, scope: str, results: Mapping[str, Mapping[str, Any]]) -> None:
+        """Park keys whose provider answer could not be trusted; they are never retried automatically."""
+        self._close(scope, results, REVIEW)
+
+    def _close(self, scope: str, results: Mapping[str, Mapping[str, Any]], point: str) -> None:
+        if not results:
+            return
+        t = now()
+        c = idempotency.c
+        stmt = (
+            idempotency.update()
+            .where(c.scope == scope, c.key == sa.bindparam("k"), c.recovery_point == STARTED)
+            .values(recovery_point=point, result=sa.bindparam("r"), updated_at=t, claimed_by=None)
+        )
+        with self.db.transaction() as conn:
+            conn.execute(
+                stmt, [{"k": k, "r": json.dumps(v, sort_keys=True, default=str)} for k, v in results.items()]
+            )
+
+    def count_attempts(self, scope: str, keys: Iterable[str]) -> None:
+        """Note that a request was (about to be) sent, for operators reading the ledger."""
+        keys = list(keys)
+        if not keys:
+            return
+        c = idempotency.c
+        with self.db.transaction() as conn:
+            conn.execute(
+                idempotency.update()
+                .where(c.scope == scope, c.key.in_(keys))
+                .values(attempts=c.attempts + 1, updated_at=now())
+            )
+
+    def entries(self, scope: str, keys: Iterable[str] | None = None) -> list[LedgerEntry]:
+        c = idempotency.c
+        query = sa.select(idempotency).where(c.scope == scope)
+        if keys is not None:
+            query = query.where(c.key.in_(list(keys)))
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [
+            LedgerEntry(
+                key=r.key,
+                params=json.loads(r.params),
+                recovery_point=r.recovery_point,
+                result=json.loads(r.result) if r.result else None,
+                created_at=r.created_at,
+                attempts=r.attempts,
+            )
+            for r in rows
+        ]

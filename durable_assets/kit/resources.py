@@ -1,0 +1,114 @@
+"""Dagster resources that put the durability kit into any asset job.
+
+``IdempotencyLedger`` is for any mutating op; ``BatchRuntime`` holds the run's lease (heartbeat),
+answers "may I still cause side effects?" (cancel + fence) and reports progress. Both find their
+tables through the instance, so they follow it to Postgres with no configuration of their own.
+"""
+
+from __future__ import annotations
+
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import PrivateAttr
+
+from durable_assets.errors import FencedOutError
+from durable_assets.kit.cancel import CancelStore
+from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.leases import DEFAULT_LEASE_TTL_S, Heartbeat, Lease, LeaseStore
+from durable_assets.kit.ledger import Ledger
+from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore
+
+BATCH_TAG = "durable/batch"
+
+
+def _database(context: InitResourceContext, url: str | None) -> DurableDatabase:
+    if url:
+        return DurableDatabase(url)
+    if context.instance is None:
+        raise RuntimeError("durable-assets resources need a Dagster instance (set DAGSTER_HOME)")
+    return DurableDatabase.for_instance(context.instance)
+
+
+class IdempotencyLedger(ConfigurableResource):
+    """Exactly-once bookkeeping (atomic phases) for any side effect; see ``durable_assets.kit.ledger``."""
+
+    claim_ttl_seconds: float = 120.0
+    provider_key_retention_hours: float = 24.0
+    database_url: str | None = None
+
+    _ledger: Ledger | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._ledger = Ledger(_database(context, self.database_url), claim_ttl_s=self.claim_ttl_seconds)
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            raise RuntimeError("IdempotencyLedger used outside a run")
+        return self._ledger
+
+    @property
+    def key_retention_s(self) -> float:
+        return self.provider_key_retention_hours * 3600.0
+
+
+class BatchRuntime(ConfigurableResource):
+    """The run's lease, cancel and fence checks, and progress reporting for one batch."""
+
+    lease_ttl_seconds: float = DEFAULT_LEASE_TTL_S
+    progress_interval_seconds: float = 0.5
+    database_url: str | None = None
+
+    _db: DurableDatabase | None = PrivateAttr(default=None)
+    _batch_id: str | None = PrivateAttr(default=None)
+    _run_id: str = PrivateAttr(default="")
+    _lease: Lease | None = PrivateAttr(default=None)
+    _heartbeat: Heartbeat | None = PrivateAttr(default=None)
+    _reporter: ProgressReporter | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._db = _database(context, self.database_url)
+        run = context.dagster_run
+        if run is None:
+            return
+        self._run_id = run.run_id
+        self._batch_id = run.tags.get(BATCH_TAG) or run.tags.get("dagster/partition")
+        if not self._batch_id:
+            return
+        leases = LeaseStore(self._db, ttl_s=self.lease_ttl_seconds)
+        # Raises LeaseHeldError when another live worker owns the batch: two workers never overlap.
+        self._lease = leases.acquire(self._batch_id, run.run_id)
+        self._heartbeat = Heartbeat(leases, self._lease).start()
+        self._reporter = ProgressReporter(
+            ProgressStore(self._db), self._batch_id, run.run_id, self.progress_interval_seconds
+        )
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop(release=True)
+
+    @property
+    def batch_id(self) -> str:
+        if not self._batch_id:
+            raise RuntimeError("this run carries no durable/batch tag")
+        return self._batch_id
+
+    @property
+    def run_id(self) -> str:
+        return self._run_id
+
+    @property
+    def fence(self) -> int:
+        return self._lease.fence if self._lease else 0
+
+    def check_may_continue(self) -> None:
+        """Raise before a side effect if the batch was canceled or this worker was superseded."""
+        if self._db is None or self._lease is None:
+            return
+        if self._heartbeat is not None and self._heartbeat.lost.is_set():
+            raise FencedOutError(f"this worker lost the lease on batch {self._batch_id!r}")
+        CancelStore(self._db).raise_if_requested(self.batch_id)
+        LeaseStore(self._db, ttl_s=self.lease_ttl_seconds).check_fence(self.batch_id, self._lease.fence)
+
+    def report(self, p: Progress, *, force: bool = False) -> None:
+        if self._reporter is not None:
+            self._reporter.report(p, force=force)
