@@ -96,6 +96,14 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def _create_tables(engine: Engine) -> None:
+    """Create our tables once, even when several workers start at the same moment on a new database."""
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(74616273)"))  # serialise concurrent DDL
+        metadata.create_all(conn, checkfirst=True)
+
+
 def engine_for_url(url: str) -> Engine:
     """One engine per URL per process; tables are created on first use."""
     with _engines_lock:
@@ -105,8 +113,10 @@ def engine_for_url(url: str) -> Engine:
                 engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
                 _configure_sqlite(engine)
             else:
-                engine = sa.create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=16)
-            metadata.create_all(engine, checkfirst=True)
+                # dagster-postgres ships psycopg2; SQLAlchemy 2.1 would otherwise pick psycopg 3.
+                driver_url = url.replace("postgresql://", "postgresql+psycopg2://", 1)
+                engine = sa.create_engine(driver_url, pool_pre_ping=True, pool_size=8, max_overflow=16)
+            _create_tables(engine)
             _engines[url] = engine
         return engine
 

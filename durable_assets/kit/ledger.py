@@ -104,12 +104,17 @@ class Ledger:
                 "created_at": t,
                 "updated_at": t,
             }
-            for i in intents
+            for i in sorted(intents, key=lambda i: i.key)
         ]
-        keys = list(by_key)
+        keys = sorted(by_key)
         c = idempotency.c
         with self.db.transaction() as conn:
             conn.execute(self.db.insert_ignore(idempotency), rows)
+            if self.db.is_postgres:
+                # Lock in key order so two workers claiming overlapping chunks cannot deadlock.
+                conn.execute(
+                    sa.select(c.key).where(c.scope == scope, c.key.in_(keys)).order_by(c.key).with_for_update()
+                )
             conn.execute(
                 idempotency.update()
                 .where(c.scope == scope, c.key.in_(keys), c.recovery_point == STARTED)

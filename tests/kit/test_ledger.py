@@ -1,0 +1,78 @@
+"""The idempotency ledger on both backends: atomic phases, mismatch, claims under concurrency."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+
+from durable_assets.errors import IdempotencyKeyMismatchError
+from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.ledger import FINISHED, Intent, Ledger
+
+
+def _ledger(url: str, ttl: float = 60.0) -> Ledger:
+    return Ledger(DurableDatabase(url), claim_ttl_s=ttl)
+
+
+def test_intent_then_result_then_replay(durable_db_url: str) -> None:
+    ledger = _ledger(durable_db_url)
+    intents = [Intent(f"k{i}", {"amount": i}) for i in range(3)]
+    claim = ledger.claim("refund", intents, owner="run-a")
+    assert [e.key for e in claim.owned] == ["k0", "k1", "k2"]
+    ledger.record_results("refund", {"k0": {"id": "re_0"}})
+    again = ledger.claim("refund", intents, owner="run-b")
+    assert again.finished == {"k0": {"id": "re_0"}}
+    # k1, k2 are still claimed by run-a (live claim, same fence): run-b must not own them.
+    assert sorted(again.held_elsewhere) == ["k1", "k2"]
+    assert [e.recovery_point for e in ledger.entries("refund", ["k0"])] == [FINISHED]
+
+
+def test_same_key_other_params_is_an_error_and_changes_nothing(durable_db_url: str) -> None:
+    ledger = _ledger(durable_db_url)
+    ledger.claim("refund", [Intent("k", {"amount": 100})], owner="a")
+    with pytest.raises(IdempotencyKeyMismatchError, match="other parameters"):
+        ledger.claim("refund", [Intent("k", {"amount": 200}), Intent("new", {"amount": 1})], owner="a")
+    assert [e.params for e in ledger.entries("refund")] == [{"amount": 100}]  # 'new' rolled back too
+
+
+def test_newer_fence_takes_over_claims_of_a_superseded_worker(durable_db_url: str) -> None:
+    ledger = _ledger(durable_db_url)
+    ledger.claim("refund", [Intent("k", {"a": 1})], owner="old", fence=1)
+    claim = ledger.claim("refund", [Intent("k", {"a": 1})], owner="new", fence=2)
+    assert [e.key for e in claim.owned] == ["k"]
+    assert ledger.claim("refund", [Intent("k", {"a": 1})], owner="old", fence=1).held_elsewhere == ["k"]
+
+
+def test_expired_claims_are_taken_over(durable_db_url: str) -> None:
+    ledger = _ledger(durable_db_url, ttl=-1.0)  # every claim is born expired
+    ledger.claim("refund", [Intent("k", {"a": 1})], owner="a")
+    assert [e.key for e in ledger.claim("refund", [Intent("k", {"a": 1})], owner="b").owned] == ["k"]
+
+
+def test_review_is_one_way(durable_db_url: str) -> None:
+    ledger = _ledger(durable_db_url)
+    ledger.claim("refund", [Intent("k", {"a": 1})], owner="a")
+    ledger.record_review("refund", {"k": {"mismatch": "amount"}})
+    ledger.record_results("refund", {"k": {"id": "re"}})  # must not reopen a review row
+    claim = ledger.claim("refund", [Intent("k", {"a": 1})], owner="a")
+    assert claim.review == {"k": {"mismatch": "amount"}} and not claim.owned
+
+
+def _claim_all(url: str, owner: str, keys: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    ledger = _ledger(url)
+    owned = ledger.claim("refund", [Intent(f"k{i}", {"i": i}) for i in range(keys)], owner=owner).owned
+    out.put((owner, [e.key for e in owned]))
+
+
+def test_two_processes_never_both_own_a_key(durable_db_url: str) -> None:
+    ctx = mp.get_context("spawn")
+    queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    procs = [ctx.Process(target=_claim_all, args=(durable_db_url, f"w{n}", 200, queue)) for n in range(4)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    owned = [k for _owner, keys in results for k in keys]
+    assert len(owned) == len(set(owned)) == 200
