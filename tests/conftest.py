@@ -67,8 +67,12 @@ def durable_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("pg_database"))
 
 
-def job_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def job_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Run the real ``job`` console script in its own process."""
     exe = REPO / ".venv" / "bin" / "job"
     cmd = [str(exe)] if exe.exists() else ["job"]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    return subprocess.run(
+        [*cmd, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )

@@ -19,7 +19,9 @@ class CancelStore:
 
     def request(self, batch_id: str) -> None:
         with self.db.transaction() as conn:
-            conn.execute(self.db.insert_ignore(cancel_requests), [{"batch_id": batch_id, "requested_at": now()}])
+            conn.execute(
+                self.db.insert_ignore(cancel_requests), [{"batch_id": batch_id, "requested_at": now()}]
+            )
 
     def clear(self, batch_id: str) -> None:
         """A resume continues a canceled batch, so it withdraws the earlier request first."""

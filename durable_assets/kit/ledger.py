@@ -113,7 +113,10 @@ class Ledger:
             if self.db.is_postgres:
                 # Lock in key order so two workers claiming overlapping chunks cannot deadlock.
                 conn.execute(
-                    sa.select(c.key).where(c.scope == scope, c.key.in_(keys)).order_by(c.key).with_for_update()
+                    sa.select(c.key)
+                    .where(c.scope == scope, c.key.in_(keys))
+                    .order_by(c.key)
+                    .with_for_update()
                 )
             conn.execute(
                 idempotency.update()
@@ -133,7 +136,8 @@ class Ledger:
                 if row.fingerprint != by_key[row.key].fingerprint:
                     raise IdempotencyKeyMismatchError(
                         f"idempotency key {row.key!r} ({scope}) was first used with other parameters "
-                        f"({row.params}); refusing to send {json.dumps(by_key[row.key].params, default=str)}. "
+                        f"({row.params}); refusing to send "
+                        f"{json.dumps(by_key[row.key].params, default=str)}. "
                         "Fix the input so the business identity is unique, or review the earlier request."
                     )
         claim = Claim()

@@ -42,9 +42,7 @@ class ProgressStore:
 class ProgressReporter:
     """Writes at most one row per ``min_interval_s``, plus always the first and the last."""
 
-    def __init__(
-        self, store: ProgressStore, batch_id: str, run_id: str, min_interval_s: float = 0.5
-    ) -> None:
+    def __init__(self, store: ProgressStore, batch_id: str, run_id: str, min_interval_s: float = 0.5) -> None:
         self.store = store
         self.batch_id = batch_id
         self.run_id = run_id

@@ -8,7 +8,7 @@ tables through the instance, so they follow it to Postgres with no configuration
 from __future__ import annotations
 
 from dagster import ConfigurableResource, InitResourceContext
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from durable_assets.errors import FencedOutError
 from durable_assets.kit.cancel import CancelStore
@@ -56,6 +56,7 @@ class BatchRuntime(ConfigurableResource):
 
     lease_ttl_seconds: float = DEFAULT_LEASE_TTL_S
     progress_interval_seconds: float = 0.5
+    step_delay_seconds: float = Field(default=0.0, ge=0, description="Pause before each step (demos, tests)")
     database_url: str | None = None
 
     _db: DurableDatabase | None = PrivateAttr(default=None)

@@ -1,0 +1,718 @@
+"""Stripe's charge/refund and idempotency semantics, durable in one SQLite file.
+
+This is the single source of truth for both provider fronts: the HTTP simulator
+(``job provider serve``) and the embedded provider. Keeping one implementation means a
+pipeline behaves identically whichever front it talks to, and a test against one front is
+evidence about the other.
+
+Concurrency model: every mutation runs in one ``BEGIN IMMEDIATE`` transaction, which takes
+SQLite's write lock up front. The idempotency check, the refund cap check and the insert
+therefore happen atomically even when several *processes* share the file, so the same key
+can never create two refunds and a charge can never be refunded past its amount. Within a
+process a lock serialises the single connection, which avoids busy-waiting between threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import sqlite3
+import string
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from durable_assets.errors import UsageError
+
+JsonObject = dict[str, Any]
+
+#: Stripe's refund reasons a client may send (``expired_uncaptured_charge`` is Stripe-set only).
+REFUND_REASONS = frozenset({"duplicate", "fraudulent", "requested_by_customer"})
+MAX_LIST_LIMIT = 100
+#: Stripe's ceiling for a single amount in minor units (USD 999,999.99).
+MAX_AMOUNT = 99_999_999
+MAX_IDEMPOTENCY_KEY_LENGTH = 255
+METADATA_MAX_KEYS = 50
+METADATA_MAX_KEY_LENGTH = 40
+METADATA_MAX_VALUE_LENGTH = 500
+
+_CHARGES = "charges"
+_REFUNDS = "refunds"
+_SCHEMA_VERSION = 1
+_BUSY_TIMEOUT_MS = 30_000
+_ID_ALPHABET = string.ascii_letters + string.digits
+_CURRENCY = re.compile(r"^[a-z]{3}$")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS charges (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    amount INTEGER NOT NULL CHECK (amount > 0),
+    amount_refunded INTEGER NOT NULL DEFAULT 0
+        CHECK (amount_refunded >= 0 AND amount_refunded <= amount),
+    currency TEXT NOT NULL,
+    customer TEXT,
+    description TEXT,
+    metadata TEXT NOT NULL,
+    created INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS refunds (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    charge TEXT NOT NULL REFERENCES charges (id),
+    amount INTEGER NOT NULL CHECK (amount > 0),
+    currency TEXT NOT NULL,
+    reason TEXT,
+    metadata TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS refunds_by_charge ON refunds (charge, seq);
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    endpoint TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    http_status INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (endpoint, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+_STAT_NAMES = ("refund_requests", "refunds_created", "idempotent_replays")
+
+
+class StripeApiError(Exception):
+    """An error in Stripe's vocabulary, so every front can render or map it without guessing.
+
+    ``replayed`` is true when the error was answered from a stored idempotency key; the HTTP
+    front turns it into Stripe's ``Idempotent-Replayed`` header.
+    """
+
+    def __init__(
+        self,
+        http_status: int,
+        error_type: str,
+        code: str | None,
+        message: str,
+        param: str | None = None,
+        *,
+        replayed: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.error_type = error_type
+        self.code = code
+        self.message = message
+        self.param = param
+        self.replayed = replayed
+
+    def to_body(self) -> JsonObject:
+        """Stripe omits absent fields, so ``None`` values are left out of the JSON."""
+        fields = {"type": self.error_type, "code": self.code, "message": self.message, "param": self.param}
+        return {"error": {name: value for name, value in fields.items() if value is not None}}
+
+    @classmethod
+    def from_body(cls, http_status: int, body: JsonObject, *, replayed: bool = False) -> StripeApiError:
+        """Rebuilds a stored error so a replay raises exactly what the first request raised."""
+        error = body.get("error", {})
+        return cls(
+            http_status,
+            str(error.get("type", "api_error")),
+            error.get("code"),
+            str(error.get("message", "")),
+            error.get("param"),
+            replayed=replayed,
+        )
+
+
+def invalid_request(message: str, *, code: str | None = None, param: str | None = None) -> StripeApiError:
+    """The 400 every validation failure uses; shared with the HTTP front's parameter parsing."""
+    return StripeApiError(400, "invalid_request_error", code, message, param)
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    """A successful answer plus whether it came from a stored idempotency key."""
+
+    body: JsonObject
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a keyed request produced; stored verbatim so a replay is byte-for-byte the same."""
+
+    http_status: int
+    body: JsonObject
+    replayed: bool = False
+
+    def unwrap(self) -> StoreResult:
+        if self.http_status >= 400:
+            raise StripeApiError.from_body(self.http_status, self.body, replayed=self.replayed)
+        return StoreResult(self.body, self.replayed)
+
+
+class PaymentStore:
+    """Charges, refunds, idempotency keys and counters in one SQLite file (WAL).
+
+    Safe to share between threads of a process and between processes opening the same path.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._conn = _connect(path)
+        self._migrate()
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> PaymentStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- charges ---------------------------------------------------------------------------------
+
+    def create_charge(
+        self,
+        *,
+        amount: int,
+        currency: str,
+        customer: str | None = None,
+        description: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> JsonObject:
+        """Creates a succeeded charge; the simulator has no cards, so nothing can decline."""
+        return self.create_charge_result(
+            amount=amount,
+            currency=currency,
+            customer=customer,
+            description=description,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
+        ).body
+
+    def create_charge_result(
+        self,
+        *,
+        amount: int,
+        currency: str,
+        customer: str | None = None,
+        description: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> StoreResult:
+        """Like :meth:`create_charge`, also telling the HTTP front whether the answer is a replay."""
+        params = {
+            "amount": _check_amount(amount),
+            "currency": _check_currency(currency),
+            "customer": _check_optional_str(customer, "customer"),
+            "description": _check_optional_str(description, "description"),
+            "metadata": _check_metadata(metadata),
+        }
+        return self._idempotent(_CHARGES, idempotency_key, params, lambda conn: _insert_charge(conn, params))
+
+    # --- refunds ---------------------------------------------------------------------------------
+
+    def record_refund_request(self) -> None:
+        """Counts a received ``POST /v1/refunds`` before any fault or validation can answer it.
+
+        Both fronts call this, so ``refund_requests`` means the same thing whichever is used.
+        """
+        with self._write() as conn:
+            _bump(conn, "refund_requests")
+
+    def create_refund(
+        self,
+        *,
+        charge: str,
+        amount: int | None = None,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> JsonObject:
+        """Refunds ``amount`` (default: everything still refundable) of ``charge``."""
+        return self.create_refund_result(
+            charge=charge, amount=amount, reason=reason, metadata=metadata, idempotency_key=idempotency_key
+        ).body
+
+    def create_refund_result(
+        self,
+        *,
+        charge: str,
+        amount: int | None = None,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> StoreResult:
+        """Like :meth:`create_refund`, also telling the HTTP front whether the answer is a replay."""
+        params = {
+            "charge": _check_id(charge, "charge"),
+            "amount": None if amount is None else _check_amount(amount),
+            "reason": _check_reason(reason),
+            "metadata": _check_metadata(metadata),
+        }
+        return self._idempotent(_REFUNDS, idempotency_key, params, lambda conn: _insert_refund(conn, params))
+
+    def retrieve_refund(self, refund_id: str) -> JsonObject:
+        with self._read() as conn:
+            row = conn.execute(f"{_REFUND_SELECT} WHERE id = ?", (refund_id,)).fetchone()
+        if row is None:
+            raise StripeApiError(
+                404, "invalid_request_error", "resource_missing", f"No such refund: '{refund_id}'", "id"
+            )
+        return _refund_body(row)
+
+    def list_refunds(
+        self, *, limit: int = 10, starting_after: str | None = None, charge: str | None = None
+    ) -> JsonObject:
+        """Newest first, cursor-paginated like Stripe, so clients can page with ``starting_after``."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+            raise invalid_request(
+                f"Invalid limit: must be an integer between 1 and {MAX_LIST_LIMIT}.",
+                code="parameter_invalid_integer",
+                param="limit",
+            )
+        with self._read() as conn:
+            if charge is not None:
+                _require_charge(conn, charge, param="charge")
+            cursor = None if starting_after is None else _refund_seq(conn, starting_after)
+            rows = conn.execute(
+                f"{_REFUND_SELECT} WHERE (?1 IS NULL OR charge = ?1) AND (?2 IS NULL OR seq < ?2)"
+                " ORDER BY seq DESC LIMIT ?3",
+                (charge, cursor, limit + 1),
+            ).fetchall()
+        return {
+            "object": "list",
+            "data": [_refund_body(row) for row in rows[:limit]],
+            "has_more": len(rows) > limit,
+            "url": "/v1/refunds",
+        }
+
+    # --- operations ------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        with self._read() as conn:
+            rows = dict(conn.execute("SELECT name, value FROM counters").fetchall())
+        return {name: int(rows.get(name, 0)) for name in _STAT_NAMES}
+
+    def forget_idempotency_keys(self, *, older_than_s: float = 0.0) -> int:
+        """Drops stored keys, as Stripe does after 24 hours.
+
+        Exists so callers can exercise their reconciliation path (finding a refund by the key in
+        its metadata) against a provider that no longer remembers the key.
+        """
+        cutoff = time.time() - older_than_s
+        with self._write() as conn:
+            return conn.execute("DELETE FROM idempotency_keys WHERE created <= ?", (cutoff,)).rowcount
+
+    # --- transactions ----------------------------------------------------------------------------
+
+    def _idempotent(
+        self,
+        endpoint: str,
+        key: str | None,
+        params: JsonObject,
+        action: Callable[[sqlite3.Connection], JsonObject],
+    ) -> StoreResult:
+        """Check-and-create in one write transaction: the heart of exactly-once."""
+        if key is not None:
+            _check_idempotency_key(key)
+        fingerprint = _fingerprint(params)
+        with self._write() as conn:
+            stored = None if key is None else _load_key(conn, endpoint, key)
+            if stored is not None:
+                outcome = _replay(conn, endpoint, key or "", stored, fingerprint)
+            else:
+                outcome = _execute(conn, action)
+                if key is not None:
+                    _store_key(conn, endpoint, key, fingerprint, outcome)
+        return outcome.unwrap()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` takes the write lock first, so no other process can interleave."""
+        with self._transaction("BEGIN IMMEDIATE") as conn:
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A deferred transaction gives multi-statement reads one consistent snapshot."""
+        with self._transaction("BEGIN") as conn:
+            yield conn
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        self._reopen_after_fork()
+        with self._lock:
+            conn = self._conn
+            conn.execute(begin)
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _reopen_after_fork(self) -> None:
+        """A SQLite connection must never be used on both sides of a fork; the child gets its own."""
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()
+            self._pid = os.getpid()
+            self._conn = _connect(self.path)
+
+    def _migrate(self) -> None:
+        """Idempotent, and inside a write transaction so processes opening a new file at once agree."""
+        with self._write() as conn:
+            # Not executescript(): on Python 3.11 it commits the open transaction first.
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+
+
+# --- connection ----------------------------------------------------------------------------------
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    """WAL lets readers proceed during a write; FULL sync makes a returned refund survive power loss.
+
+    ``isolation_level=None`` hands transaction control to us (explicit BEGIN IMMEDIATE).
+    """
+    conn = sqlite3.connect(
+        path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+    )
+    conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+    _enable_wal(conn, path)
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def _enable_wal(conn: sqlite3.Connection, path: str) -> None:
+    """Retries by hand: switching a fresh file to WAL fails with "database is locked" *without*
+    consulting busy_timeout when another process is opening the same file at that moment."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            break
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+    if mode.lower() != "wal":
+        raise UsageError(
+            f"The payments database {path} cannot use SQLite's WAL mode (journal mode is {mode!r}); "
+            "put it on a local filesystem."
+        )
+
+
+# --- idempotency ---------------------------------------------------------------------------------
+
+
+def _fingerprint(params: JsonObject) -> str:
+    """Canonical JSON, so dict order or ``None`` vs ``{}`` metadata never looks like a new request."""
+    canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _load_key(conn: sqlite3.Connection, endpoint: str, key: str) -> tuple[str, int, str] | None:
+    row = conn.execute(
+        "SELECT fingerprint, http_status, body FROM idempotency_keys WHERE endpoint = ? AND key = ?",
+        (endpoint, key),
+    ).fetchone()
+    return None if row is None else (str(row[0]), int(row[1]), str(row[2]))
+
+
+def _replay(
+    conn: sqlite3.Connection, endpoint: str, key: str, stored: tuple[str, int, str], fingerprint: str
+) -> _Outcome:
+    stored_fingerprint, http_status, body = stored
+    if stored_fingerprint != fingerprint:
+        raise StripeApiError(
+            400,
+            "idempotency_error",
+            None,
+            "Keys for idempotent requests can only be used with the same parameters they were first "
+            f"used with. Try using a key other than '{key}' if you meant to execute a different request.",
+        )
+    if endpoint == _REFUNDS:
+        _bump(conn, "idempotent_replays")
+    return _Outcome(http_status, json.loads(body), replayed=True)
+
+
+def _execute(conn: sqlite3.Connection, action: Callable[[sqlite3.Connection], JsonObject]) -> _Outcome:
+    """Turns the client's-fault errors into an outcome so they are stored and replayed like Stripe.
+
+    Anything else (5xx, SQLite failures) propagates and rolls the transaction back, so a retry with
+    the same key runs the request afresh.
+    """
+    try:
+        return _Outcome(200, action(conn))
+    except StripeApiError as error:
+        if error.http_status >= 500:
+            raise
+        return _Outcome(error.http_status, error.to_body())
+
+
+def _store_key(
+    conn: sqlite3.Connection, endpoint: str, key: str, fingerprint: str, outcome: _Outcome
+) -> None:
+    conn.execute(
+        "INSERT INTO idempotency_keys (endpoint, key, fingerprint, http_status, body, created)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (endpoint, key, fingerprint, outcome.http_status, json.dumps(outcome.body), time.time()),
+    )
+
+
+def _bump(conn: sqlite3.Connection, name: str) -> None:
+    conn.execute(
+        "INSERT INTO counters (name, value) VALUES (?, 1) ON CONFLICT (name) DO UPDATE SET value = value + 1",
+        (name,),
+    )
+
+
+# --- charges and refunds -------------------------------------------------------------------------
+
+_CHARGE_SELECT = (
+    "SELECT id, amount, amount_refunded, currency, customer, description, metadata, created FROM charges"
+)
+_REFUND_SELECT = "SELECT id, amount, charge, currency, reason, metadata, status, created FROM refunds"
+
+
+def _insert_charge(conn: sqlite3.Connection, params: JsonObject) -> JsonObject:
+    charge_id = _new_id("ch")
+    conn.execute(
+        "INSERT INTO charges (id, amount, currency, customer, description, metadata, created)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            charge_id,
+            params["amount"],
+            params["currency"],
+            params["customer"],
+            params["description"],
+            json.dumps(params["metadata"]),
+            int(time.time()),
+        ),
+    )
+    return _charge_body(conn.execute(f"{_CHARGE_SELECT} WHERE id = ?", (charge_id,)).fetchone())
+
+
+def _insert_refund(conn: sqlite3.Connection, params: JsonObject) -> JsonObject:
+    """Enforces the refund cap inside the caller's write transaction, so concurrent refunds
+    of one charge can never sum past its amount."""
+    charge_id = params["charge"]
+    charge_amount, refunded, currency = _require_charge(conn, charge_id, param="charge")
+    amount = _refund_amount(charge_id, params["amount"], charge_amount - refunded)
+    refund_id = _new_id("re")
+    conn.execute(
+        "INSERT INTO refunds (id, amount, charge, currency, reason, metadata, status, created)"
+        " VALUES (?, ?, ?, ?, ?, ?, 'succeeded', ?)",
+        (
+            refund_id,
+            amount,
+            charge_id,
+            currency,
+            params["reason"],
+            json.dumps(params["metadata"]),
+            int(time.time()),
+        ),
+    )
+    conn.execute("UPDATE charges SET amount_refunded = amount_refunded + ? WHERE id = ?", (amount, charge_id))
+    _bump(conn, "refunds_created")
+    return _refund_body(conn.execute(f"{_REFUND_SELECT} WHERE id = ?", (refund_id,)).fetchone())
+
+
+def _refund_amount(charge_id: str, requested: int | None, remaining: int) -> int:
+    if remaining <= 0:
+        raise invalid_request(
+            f"Charge {charge_id} has already been refunded.", code="charge_already_refunded"
+        )
+    if requested is None:
+        return remaining
+    if requested > remaining:
+        raise invalid_request(
+            f"Refund amount ({requested}) is greater than the unrefunded amount on charge {charge_id} "
+            f"({remaining}); amounts are in minor units.",
+            code="amount_too_large",
+            param="amount",
+        )
+    return requested
+
+
+def _require_charge(conn: sqlite3.Connection, charge_id: str, *, param: str) -> tuple[int, int, str]:
+    row = conn.execute(
+        "SELECT amount, amount_refunded, currency FROM charges WHERE id = ?", (charge_id,)
+    ).fetchone()
+    if row is None:
+        raise StripeApiError(
+            404, "invalid_request_error", "resource_missing", f"No such charge: '{charge_id}'", param
+        )
+    return int(row[0]), int(row[1]), str(row[2])
+
+
+def _refund_seq(conn: sqlite3.Connection, refund_id: str) -> int:
+    row = conn.execute("SELECT seq FROM refunds WHERE id = ?", (refund_id,)).fetchone()
+    if row is None:
+        raise StripeApiError(
+            404,
+            "invalid_request_error",
+            "resource_missing",
+            f"No such refund: '{refund_id}'",
+            "starting_after",
+        )
+    return int(row[0])
+
+
+def _charge_body(row: tuple[Any, ...]) -> JsonObject:
+    charge_id, amount, refunded, currency, customer, description, metadata, created = row
+    return {
+        "id": charge_id,
+        "object": "charge",
+        "amount": amount,
+        "amount_captured": amount,
+        "amount_refunded": refunded,
+        "captured": True,
+        "created": created,
+        "currency": currency,
+        "customer": customer,
+        "description": description,
+        "livemode": False,
+        "metadata": json.loads(metadata),
+        "paid": True,
+        "refunded": refunded == amount,
+        "status": "succeeded",
+    }
+
+
+def _refund_body(row: tuple[Any, ...]) -> JsonObject:
+    refund_id, amount, charge, currency, reason, metadata, status, created = row
+    return {
+        "id": refund_id,
+        "object": "refund",
+        "amount": amount,
+        "charge": charge,
+        "created": created,
+        "currency": currency,
+        "metadata": json.loads(metadata),
+        "reason": reason,
+        "status": status,
+    }
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
+
+
+# --- parameter validation ------------------------------------------------------------------------
+# Validation failures are raised before the idempotency check and are not stored, as at Stripe:
+# nothing began executing, so a corrected retry with the same key must be allowed to run.
+
+
+def _check_amount(amount: object) -> int:
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        raise invalid_request("Invalid integer: amount.", code="parameter_invalid_integer", param="amount")
+    if amount < 1:
+        raise invalid_request(
+            "This value must be greater than or equal to 1.", code="parameter_invalid_integer", param="amount"
+        )
+    if amount > MAX_AMOUNT:
+        raise invalid_request(
+            f"Amount must be no more than {MAX_AMOUNT}.", code="amount_too_large", param="amount"
+        )
+    return amount
+
+
+def _check_currency(currency: object) -> str:
+    normalized = currency.lower() if isinstance(currency, str) else ""
+    if not _CURRENCY.match(normalized):
+        raise invalid_request(
+            f"Invalid currency: {currency!r}. Use a three-letter ISO code.",
+            code="parameter_invalid_string",
+            param="currency",
+        )
+    return normalized
+
+
+def _check_reason(reason: object) -> str | None:
+    if reason is None:
+        return None
+    if isinstance(reason, str) and reason in REFUND_REASONS:
+        return reason
+    raise invalid_request(
+        "Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer",
+        code="parameter_invalid_string",
+        param="reason",
+    )
+
+
+def _check_id(value: object, param: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise invalid_request(f"Missing required param: {param}.", code="parameter_missing", param=param)
+    return value
+
+
+def _check_optional_str(value: object, param: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise invalid_request(f"Invalid string: {param}.", code="parameter_invalid_string", param=param)
+
+
+def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """Stripe's limits, enforced here so a pipeline that works on the simulator works on Stripe.
+
+    Empty values are dropped: on Stripe an empty value means "unset this key".
+    """
+    if metadata is None:
+        return {}
+    cleaned = {key: value for key, value in metadata.items() if value != ""}
+    if len(cleaned) > METADATA_MAX_KEYS:
+        raise invalid_request(f"Metadata can have at most {METADATA_MAX_KEYS} keys.", param="metadata")
+    for key, value in cleaned.items():
+        _check_metadata_item(key, value)
+    return dict(sorted(cleaned.items()))
+
+
+def _check_metadata_item(key: object, value: object) -> None:
+    if not isinstance(key, str) or not isinstance(value, str):
+        raise invalid_request("Metadata keys and values must be strings.", param="metadata")
+    if not key or len(key) > METADATA_MAX_KEY_LENGTH:
+        raise invalid_request(
+            f"Metadata keys must be 1 to {METADATA_MAX_KEY_LENGTH} characters: {key!r}.",
+            param=f"metadata[{key}]",
+        )
+    if len(value) > METADATA_MAX_VALUE_LENGTH:
+        raise invalid_request(
+            f"Metadata values can have up to {METADATA_MAX_VALUE_LENGTH} characters.",
+            param=f"metadata[{key}]",
+        )
+
+
+def _check_idempotency_key(key: object) -> None:
+    if not isinstance(key, str) or not key or len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
+        raise invalid_request(
+            f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
+            code="idempotency_key_invalid",
+        )

@@ -1,0 +1,548 @@
+"""The invoice-refund pipeline as Dagster assets, one dynamic partition per batch.
+
+Each batch ID is a partition of the ``batches`` dynamic partitions definition, so every step's
+stored output lives at its own path (``storage/<asset>/<batch>``): two batches running at once
+can never read or overwrite each other's checkpoints. Steps 4 and 6 cause side effects; they go
+through the idempotency ledger and check cancel and fencing before every request.
+"""
+
+# No `from __future__ import annotations`: Dagster reads these annotations at definition time.
+import functools
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import pandas as pd
+from dagster import (
+    AssetExecutionContext,
+    Backoff,
+    Config,
+    DataVersion,
+    DynamicPartitionsDefinition,
+    Failure,
+    Jitter,
+    MaterializeResult,
+    MetadataValue,
+    RetryPolicy,
+    asset,
+)
+from dagster._core.storage.dagster_run import DagsterRunStatus
+from pydantic import Field
+
+from durable_assets.errors import (
+    BatchCanceledError,
+    DurableError,
+    RefundAboveRefundableError,
+    RefundCeilingExceededError,
+    TransientProviderError,
+)
+from durable_assets.kit.effects import EffectReport, EffectRunner
+from durable_assets.kit.ledger import Intent, LedgerEntry
+from durable_assets.kit.progress import Progress
+from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
+from durable_assets.refunds import schema as s
+from durable_assets.refunds.frames import frame_digest, write_csv_atomically
+from durable_assets.refunds.keys import charge_key, notice_key, refund_key
+from durable_assets.refunds.policy import compute_refund_candidates, summarize
+from durable_assets.refunds.resources import CustomerMailbox, PaymentGateway, RefundLimits
+from durable_assets.refunds.synthetic import synthetic_invoices
+from durable_assets.refunds.validation import read_invoice_file, validate_invoices
+
+BATCHES = DynamicPartitionsDefinition(name="batches")
+
+#: Step order (topological), used for "step n of N" progress.
+STEPS = (
+    "invoices",
+    "validated_invoices",
+    "refund_candidates",
+    "issued_refunds",
+    "reconciled_refunds",
+    "customer_notices",
+    "batch_report",
+)
+STEP_LABELS = {
+    "invoices": "Loading invoices",
+    "validated_invoices": "Validating invoices",
+    "refund_candidates": "Computing refund candidates",
+    "issued_refunds": "Issuing refunds",
+    "reconciled_refunds": "Reconciling with the provider",
+    "customer_notices": "Notifying customers",
+    "batch_report": "Writing the batch report",
+}
+
+#: Transient provider faults that outlived the in-step retries get whole-step retries; the ledger
+#: makes a retried step resume where it stopped.
+TRANSIENT_RETRY = RetryPolicy(max_retries=3, delay=2, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def durable_step(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn our errors into a Dagster ``Failure`` the UI shows plainly; only transient ones may retry."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        context = args[0]
+        runtime = kwargs.get("runtime")
+        if isinstance(context, AssetExecutionContext) and isinstance(runtime, BatchRuntime):
+            if runtime.step_delay_seconds:
+                time.sleep(runtime.step_delay_seconds)  # demos and crash tests: a visibly slow batch
+            _check_step_boundary(context, runtime)
+            runtime.report(_progress(context, 0, 0), force=True)
+        try:
+            return fn(*args, **kwargs)
+        except TransientProviderError:
+            raise
+        except DurableError as exc:
+            raise Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
+
+    return wrapper
+
+
+def _check_step_boundary(context: AssetExecutionContext, runtime: BatchRuntime) -> None:
+    run = context.instance.get_run_by_id(context.run_id)
+    if run is not None and run.status == DagsterRunStatus.CANCELING:
+        raise Failure(description="BatchCanceledError: the run was asked to stop", allow_retries=False)
+    try:
+        runtime.check_may_continue()
+    except DurableError as exc:
+        raise Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
+
+
+def _progress(context: AssetExecutionContext, done: int, of: int) -> Progress:
+    name = context.asset_key.path[-1]
+    return Progress(STEPS.index(name) + 1, len(STEPS), STEP_LABELS[name], done, of)
+
+
+def _result(df: pd.DataFrame, metadata: Mapping[str, Any]) -> MaterializeResult:
+    return MaterializeResult(
+        value=df,
+        data_version=DataVersion(frame_digest(df)),
+        metadata={"rows": len(df), **metadata},
+    )
+
+
+def _batch_dir(context: AssetExecutionContext) -> Path:
+    return Path(context.instance.root_directory) / "batches" / context.partition_key
+
+
+class InvoiceSource(Config):
+    path: str | None = Field(default=None, description="CSV or Parquet file; unset = synthetic batch")
+    size: int = Field(default=1000, ge=1, le=10_000_000, description="Synthetic batch size")
+
+
+def _effects(
+    context: AssetExecutionContext,
+    runtime: BatchRuntime,
+    ledger: IdempotencyLedger,
+    payments: PaymentGateway,
+    scope: str,
+    perform: Callable[[Intent], Mapping[str, Any]],
+    **kwargs: Any,
+) -> EffectRunner:
+    return EffectRunner(
+        ledger=ledger.ledger,
+        scope=scope,
+        owner=context.run_id,
+        perform=perform,
+        fence=runtime.fence,
+        guard=runtime.check_may_continue,
+        concurrency=payments.concurrency,
+        limiter=payments.limiter(),
+        backoff=payments.backoff(),
+        key_retention_s=ledger.key_retention_s,
+        on_progress=lambda done, of: runtime.report(_progress(context, done, of), force=done == of),
+        **kwargs,
+    )
+
+
+@asset(partitions_def=BATCHES, group_name="ingest", retry_policy=TRANSIENT_RETRY)
+@durable_step
+def invoices(
+    context: AssetExecutionContext,
+    config: InvoiceSource,
+    payments: PaymentGateway,
+    ledger: IdempotencyLedger,
+    runtime: BatchRuntime,
+) -> MaterializeResult:
+    """Step 1 — the batch's invoices, as strings exactly as given.
+
+    From ``path`` (CSV or Parquet) or, without one, a deterministic synthetic batch derived from
+    the batch ID whose charges are created on the payment provider (idempotently, so a retry
+    creates no second charge). An unreadable file or missing columns fail here, naming both.
+    """
+    if config.path:
+        raw = read_invoice_file(config.path)
+        return _result(raw, {"source": config.path})
+    raw = synthetic_invoices(context.partition_key, config.size)
+    chargeable = validate_invoices(raw, require_charge_id=False).valid
+    gateway = payments.gateway
+
+    def create_charge(intent: Intent) -> Mapping[str, Any]:
+        p = intent.params
+        charge = gateway.create_charge(
+            amount=p["amount"],
+            currency=p["currency"],
+            customer=p["customer"],
+            metadata={"invoice_id": p["invoice_id"]},
+            idempotency_key=intent.key,
+        )
+        return {"id": charge.id, "amount": charge.amount, "currency": charge.currency}
+
+    intents = [
+        Intent(charge_key(inv), {"invoice_id": inv, "amount": int(amt), "currency": cur, "customer": cust})
+        for inv, amt, cur, cust in zip(
+            chargeable[s.INVOICE_ID],
+            chargeable[s.AMOUNT_CHARGED_CENTS],
+            chargeable[s.CURRENCY],
+            chargeable[s.CUSTOMER_ID],
+            strict=True,
+        )
+    ]
+    report = _effects(context, runtime, ledger, payments, "charge", create_charge).run(intents)
+    charge_ids = {
+        i.params["invoice_id"]: report.results[i.key]["id"] for i in intents if i.key in report.results
+    }
+    raw[s.CHARGE_ID] = raw[s.INVOICE_ID].map(charge_ids).fillna("")
+    return _result(
+        raw, {"source": "synthetic", "charges_created": report.sent, "charges_reused": report.replayed}
+    )
+
+
+@asset(partitions_def=BATCHES, group_name="ingest")
+@durable_step
+def validated_invoices(
+    context: AssetExecutionContext, invoices: pd.DataFrame, runtime: BatchRuntime
+) -> MaterializeResult:
+    """Step 2 — typed, normalised invoices; every bad row is quarantined with its reasons.
+
+    Nothing is dropped silently: valid + quarantined == input, and the quarantine file (with the
+    source row number and every reason) is written next to the batch for whoever fixes the data.
+    No refund is ever computed from a quarantined row.
+    """
+    result = validate_invoices(invoices)
+    quarantine_path = write_csv_atomically(result.quarantined, _batch_dir(context) / "quarantine.csv")
+    reasons = (
+        result.quarantined[s.REASONS].str.split(";").explode().value_counts().to_dict()
+        if len(result.quarantined)
+        else {}
+    )
+    return _result(
+        result.valid,
+        {
+            "quarantined": len(result.quarantined),
+            "quarantine_file": MetadataValue.path(str(quarantine_path)),
+            "quarantine_reasons": MetadataValue.json({str(k): int(v) for k, v in reasons.items()}),
+        },
+    )
+
+
+@asset(partitions_def=BATCHES, group_name="policy")
+@durable_step
+def refund_candidates(
+    context: AssetExecutionContext, validated_invoices: pd.DataFrame, runtime: BatchRuntime
+) -> MaterializeResult:
+    """Step 3 — who is owed what, by the documented, pure refund policy.
+
+    Rules (first that applies wins): duplicate charge for the same customer, period and currency;
+    charged after cancellation; overcharge against the contracted price. Never more than the
+    invoice's refundable amount (charged minus already refunded). See docs/input-and-policy.md.
+    """
+    candidates = compute_refund_candidates(validated_invoices)
+    summary = summarize(candidates)
+    return _result(
+        candidates,
+        {"refund_total_cents": int(candidates["refund_cents"].sum()), "summary": MetadataValue.json(summary)},
+    )
+
+
+def enforce_guardrails(candidates: pd.DataFrame, limits: RefundLimits) -> None:
+    """Fail closed before the first request: a row above its refundable amount, or a batch over a ceiling."""
+    over = candidates[candidates["refund_cents"] > candidates["refundable_cents"]]
+    if len(over):
+        raise RefundAboveRefundableError(
+            f"{len(over)} refunds exceed their invoice's refundable amount "
+            f"(first: {over.iloc[0][s.INVOICE_ID]}); "
+            "nothing was sent."
+        )
+    if len(candidates) > limits.max_refunds_per_batch:
+        raise RefundCeilingExceededError(
+            f"{len(candidates)} refunds exceed the per-batch ceiling of {limits.max_refunds_per_batch}; "
+            "nothing was sent. Raise RefundLimits.max_refunds_per_batch if this batch is right."
+        )
+    totals = candidates.groupby(s.CURRENCY)["refund_cents"].sum()
+    above = totals[totals > limits.max_amount_per_batch_cents]
+    if len(above):
+        cur = str(above.index[0])
+        raise RefundCeilingExceededError(
+            f"refunds of {int(above.iloc[0])} {cur} minor units exceed the per-batch ceiling of "
+            f"{limits.max_amount_per_batch_cents}; nothing was sent."
+        )
+
+
+def verify_refund(intent: Intent, answer: Mapping[str, Any]) -> str | None:
+    """A provider answer that is not exactly what we asked for is held for review, never recorded as done."""
+    p = intent.params
+    problems = [
+        f"{field} {answer.get(field)!r} != requested {p[ours]!r}"
+        for field, ours in (("amount", "amount"), ("currency", "currency"), ("charge", "charge_id"))
+        if answer.get(field) != p[ours]
+    ]
+    if answer.get("status") not in ("succeeded", "pending"):
+        problems.append(f"status {answer.get('status')!r}")
+    return "; ".join(problems) or None
+
+
+@asset(partitions_def=BATCHES, group_name="payouts", retry_policy=TRANSIENT_RETRY)
+@durable_step
+def issued_refunds(
+    context: AssetExecutionContext,
+    refund_candidates: pd.DataFrame,
+    payments: PaymentGateway,
+    ledger: IdempotencyLedger,
+    runtime: BatchRuntime,
+    limits: RefundLimits,
+) -> MaterializeResult:
+    """Step 4 — refunds issued at the payment provider, exactly once each.
+
+    Each refund's idempotency key is derived from the invoice and the reason, is committed to the
+    ledger before the request, and travels in the refund's metadata. A retry, resume or second
+    worker re-sends the same key and gets the original refund back. Answers that do not match the
+    request are held for review. Cancel and takeover are checked before every request.
+    """
+    enforce_guardrails(refund_candidates, limits)
+    gateway = payments.gateway
+
+    def create_refund(intent: Intent) -> Mapping[str, Any]:
+        p = intent.params
+        refund = gateway.create_refund(
+            charge_id=p["charge_id"],
+            amount=p["amount"],
+            currency=p["currency"],
+            reason=p["reason"],
+            metadata={"invoice_id": p["invoice_id"]},
+            idempotency_key=intent.key,
+        )
+        return _refund_dict(refund)
+
+    def lookup(entry: LedgerEntry) -> Mapping[str, Any] | None:
+        found = gateway.find_refund_by_key(charge_id=entry.params["charge_id"], idempotency_key=entry.key)
+        return _refund_dict(found) if found is not None else None
+
+    intents = [
+        Intent(
+            refund_key(str(row.invoice_id), str(row.reason)),
+            {
+                "invoice_id": str(row.invoice_id),
+                "charge_id": str(row.charge_id),
+                "amount": int(str(row.refund_cents)),
+                "currency": str(row.currency),
+                "reason": str(row.reason),
+            },
+        )
+        for row in refund_candidates.itertuples(index=False)
+    ]
+    runner = _effects(
+        context, runtime, ledger, payments, "refund", create_refund, verify=verify_refund, lookup=lookup
+    )
+    report = runner.run(intents)
+    out = _outcome_frame(intents, report, id_field="id")
+    refunded = out[out["status"] == "refunded"]
+    return _result(
+        out,
+        {
+            "refunds_issued": len(refunded),
+            "refunded_cents": int(refunded["amount_cents"].sum()),
+            "held_for_review": int((out["status"] == "held_for_review").sum()),
+            "requests_sent": report.sent,
+            "reused_from_ledger": report.replayed,
+            "reconciled_by_lookup": report.looked_up,
+        },
+    )
+
+
+def _refund_dict(refund: Any) -> dict[str, Any]:
+    return {
+        "id": refund.id,
+        "amount": refund.amount,
+        "currency": refund.currency,
+        "charge": refund.charge_id,
+        "status": refund.status,
+    }
+
+
+def _outcome_frame(intents: list[Intent], report: EffectReport, id_field: str) -> pd.DataFrame:
+    rows = []
+    for i in intents:
+        done = report.results.get(i.key)
+        review = report.review.get(i.key)
+        rows.append(
+            {
+                s.INVOICE_ID: i.params["invoice_id"],
+                "idempotency_key": i.key,
+                "provider_id": (done or {}).get(id_field, ""),
+                "amount_cents": int(i.params.get("amount", 0)),
+                s.CURRENCY: i.params.get("currency", ""),
+                "reason": i.params.get("reason", ""),
+                "status": "refunded" if done else "held_for_review",
+                "review_note": "" if done else str(review),
+            }
+        )
+    columns = [
+        s.INVOICE_ID,
+        "idempotency_key",
+        "provider_id",
+        "amount_cents",
+        s.CURRENCY,
+        "reason",
+        "status",
+        "review_note",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+@asset(partitions_def=BATCHES, group_name="payouts", retry_policy=TRANSIENT_RETRY)
+@durable_step
+def reconciled_refunds(
+    context: AssetExecutionContext,
+    issued_refunds: pd.DataFrame,
+    payments: PaymentGateway,
+    runtime: BatchRuntime,
+) -> MaterializeResult:
+    """Step 5 — every refund we recorded, read back from the provider and compared.
+
+    Read-only: a refund whose amount, currency or status at the provider differs from our record is
+    flagged ``mismatch`` (and gets no customer notice) instead of being trusted.
+    """
+    gateway = payments.gateway
+    refunded = issued_refunds[issued_refunds["status"] == "refunded"]
+    limiter = payments.limiter()
+
+    def fetch(refund_id: str) -> dict[str, Any]:
+        limiter.acquire()
+        return _refund_dict(gateway.retrieve_refund(refund_id))
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=payments.concurrency) as pool:
+        answers = list(pool.map(fetch, refunded["provider_id"]))
+    out = issued_refunds.copy()
+    out["reconciliation"] = "not_refunded"
+    matches = [
+        a["amount"] == amt and a["currency"] == cur and a["status"] in ("succeeded", "pending")
+        for a, amt, cur in zip(answers, refunded["amount_cents"], refunded[s.CURRENCY], strict=True)
+    ]
+    out.loc[refunded.index, "reconciliation"] = ["matched" if m else "mismatch" for m in matches]
+    runtime.report(_progress(context, len(refunded), len(refunded)), force=True)
+    return _result(
+        out,
+        {
+            "matched": int((out["reconciliation"] == "matched").sum()),
+            "mismatched": int((out["reconciliation"] == "mismatch").sum()),
+        },
+    )
+
+
+@asset(partitions_def=BATCHES, group_name="customers", retry_policy=TRANSIENT_RETRY)
+@durable_step
+def customer_notices(
+    context: AssetExecutionContext,
+    reconciled_refunds: pd.DataFrame,
+    refund_candidates: pd.DataFrame,
+    mailbox: CustomerMailbox,
+    ledger: IdempotencyLedger,
+    payments: PaymentGateway,
+    runtime: BatchRuntime,
+) -> MaterializeResult:
+    """Step 6 — one notice per refunded customer invoice, through the same exactly-once ledger.
+
+    Only refunds the provider confirmed (reconciliation ``matched``) are announced. The notice key is
+    derived from the invoice and reason, so no customer gets two notices for one refund.
+    """
+    box = mailbox.mailbox
+    emails = refund_candidates.set_index(s.INVOICE_ID)[s.CUSTOMER_EMAIL]
+    matched = reconciled_refunds[reconciled_refunds["reconciliation"] == "matched"]
+
+    def send(intent: Intent) -> Mapping[str, Any]:
+        p = intent.params
+        major, minor = divmod(int(p["amount"]), 100)
+        return box.send(
+            message_id=intent.key,
+            recipient=p["to"],
+            subject=f"Your refund for invoice {p['invoice_id']}",
+            body=f"We refunded {major}.{minor:02d} {str(p['currency']).upper()} ({p['reason']}).",
+        )
+
+    intents = [
+        Intent(
+            notice_key(str(row.invoice_id), str(row.reason)),
+            {
+                "invoice_id": str(row.invoice_id),
+                "to": str(emails[str(row.invoice_id)]),
+                "amount": int(str(row.amount_cents)),
+                "currency": str(row.currency),
+                "reason": str(row.reason),
+            },
+        )
+        for row in matched.itertuples(index=False)
+    ]
+    report = _effects(context, runtime, ledger, payments, "notice", send).run(intents)
+    out = pd.DataFrame(
+        {
+            s.INVOICE_ID: [i.params["invoice_id"] for i in intents],
+            "recipient": [i.params["to"] for i in intents],
+            "message_id": [i.key for i in intents],
+            "sent": [i.key in report.results for i in intents],
+        }
+    )
+    return _result(out, {"notices_sent": report.sent, "notices_reused_from_ledger": report.replayed})
+
+
+@asset(partitions_def=BATCHES, group_name="reporting")
+@durable_step
+def batch_report(
+    context: AssetExecutionContext,
+    validated_invoices: pd.DataFrame,
+    reconciled_refunds: pd.DataFrame,
+    customer_notices: pd.DataFrame,
+    runtime: BatchRuntime,
+) -> MaterializeResult:
+    """Step 7 — the batch's report: one line per refund, and the totals, for finance and support.
+
+    Written as CSV with spreadsheet formulas neutralised (invoice fields come from outside).
+    """
+    report = reconciled_refunds.merge(
+        customer_notices[[s.INVOICE_ID, "sent"]].rename(columns={"sent": "notice_sent"}),
+        on=s.INVOICE_ID,
+        how="left",
+    )
+    report["notice_sent"] = report["notice_sent"].fillna(False).astype(bool)
+    path = write_csv_atomically(report, _batch_dir(context) / "refund_report.csv")
+    refunded = report[report["status"] == "refunded"]
+    totals = refunded.groupby(s.CURRENCY)["amount_cents"].sum()
+    return _result(
+        report,
+        {
+            "report_file": MetadataValue.path(str(path)),
+            "valid_invoices": len(validated_invoices),
+            "refunds": len(refunded),
+            "held_for_review": int((report["status"] == "held_for_review").sum()),
+            "notices_sent": int(report["notice_sent"].sum()),
+            "refunded_by_currency_cents": MetadataValue.json({str(k): int(v) for k, v in totals.items()}),
+        },
+    )
+
+
+ALL_ASSETS = [
+    invoices,
+    validated_invoices,
+    refund_candidates,
+    issued_refunds,
+    reconciled_refunds,
+    customer_notices,
+    batch_report,
+]
+
+__all__ = ["ALL_ASSETS", "BATCHES", "STEPS", "BatchCanceledError", "InvoiceSource"]

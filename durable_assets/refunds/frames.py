@@ -1,0 +1,44 @@
+"""Small helpers on DataFrames shared by the assets: content hashes and safe CSV output."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pandas as pd
+
+_FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = r"^[-+]?\d+(\.\d+)?$"
+
+
+def frame_digest(df: pd.DataFrame) -> str:
+    """A content hash of a frame; it becomes the asset's data version and so the next step's input hash."""
+    h = hashlib.sha256()
+    h.update(",".join(map(str, df.columns)).encode())
+    if len(df):
+        h.update(pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+def neutralize_formulas(df: pd.DataFrame) -> pd.DataFrame:
+    """Quote text cells a spreadsheet would evaluate (``=HYPERLINK(...)``): OWASP CSV injection."""
+    out = df.copy()
+    for col in out.columns:
+        if out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
+            values = out[col].astype("string").fillna("")
+            risky = values.str.startswith(_FORMULA_PREFIXES) & ~values.str.match(_PLAIN_NUMBER)
+            out[col] = values.where(~risky, "'" + values)
+    return out
+
+
+def write_csv_atomically(df: pd.DataFrame, path: Path) -> Path:
+    """Write, fsync and rename, so a crash never leaves a half-written report behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+        neutralize_formulas(df).to_csv(fh, index=False)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path

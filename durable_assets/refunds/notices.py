@@ -1,0 +1,65 @@
+"""Customer notices: the outbox's delivery side.
+
+The mail transport here is a file-backed mailbox inside the instance (a stand-in for an email API),
+so tests can count deliveries from outside the worker process. It deduplicates on the message id
+the way mail systems do on ``Message-ID``: a re-send after a crash between send and record is
+absorbed, and counted, instead of reaching the customer twice.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+class Mailbox:
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA busy_timeout=60000")
+        with self._lock:
+            conn = self._conn
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS messages (message_id TEXT PRIMARY KEY, recipient TEXT NOT NULL,"
+                " subject TEXT NOT NULL, body TEXT NOT NULL, sent_at REAL NOT NULL)"
+            )
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)"
+            )
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def send(self, *, message_id: str, recipient: str, subject: str, body: str) -> dict[str, Any]:
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            inserted = conn.execute(
+                "INSERT OR IGNORE INTO messages VALUES (?, ?, ?, ?, ?)",
+                (message_id, recipient, subject, body, time.time()),
+            ).rowcount
+            counter = "delivered" if inserted else "duplicates_suppressed"
+            conn.execute(
+                "INSERT INTO counters VALUES (?, 1) ON CONFLICT(name) DO UPDATE SET value = value + 1",
+                (counter,),
+            )
+            conn.execute("COMMIT")
+        return {"message_id": message_id, "recipient": recipient, "duplicate": not inserted}
+
+    def count(self, recipient: str | None = None) -> int:
+        with self._lock:
+            conn = self._conn
+            if recipient is None:
+                return int(conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
+            return int(
+                conn.execute("SELECT COUNT(*) FROM messages WHERE recipient=?", (recipient,)).fetchone()[0]
+            )
+
+    def counters(self) -> dict[str, int]:
+        with self._lock:
+            return {name: int(v) for name, v in self._conn.execute("SELECT name, value FROM counters")}

@@ -1,0 +1,165 @@
+"""The invoice input schema and the normalised frame it becomes, in one place.
+
+Every other module (validation, policy, synthetic data, the assets, the docs) refers to these names
+instead of spelling column strings itself, so a rename is one edit and a typo is an ``AttributeError``
+at import time rather than a silent ``KeyError`` halfway through a batch that is moving money.
+
+See ``docs/input-and-policy.md`` for the prose version of this schema.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+# --- input columns (the file / raw string frame) -------------------------------------------------
+
+INVOICE_ID: Final = "invoice_id"
+CUSTOMER_ID: Final = "customer_id"
+CUSTOMER_EMAIL: Final = "customer_email"
+CHARGE_ID: Final = "charge_id"
+CURRENCY: Final = "currency"
+AMOUNT_CHARGED: Final = "amount_charged"
+CONTRACTED_AMOUNT: Final = "contracted_amount"
+ALREADY_REFUNDED: Final = "already_refunded"
+SERVICE_PERIOD: Final = "service_period"
+CHARGED_AT: Final = "charged_at"
+CANCELLED_AT: Final = "cancelled_at"
+
+#: Every column of the input schema, in the canonical order (files may order them differently).
+INPUT_COLUMNS: Final[tuple[str, ...]] = (
+    INVOICE_ID,
+    CUSTOMER_ID,
+    CUSTOMER_EMAIL,
+    CHARGE_ID,
+    CURRENCY,
+    AMOUNT_CHARGED,
+    CONTRACTED_AMOUNT,
+    ALREADY_REFUNDED,
+    SERVICE_PERIOD,
+    CHARGED_AT,
+    CANCELLED_AT,
+)
+
+#: Columns a file must have (values may still be empty where the schema allows it, e.g. ``cancelled_at``).
+#: ``already_refunded`` is the only optional column: when absent, every row has refunded nothing yet.
+#: ``cancelled_at`` is required as a *column* on purpose: a file that simply forgot it would otherwise
+#: look like "nobody ever cancelled" and silently skip every charged-after-cancellation refund.
+REQUIRED_COLUMNS: Final[tuple[str, ...]] = tuple(c for c in INPUT_COLUMNS if c != ALREADY_REFUNDED)
+
+#: Columns that may be missing from the input, with the value every row then gets.
+OPTIONAL_COLUMN_DEFAULTS: Final[dict[str, str]] = {ALREADY_REFUNDED: ""}
+
+#: Money columns of the input and the integer-cents columns they become.
+MONEY_COLUMNS: Final[dict[str, str]] = {
+    AMOUNT_CHARGED: "amount_charged_cents",
+    CONTRACTED_AMOUNT: "contracted_cents",
+    ALREADY_REFUNDED: "already_refunded_cents",
+}
+AMOUNT_CHARGED_CENTS: Final = MONEY_COLUMNS[AMOUNT_CHARGED]
+CONTRACTED_CENTS: Final = MONEY_COLUMNS[CONTRACTED_AMOUNT]
+ALREADY_REFUNDED_CENTS: Final = MONEY_COLUMNS[ALREADY_REFUNDED]
+
+#: Timestamp columns and whether an empty value is allowed.
+TIMESTAMP_COLUMNS: Final[dict[str, bool]] = {CHARGED_AT: False, CANCELLED_AT: True}
+
+#: Accepted currencies (lowercase, as the payment provider spells them). All have exactly two minor-unit
+#: digits, which is what makes "integer cents" correct for every one of them; zero-decimal (JPY) or
+#: three-decimal (KWD) currencies are deliberately not accepted until the money code handles them.
+ACCEPTED_CURRENCIES: Final[frozenset[str]] = frozenset({"usd", "eur", "gbp", "cad", "aud", "chf"})
+
+#: Minor units per major unit for every accepted currency.
+CENTS_PER_UNIT: Final = 100
+
+# --- the normalised ("valid") frame --------------------------------------------------------------
+
+#: 1-based data row in the source (header not counted), carried on both valid and quarantined rows so
+#: any refund can be traced back to the line of the file it came from.
+ROW_NUMBER: Final = "row_number"
+
+#: Semicolon-joined quarantine reason codes (quarantined frame only).
+REASONS: Final = "reasons"
+
+#: Pandas dtype of every column of the valid frame, in column order. ``"str"`` is pandas' default
+#: string dtype (Arrow-backed ``StringDtype`` under pandas 3); timestamps are timezone-aware UTC.
+VALID_DTYPES: Final[dict[str, str]] = {
+    ROW_NUMBER: "int64",
+    INVOICE_ID: "str",
+    CUSTOMER_ID: "str",
+    CUSTOMER_EMAIL: "str",
+    CHARGE_ID: "str",
+    CURRENCY: "str",
+    AMOUNT_CHARGED_CENTS: "int64",
+    CONTRACTED_CENTS: "int64",
+    ALREADY_REFUNDED_CENTS: "int64",
+    SERVICE_PERIOD: "str",
+    CHARGED_AT: "datetime64[ns, UTC]",
+    CANCELLED_AT: "datetime64[ns, UTC]",
+}
+VALID_COLUMNS: Final[tuple[str, ...]] = tuple(VALID_DTYPES)
+
+
+class QuarantineReason(StrEnum):
+    """Why a row was quarantined. The values are stable API: they end up in reports and dashboards.
+
+    Reasons that concern one particular column are reported as ``"<code>:<column>"`` (see
+    :func:`reason_for_column`), e.g. ``non_numeric_amount:amount_charged``, so an operator can fix the
+    file without re-deriving which of three amounts was wrong.
+    """
+
+    EMPTY_INVOICE_ID = "empty_invoice_id"
+    DUPLICATE_INVOICE_ID = "duplicate_invoice_id"
+    MISSING_CUSTOMER_ID = "missing_customer_id"
+    INVALID_EMAIL = "invalid_email"
+    MISSING_CHARGE_ID = "missing_charge_id"
+    UNKNOWN_CURRENCY = "unknown_currency"
+    NON_NUMERIC_AMOUNT = "non_numeric_amount"  # per column
+    NEGATIVE_AMOUNT = "negative_amount"  # per column
+    AMOUNT_TOO_LARGE = "amount_too_large"  # per column: does not fit int64 cents
+    REFUNDED_EXCEEDS_CHARGED = "refunded_exceeds_charged"
+    INVALID_TIMESTAMP = "invalid_timestamp"  # per column
+    MISSING_SERVICE_PERIOD = "missing_service_period"
+    INVALID_SERVICE_PERIOD = "invalid_service_period"
+    BAD_ENCODING = "bad_encoding"
+
+
+#: Reasons that are always qualified by the column they concern.
+PER_COLUMN_REASONS: Final[frozenset[QuarantineReason]] = frozenset(
+    {
+        QuarantineReason.NON_NUMERIC_AMOUNT,
+        QuarantineReason.NEGATIVE_AMOUNT,
+        QuarantineReason.AMOUNT_TOO_LARGE,
+        QuarantineReason.INVALID_TIMESTAMP,
+    }
+)
+
+#: Every reason code as a string, in the order codes appear in a row's ``reasons`` value.
+QUARANTINE_REASONS: Final[tuple[str, ...]] = tuple(r.value for r in QuarantineReason)
+
+
+def reason_for_column(reason: QuarantineReason, column: str) -> str:
+    """The reported code for a per-column reason, e.g. ``"negative_amount:contracted_amount"``."""
+    return f"{reason.value}:{column}"
+
+
+class RefundReason(StrEnum):
+    """Why the policy proposes a refund. Declared in precedence order (first wins)."""
+
+    DUPLICATE_CHARGE = "duplicate_charge"
+    CHARGED_AFTER_CANCELLATION = "charged_after_cancellation"
+    OVERCHARGE = "overcharge"
+
+
+#: Columns and dtypes of the refund-candidates frame (``policy.compute_refund_candidates``).
+CANDIDATE_DTYPES: Final[dict[str, str]] = {
+    INVOICE_ID: "str",
+    CUSTOMER_ID: "str",
+    CUSTOMER_EMAIL: "str",
+    CHARGE_ID: "str",
+    CURRENCY: "str",
+    "reason": "str",
+    "refund_cents": "int64",
+    "refundable_cents": "int64",
+    "explanation": "str",
+}
+CANDIDATE_COLUMNS: Final[tuple[str, ...]] = tuple(CANDIDATE_DTYPES)

@@ -1,0 +1,179 @@
+"""Start, resume and cancel batches: the operations behind the CLI and the HTTP API.
+
+A batch is a Dagster run lineage tagged ``durable/batch=ID``. The process that calls
+:func:`start_batch` or :func:`resume_batch` is the run worker (in-process executor); it takes the
+batch's lease *before* it creates the run, so two starts or two resumes of one batch can never
+both proceed, and it heartbeats until the run ends.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dagster import (
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    ReexecutionOptions,
+    execute_job,
+    reconstructable,
+)
+
+from durable_assets.definitions import refund_batch_job
+from durable_assets.errors import BatchExistsError, LeaseHeldError, UnknownBatchError
+from durable_assets.kit.cancel import CancelStore
+from durable_assets.kit.db import DurableDatabase, now
+from durable_assets.kit.leases import Heartbeat, LeaseStore, process_owner
+from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.refunds.assets import BATCHES
+from durable_assets.status import batch_runs, check_batch_id
+
+PARTITION_TAG = "dagster/partition"
+#: Dagster's console logger prints every event at DEBUG; the CLI shows its own progress instead.
+QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+_LIVE = {
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+}
+
+
+def resolve_dagster_home() -> tuple[Path, str]:
+    """DAGSTER_HOME if set, else ./dagster_home if present, else ~/.durable_assets (CONTRACT.md)."""
+    if os.environ.get("DAGSTER_HOME"):
+        return Path(os.environ["DAGSTER_HOME"]), "DAGSTER_HOME"
+    local = Path.cwd() / "dagster_home"
+    home, why = (local, "./dagster_home") if local.is_dir() else (Path.home() / ".durable_assets", "default")
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["DAGSTER_HOME"] = str(home.resolve())
+    return home.resolve(), why
+
+
+def lease_ttl_s() -> float:
+    return float(os.environ.get("DURABLE_LEASE_TTL_S", 15.0))
+
+
+def _tags(batch_id: str) -> dict[str, str]:
+    return {BATCH_TAG: batch_id, PARTITION_TAG: batch_id}
+
+
+@contextmanager
+def _holding_lease(instance: DagsterInstance, batch_id: str) -> Iterator[LeaseStore]:
+    store = LeaseStore(DurableDatabase.for_instance(instance), ttl_s=lease_ttl_s())
+    lease = store.acquire(batch_id, run_id="pending", owner=process_owner())
+    heartbeat = Heartbeat(store, lease).start()
+    try:
+        yield store
+    finally:
+        heartbeat.stop(release=True)
+
+
+def start_batch(
+    instance: DagsterInstance, batch_id: str, *, invoices: str | None = None, size: int = 1000
+) -> DagsterRun:
+    """Run a new batch to the end in this process; returns the finished run."""
+    check_batch_id(batch_id)
+    with _holding_lease(instance, batch_id):
+        if batch_runs(instance, batch_id):
+            raise BatchExistsError(
+                f"batch {batch_id!r} already exists; use `job resume --id {batch_id}` or a new ID"
+            )
+        instance.add_dynamic_partitions(BATCHES.name or "batches", [batch_id])
+        config: dict[str, Any] = {"size": size}
+        if invoices:
+            config["path"] = str(Path(invoices).resolve())
+        result = execute_job(
+            reconstructable(refund_batch_job),
+            instance,
+            run_config={"ops": {"invoices": {"config": config}}, **QUIET_LOGS},
+            tags=_tags(batch_id),
+        )
+    return _reload(instance, result.run_id)
+
+
+def resume_batch(instance: DagsterInstance, batch_id: str) -> DagsterRun | None:
+    """Continue a batch from its last committed step; None when it had already succeeded.
+
+    A newest run that still looks alive is taken over only when its lease has lapsed (its worker
+    is dead); it is then marked failed with the reason, and re-executed from failure.
+    """
+    check_batch_id(batch_id)
+    runs = batch_runs(instance, batch_id)
+    if not runs:
+        raise UnknownBatchError(f"no batch {batch_id!r} to resume in {instance.root_directory}")
+    newest = runs[-1]
+    if newest.status == DagsterRunStatus.SUCCESS:
+        return None
+    db = DurableDatabase.for_instance(instance)
+    _refuse_if_worker_alive(instance, LeaseStore(db, ttl_s=lease_ttl_s()), newest)
+    with _holding_lease(instance, batch_id) as leases:
+        newest = _reload(instance, newest.run_id)
+        if newest.status in _LIVE:
+            previous = leases.get(batch_id)
+            instance.report_run_failed(
+                newest,
+                message=(
+                    f"durable-assets: the run worker stopped renewing its lease on batch {batch_id!r} "
+                    f"(last holder: {previous.owner if previous else 'unknown'}); marked failed by "
+                    f"`job resume` so the batch can be re-executed from failure."
+                ),
+            )
+        CancelStore(db).clear(batch_id)
+        result = execute_job(
+            reconstructable(refund_batch_job),
+            instance,
+            reexecution_options=ReexecutionOptions.from_failure(newest.run_id, instance),
+            tags=_tags(batch_id),
+        )
+    return _reload(instance, result.run_id)
+
+
+def _refuse_if_worker_alive(instance: DagsterInstance, leases: LeaseStore, run: DagsterRun) -> None:
+    if run.status not in _LIVE:
+        return
+    lease = leases.get(run.tags.get(BATCH_TAG, ""))
+    t = now()
+    if lease is not None and lease.is_live(t):
+        raise LeaseHeldError(
+            f"batch {run.tags.get(BATCH_TAG)!r} is still being run by {lease.owner} (run {lease.run_id}); "
+            f"its lease expires in {lease.expires_at - t:.1f} s if that worker is dead. Try again then, "
+            "or `job cancel` it."
+        )
+    if lease is None:
+        record = instance.get_run_record_by_id(run.run_id)
+        started = record.start_time if record and record.start_time else None
+        if started is None or t - started < leases.ttl_s:
+            raise LeaseHeldError(
+                f"run {run.run_id} of batch {run.tags.get(BATCH_TAG)!r} has not taken its lease yet; "
+                f"try again in {leases.ttl_s:.0f} s"
+            )
+
+
+def cancel_batch(instance: DagsterInstance, batch_id: str) -> str:
+    """Record a cancel (committed before we answer) and mark the live run canceling."""
+    check_batch_id(batch_id)
+    runs = batch_runs(instance, batch_id)
+    if not runs:
+        raise UnknownBatchError(f"no batch {batch_id!r} to cancel in {instance.root_directory}")
+    newest = runs[-1]
+    if newest.status not in _LIVE:
+        return "already finished"
+    CancelStore(DurableDatabase.for_instance(instance)).request(batch_id)
+    if newest.status in (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED):
+        instance.report_run_canceled(newest, message="canceled before it started (job cancel)")
+    elif newest.status != DagsterRunStatus.CANCELING:
+        instance.report_run_canceling(newest, message="cancel requested (durable-assets)")
+    return "cancel requested"
+
+
+def _reload(instance: DagsterInstance, run_id: str) -> DagsterRun:
+    run = instance.get_run_by_id(run_id)
+    if run is None:  # pragma: no cover - the run was just written by this process
+        raise UnknownBatchError(f"run {run_id} vanished from the instance")
+    return run

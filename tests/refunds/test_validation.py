@@ -1,0 +1,462 @@
+"""Reading invoice files and quarantining bad rows: every reason, the file errors, money rounding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from durable_assets.errors import InputFileError
+from durable_assets.refunds import schema as s
+from durable_assets.refunds.validation import parse_money_cents, read_invoice_file, validate_invoices
+
+GOOD: dict[str, str] = {
+    s.INVOICE_ID: "INV-1",
+    s.CUSTOMER_ID: "CUS-1",
+    s.CUSTOMER_EMAIL: "ada@example.com",
+    s.CHARGE_ID: "ch_1",
+    s.CURRENCY: "usd",
+    s.AMOUNT_CHARGED: "12.34",
+    s.CONTRACTED_AMOUNT: "12.34",
+    s.ALREADY_REFUNDED: "0",
+    s.SERVICE_PERIOD: "2026-10",
+    s.CHARGED_AT: "2026-10-01T10:00:00Z",
+    s.CANCELLED_AT: "",
+}
+
+
+def frame(*rows: dict[str, Any]) -> pd.DataFrame:
+    """Raw string frame; each row is GOOD with overrides and a distinct invoice id unless given."""
+    records = [{**GOOD, s.INVOICE_ID: f"INV-{i + 1}", **row} for i, row in enumerate(rows)]
+    return pd.DataFrame(records, columns=list(s.INPUT_COLUMNS), dtype="str")
+
+
+def reasons_of(**overrides: str) -> str:
+    """The reasons string for a single row, or "" if it is valid."""
+    result = validate_invoices(frame(overrides))
+    if len(result.valid):
+        return ""
+    return str(result.quarantined[s.REASONS].iloc[0])
+
+
+def cents_of(column: str, text: str) -> int:
+    result = validate_invoices(frame({s.AMOUNT_CHARGED: "1000", column: text}))
+    assert len(result.valid) == 1, result.quarantined[s.REASONS].tolist()
+    return int(result.valid[s.MONEY_COLUMNS[column]].iloc[0])
+
+
+# --- the happy path and normalisation --------------------------------------------------------------
+
+
+def test_good_row_is_normalised_and_typed() -> None:
+    result = validate_invoices(frame({s.CURRENCY: " EUR ", s.CANCELLED_AT: "2026-10-05T12:00:00+02:00"}))
+    assert result.quarantined.empty
+    assert list(result.valid.columns) == list(s.VALID_COLUMNS)
+    assert {c: str(t) for c, t in result.valid.dtypes.items()} == {
+        c: str(pd.api.types.pandas_dtype(t)) for c, t in s.VALID_DTYPES.items()
+    }
+    row = result.valid.iloc[0]
+    assert row[s.ROW_NUMBER] == 1
+    assert row[s.CURRENCY] == "eur"
+    assert row[s.AMOUNT_CHARGED_CENTS] == 1234
+    assert row[s.ALREADY_REFUNDED_CENTS] == 0
+    assert row[s.CHARGED_AT] == pd.Timestamp("2026-10-01T10:00:00", tz="UTC")
+    assert row[s.CANCELLED_AT] == pd.Timestamp("2026-10-05T10:00:00", tz="UTC")  # offset converted
+
+
+def test_naive_timestamp_means_utc_and_empty_cancelled_at_is_nat() -> None:
+    result = validate_invoices(frame({s.CHARGED_AT: "2026-10-01 10:00:00"}))
+    assert result.valid[s.CHARGED_AT].iloc[0] == pd.Timestamp("2026-10-01T10:00:00Z")
+    assert pd.isna(result.valid[s.CANCELLED_AT].iloc[0])
+
+
+@pytest.mark.parametrize(
+    ("text", "cents"),
+    [
+        ("10.005", 1001),  # half-up
+        ("10.004", 1000),
+        ("10.0049999", 1000),  # one rounding step, no double rounding
+        ("0.995", 100),
+        ("12", 1200),
+        ("12.3", 1230),
+        (".5", 50),
+        ("5.", 500),
+        ("+1.00", 100),
+        ("0007.10", 710),
+        ("-0.00", 0),
+        ("92233720368547758.07", 2**63 - 1),  # largest int64 cents
+    ],
+)
+def test_money_parses_to_cents_rounding_half_up(text: str, cents: int) -> None:
+    assert parse_money_cents(text) == cents
+
+
+@pytest.mark.parametrize(
+    "text", ["1e3", "1,000.00", "12,34", "NaN", "Infinity", "1_000", "١٢", "", "12.3.4", "$5"]
+)
+def test_money_rejects_anything_but_plain_decimals(text: str) -> None:
+    with pytest.raises(ValueError, match="not a decimal amount"):
+        parse_money_cents(text)
+
+
+def test_rounding_applies_to_every_money_column() -> None:
+    assert cents_of(s.AMOUNT_CHARGED, "10.005") == 1001
+    assert cents_of(s.CONTRACTED_AMOUNT, "10.004") == 1000
+    assert cents_of(s.ALREADY_REFUNDED, "0.015") == 2
+
+
+def test_already_refunded_defaults_to_zero_when_empty_or_absent() -> None:
+    assert cents_of(s.ALREADY_REFUNDED, "") == 0
+    raw = frame({}).drop(columns=[s.ALREADY_REFUNDED])
+    result = validate_invoices(raw)
+    assert result.valid[s.ALREADY_REFUNDED_CENTS].tolist() == [0]
+    assert list(result.quarantined.columns) == [
+        *(c for c in s.INPUT_COLUMNS if c != s.ALREADY_REFUNDED),
+        s.ROW_NUMBER,
+        s.REASONS,
+    ]
+
+
+# --- each reason -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({s.INVOICE_ID: ""}, "empty_invoice_id"),
+        ({s.INVOICE_ID: "   "}, "empty_invoice_id"),
+        ({s.CUSTOMER_ID: ""}, "missing_customer_id"),
+        ({s.CUSTOMER_EMAIL: "ada.example.com"}, "invalid_email"),
+        ({s.CUSTOMER_EMAIL: "ada@example"}, "invalid_email"),
+        ({s.CUSTOMER_EMAIL: "ada lovelace@example.com"}, "invalid_email"),
+        ({s.CUSTOMER_EMAIL: "ada@@example.com"}, "invalid_email"),
+        ({s.CUSTOMER_EMAIL: ""}, "invalid_email"),
+        ({s.CHARGE_ID: ""}, "missing_charge_id"),
+        ({s.CURRENCY: "jpy"}, "unknown_currency"),
+        ({s.CURRENCY: "us dollar"}, "unknown_currency"),
+        ({s.CURRENCY: ""}, "unknown_currency"),
+        ({s.AMOUNT_CHARGED: "12,34"}, "non_numeric_amount:amount_charged"),
+        ({s.AMOUNT_CHARGED: ""}, "non_numeric_amount:amount_charged"),
+        ({s.CONTRACTED_AMOUNT: "ten"}, "non_numeric_amount:contracted_amount"),
+        ({s.ALREADY_REFUNDED: "n/a"}, "non_numeric_amount:already_refunded"),
+        ({s.AMOUNT_CHARGED: "-1.00"}, "negative_amount:amount_charged"),
+        ({s.CONTRACTED_AMOUNT: "-0.01"}, "negative_amount:contracted_amount"),
+        ({s.ALREADY_REFUNDED: "-0.004"}, "negative_amount:already_refunded"),  # negative before rounding
+        ({s.AMOUNT_CHARGED: "1" * 20}, "amount_too_large:amount_charged"),
+        ({s.CONTRACTED_AMOUNT: "92233720368547758.08"}, "amount_too_large:contracted_amount"),
+        ({s.ALREADY_REFUNDED: "12.35"}, "refunded_exceeds_charged"),
+        ({s.CHARGED_AT: "2026-02-30T10:00:00Z"}, "invalid_timestamp:charged_at"),
+        ({s.CHARGED_AT: ""}, "invalid_timestamp:charged_at"),
+        ({s.CANCELLED_AT: "yesterday"}, "invalid_timestamp:cancelled_at"),
+        ({s.SERVICE_PERIOD: ""}, "missing_service_period"),
+        ({s.SERVICE_PERIOD: "2026-13"}, "invalid_service_period"),
+        ({s.SERVICE_PERIOD: "Oct 2026"}, "invalid_service_period"),
+        ({s.CUSTOMER_EMAIL: "j\ufffdrgen@example.com"}, "bad_encoding"),
+        ({s.CUSTOMER_ID: "CUS\x00-1"}, "bad_encoding"),
+        ({s.CHARGE_ID: "ch_\x1b[31m"}, "bad_encoding"),
+    ],
+)
+def test_each_bad_value_is_quarantined_with_its_reason(overrides: dict[str, str], expected: str) -> None:
+    assert reasons_of(**overrides) == expected
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {s.ALREADY_REFUNDED: "12.34"},  # refunded == charged is fine (nothing left to refund)
+        {s.AMOUNT_CHARGED: "0", s.CONTRACTED_AMOUNT: "0.00"},
+        {s.CURRENCY: "ChF"},
+        {s.CHARGED_AT: "2026-10-01"},
+        {s.CUSTOMER_EMAIL: "ada+billing@mail.example.co.uk"},
+        {s.CUSTOMER_ID: "Jürgen Ü"},  # non-ASCII is fine; only U+FFFD and control characters are not
+    ],
+)
+def test_edge_values_that_are_valid(overrides: dict[str, str]) -> None:
+    assert reasons_of(**overrides) == ""
+
+
+def test_missing_charge_id_is_allowed_when_not_required() -> None:
+    result = validate_invoices(frame({s.CHARGE_ID: ""}), require_charge_id=False)
+    assert len(result.valid) == 1
+    assert result.valid[s.CHARGE_ID].tolist() == [""]
+
+
+def test_all_reasons_of_a_row_are_reported_in_a_stable_order() -> None:
+    reasons = reasons_of(
+        **{
+            s.CUSTOMER_ID: "",
+            s.CURRENCY: "xyz",
+            s.AMOUNT_CHARGED: "abc",
+            s.CONTRACTED_AMOUNT: "-5",
+            s.CHARGED_AT: "never",
+            s.SERVICE_PERIOD: "",
+            s.CUSTOMER_EMAIL: "\ufffd",
+        }
+    )
+    assert reasons == (
+        "missing_customer_id;invalid_email;unknown_currency;non_numeric_amount:amount_charged;"
+        "negative_amount:contracted_amount;invalid_timestamp:charged_at;missing_service_period;bad_encoding"
+    )
+
+
+def test_duplicate_invoice_ids_quarantine_every_copy() -> None:
+    raw = frame(
+        {s.INVOICE_ID: "INV-A"},
+        {s.INVOICE_ID: "INV-B"},
+        {s.INVOICE_ID: "INV-A", s.AMOUNT_CHARGED: "99.00"},
+        {s.INVOICE_ID: "INV-C"},
+        {s.INVOICE_ID: " INV-A "},  # same id once stripped
+        {s.INVOICE_ID: "", s.CUSTOMER_ID: "x"},
+        {s.INVOICE_ID: ""},  # two empty ids are "empty", not "duplicate"
+    )
+    result = validate_invoices(raw)
+    assert result.valid[s.INVOICE_ID].tolist() == ["INV-B", "INV-C"]
+    q = result.quarantined
+    assert q[s.ROW_NUMBER].tolist() == [1, 3, 5, 6, 7]
+    assert q[s.REASONS].tolist() == ["duplicate_invoice_id"] * 3 + ["empty_invoice_id"] * 2
+
+
+def test_nothing_is_dropped_and_quarantine_keeps_the_original_strings() -> None:
+    raw = frame({}, {s.AMOUNT_CHARGED: "-3", s.CURRENCY: "XXX"}, {}, {s.CHARGED_AT: "bad"})
+    result = validate_invoices(raw)
+    assert result.total_rows == len(raw) == len(result.valid) + len(result.quarantined)
+    assert result.valid[s.ROW_NUMBER].tolist() == [1, 3]
+    q = result.quarantined
+    assert list(q.columns) == [*s.INPUT_COLUMNS, s.ROW_NUMBER, s.REASONS]
+    assert q[s.ROW_NUMBER].tolist() == [2, 4]
+    assert q[s.AMOUNT_CHARGED].tolist() == ["-3", "12.34"]
+    assert q[s.CURRENCY].tolist() == ["XXX", "usd"]  # as given, not normalised
+    assert sorted([*result.valid[s.INVOICE_ID], *q[s.INVOICE_ID]]) == sorted(raw[s.INVOICE_ID])
+    assert result.reason_counts() == {
+        "invalid_timestamp:charged_at": 1,
+        "negative_amount:amount_charged": 1,
+        "unknown_currency": 1,
+    }
+
+
+def test_row_numbers_are_positional_even_with_a_foreign_index() -> None:
+    raw = frame({}, {s.CURRENCY: "nope"})
+    raw.index = pd.Index([10, 20])
+    result = validate_invoices(raw)
+    assert result.valid[s.ROW_NUMBER].tolist() == [1]
+    assert result.quarantined[s.ROW_NUMBER].tolist() == [2]
+    assert result.valid.index.tolist() == [0]
+
+
+def test_empty_frame_gives_empty_typed_frames() -> None:
+    result = validate_invoices(frame())
+    assert result.valid.empty and result.quarantined.empty
+    assert list(result.valid.columns) == list(s.VALID_COLUMNS)
+    assert str(result.valid[s.AMOUNT_CHARGED_CENTS].dtype) == "int64"
+
+
+def test_frame_lacking_required_columns_is_an_input_error() -> None:
+    with pytest.raises(InputFileError, match="customer_email, charge_id"):
+        validate_invoices(frame({}).drop(columns=[s.CUSTOMER_EMAIL, s.CHARGE_ID]))
+
+
+def test_non_string_columns_are_read_as_text() -> None:
+    raw = frame({}).astype(object)
+    raw[s.AMOUNT_CHARGED] = [12.34]
+    raw[s.CONTRACTED_AMOUNT] = [12]
+    raw[s.CANCELLED_AT] = [None]
+    result = validate_invoices(raw)
+    assert result.valid[s.AMOUNT_CHARGED_CENTS].tolist() == [1234]
+    assert result.valid[s.CONTRACTED_CENTS].tolist() == [1200]
+    assert pd.isna(result.valid[s.CANCELLED_AT].iloc[0])
+
+
+# --- files -----------------------------------------------------------------------------------------
+
+
+def write_csv(path: Path, raw: pd.DataFrame) -> Path:
+    raw.to_csv(path, index=False)
+    return path
+
+
+def test_csv_is_read_as_stripped_strings(tmp_path: Path) -> None:
+    path = tmp_path / "in.csv"
+    path.write_text(
+        " invoice_id ,customer_id,customer_email,charge_id,currency,amount_charged,contracted_amount,"
+        "service_period,charged_at,cancelled_at,note\n"
+        " INV-1 , CUS-1 ,a@b.co,ch_1, USD ,  10.005 ,10,2026-10,2026-10-01T00:00:00Z,,NA\n",
+        encoding="utf-8",
+    )
+    raw = read_invoice_file(path)
+    assert raw[s.INVOICE_ID].tolist() == ["INV-1"]
+    assert raw[s.AMOUNT_CHARGED].tolist() == ["10.005"]
+    assert raw["note"].tolist() == ["NA"]  # not NaN: keep_default_na=False
+    assert raw[s.CANCELLED_AT].tolist() == [""]
+    result = validate_invoices(raw)
+    assert result.valid[s.AMOUNT_CHARGED_CENTS].tolist() == [1001]
+    assert result.valid[s.ALREADY_REFUNDED_CENTS].tolist() == [0]  # optional column absent
+
+
+def test_bad_utf8_bytes_quarantine_only_their_row(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "in.csv", frame({}, {}, {}))
+    data = path.read_bytes().replace(b"INV-2,CUS-1", b"INV-2,CUS-\xff\xfe1")
+    path.write_bytes(data)
+    result = validate_invoices(read_invoice_file(path))
+    assert result.valid[s.INVOICE_ID].tolist() == ["INV-1", "INV-3"]
+    assert result.quarantined[s.REASONS].tolist() == ["bad_encoding"]
+    assert result.quarantined[s.ROW_NUMBER].tolist() == [2]
+    assert "\ufffd" in result.quarantined[s.CUSTOMER_ID].iloc[0]
+
+
+def test_bad_bytes_in_an_extra_column_still_quarantine_the_row(tmp_path: Path) -> None:
+    raw = frame({}, {})
+    raw["note"] = ["fine", "x"]
+    path = write_csv(tmp_path / "in.csv", raw)
+    path.write_bytes(path.read_bytes().replace(b",x\n", b",\x80\n"))
+    result = validate_invoices(read_invoice_file(path))
+    assert result.quarantined[s.REASONS].tolist() == ["bad_encoding"]
+    assert "note" in result.quarantined.columns
+
+
+def test_missing_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.csv"
+    with pytest.raises(InputFileError, match=r"nope\.csv"):
+        read_invoice_file(path)
+
+
+def test_directory_is_an_input_error(tmp_path: Path) -> None:
+    path = tmp_path / "dir.csv"
+    path.mkdir()
+    with pytest.raises(InputFileError, match=r"dir\.csv"):
+        read_invoice_file(path)
+
+
+def test_missing_columns_message_names_file_and_columns(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "partial.csv", frame({}).drop(columns=[s.CURRENCY, s.CANCELLED_AT]))
+    with pytest.raises(InputFileError) as info:
+        read_invoice_file(path)
+    message = str(info.value)
+    assert "partial.csv" in message
+    assert "missing required columns: currency, cancelled_at" in message
+    assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("name", ["in.txt", "in", "in.xlsx"])
+def test_unsupported_extension(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_text("x")
+    with pytest.raises(InputFileError, match="unsupported file type"):
+        read_invoice_file(path)
+
+
+def test_empty_csv_is_an_input_error(tmp_path: Path) -> None:
+    path = tmp_path / "empty.csv"
+    path.write_bytes(b"")
+    with pytest.raises(InputFileError, match=r"empty\.csv.*empty"):
+        read_invoice_file(path)
+
+
+def test_header_only_csv_is_zero_rows(tmp_path: Path) -> None:
+    path = tmp_path / "header.csv"
+    path.write_text(",".join(s.INPUT_COLUMNS) + "\n")
+    result = validate_invoices(read_invoice_file(path))
+    assert result.total_rows == 0
+
+
+def test_row_with_too_many_fields_fails_the_file_naming_it(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "ragged.csv", frame({}, {}))
+    path.write_text(path.read_text() + "a,b,c,d,e,f,g,h,i,j,k,l,m\n")
+    with pytest.raises(InputFileError, match=r"ragged\.csv.*cannot read CSV"):
+        read_invoice_file(path)
+
+
+def test_short_rows_become_empty_cells_and_are_quarantined(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "short.csv", frame({}))
+    path.write_text(path.read_text() + "INV-9,CUS-9\n")
+    result = validate_invoices(read_invoice_file(path))
+    assert result.quarantined[s.INVOICE_ID].tolist() == ["INV-9"]
+    assert "invalid_email" in result.quarantined[s.REASONS].iloc[0]
+
+
+def test_extension_is_case_insensitive_and_bom_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "IN.CSV"
+    frame({}).to_csv(path, index=False, encoding="utf-8-sig")
+    assert read_invoice_file(path)[s.INVOICE_ID].tolist() == ["INV-1"]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".pq", ".PARQUET"])
+def test_parquet_roundtrip(tmp_path: Path, suffix: str) -> None:
+    raw = frame({}, {s.CURRENCY: "bad"}, {s.CANCELLED_AT: "2026-10-02T00:00:00Z"})
+    path = tmp_path / f"in{suffix}"
+    raw.to_parquet(path, index=False)
+    back = read_invoice_file(path)
+    pd.testing.assert_frame_equal(back, raw)
+    result = validate_invoices(back)
+    assert len(result.valid) == 2
+    assert result.quarantined[s.REASONS].tolist() == ["unknown_currency"]
+
+
+def test_parquet_with_typed_columns_is_read_as_text(tmp_path: Path) -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    table = pa.table(
+        {
+            **{c: pa.array([GOOD[c]]) for c in s.INPUT_COLUMNS},
+            s.AMOUNT_CHARGED: pa.array([Decimal("12.34")], pa.decimal128(10, 2)),
+            s.CONTRACTED_AMOUNT: pa.array([10], pa.int64()),
+            s.CHARGED_AT: pa.array(
+                [dt.datetime(2026, 10, 1, 10, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")
+            ),
+            s.CANCELLED_AT: pa.array([None], pa.timestamp("us")),
+            s.CUSTOMER_ID: pa.array([b"CUS-\xff"], pa.binary()),
+        }
+    )
+    path = tmp_path / "typed.parquet"
+    pq.write_table(table, path)
+    raw = read_invoice_file(path)
+    assert raw[s.CANCELLED_AT].tolist() == [""]
+    result = validate_invoices(raw)
+    assert result.quarantined[s.REASONS].tolist() == ["bad_encoding"]  # the undecodable binary value
+    fixed = raw.assign(**{s.CUSTOMER_ID: "CUS-1"})
+    valid = validate_invoices(fixed).valid
+    assert valid[s.AMOUNT_CHARGED_CENTS].tolist() == [1234]
+    assert valid[s.CONTRACTED_CENTS].tolist() == [1000]
+    assert valid[s.CHARGED_AT].tolist() == [pd.Timestamp("2026-10-01T10:00:00Z")]
+
+
+def test_corrupt_parquet_is_an_input_error(tmp_path: Path) -> None:
+    path = tmp_path / "corrupt.parquet"
+    path.write_bytes(b"PAR1 definitely not parquet")
+    with pytest.raises(InputFileError, match=r"corrupt\.parquet.*cannot read Parquet"):
+        read_invoice_file(path)
+
+
+def test_parquet_missing_columns_names_file_and_columns(tmp_path: Path) -> None:
+    path = tmp_path / "partial.pq"
+    frame({}).drop(columns=[s.SERVICE_PERIOD]).to_parquet(path, index=False)
+    with pytest.raises(InputFileError, match=r"partial\.pq: missing required columns: service_period"):
+        read_invoice_file(path)
+
+
+def test_repeated_csv_header_is_an_input_error(tmp_path: Path) -> None:
+    raw = frame({})
+    raw.insert(6, "amount_charged ", "99.00")  # same name once stripped
+    path = write_csv(tmp_path / "twice.csv", raw)
+    with pytest.raises(InputFileError, match=r"twice\.csv: duplicate column names: amount_charged"):
+        read_invoice_file(path)
+    path.write_text(path.read_text().replace("amount_charged ", "amount_charged", 1))
+    with pytest.raises(InputFileError, match=r"duplicate column names: amount_charged\.1"):
+        read_invoice_file(path)  # pandas renamed the second one; still ambiguous
+
+
+def test_repeated_parquet_column_is_an_input_error(tmp_path: Path) -> None:
+    raw = frame({})
+    names = [*raw.columns, s.CURRENCY]
+    table = pa.Table.from_arrays(
+        [pa.array(raw[c].tolist()) for c in raw.columns] + [pa.array(["eur"])], names
+    )
+    path = tmp_path / "twice.parquet"
+    pq.write_table(table, path)
+    # pyarrow itself refuses such a file (or we do, if it ever stops refusing): either way, rejected.
+    with pytest.raises(InputFileError, match=r"twice\.parquet: .*currency"):
+        read_invoice_file(path)

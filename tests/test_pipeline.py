@@ -1,0 +1,125 @@
+"""The refund pipeline materialized on a temporary Dagster instance (materialize tier)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from dagster import DagsterInstance, materialize
+
+from durable_assets.definitions import defs
+from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.payments.store import PaymentStore
+from durable_assets.refunds.assets import ALL_ASSETS, BATCHES, STEPS
+from durable_assets.refunds.notices import Mailbox
+
+from .conftest import job_cli
+
+
+def _materialize(
+    instance: DagsterInstance, batch_id: str, size: int = 300, path: str | None = None
+) -> object:
+    instance.add_dynamic_partitions(BATCHES.name or "batches", [batch_id])
+    config: dict[str, object] = {"size": size}
+    if path:
+        config["path"] = path
+    return materialize(
+        ALL_ASSETS,
+        instance=instance,
+        partition_key=batch_id,
+        resources=defs.resources,
+        run_config={"ops": {"invoices": {"config": config}}},
+        tags={BATCH_TAG: batch_id},
+        raise_on_error=False,
+    )
+
+
+def test_batch_materializes_with_metadata_and_exactly_one_refund_each(dagster_home: Path) -> None:
+    with DagsterInstance.get() as instance:
+        result = _materialize(instance, "b1")
+        assert result.success  # type: ignore[attr-defined]
+        mats = {
+            m.asset_key.path[-1]: m.metadata
+            for m in result.asset_materializations_for_node("issued_refunds")  # type: ignore[attr-defined]
+        }
+        meta = mats["issued_refunds"]
+        issued = meta["refunds_issued"].value
+        assert issued > 0 and meta["held_for_review"].value == 0
+        stats = PaymentStore(str(dagster_home / "payments.db")).stats()
+        assert stats["refunds_created"] == issued
+        assert Mailbox(dagster_home / "mailbox.db").count() == issued
+
+
+def test_rematerializing_the_refund_step_sends_nothing_new(dagster_home: Path) -> None:
+    with DagsterInstance.get() as instance:
+        assert _materialize(instance, "b2").success  # type: ignore[attr-defined]
+        before = PaymentStore(str(dagster_home / "payments.db")).stats()
+        again = materialize(
+            ALL_ASSETS,
+            selection=[a.key for a in ALL_ASSETS[3:]],
+            instance=instance,
+            partition_key="b2",
+            resources=defs.resources,
+            tags={BATCH_TAG: "b2"},
+        )
+        assert again.success
+        meta = again.asset_materializations_for_node("issued_refunds")[0].metadata
+        assert meta["requests_sent"].value == 0 and meta["reused_from_ledger"].value > 0
+        after = PaymentStore(str(dagster_home / "payments.db")).stats()
+        assert after["refunds_created"] == before["refunds_created"]
+        assert Mailbox(dagster_home / "mailbox.db").counters().get("duplicates_suppressed", 0) == 0
+
+
+def test_unreadable_file_fails_the_load_step_naming_file_and_columns(
+    dagster_home: Path, tmp_path: Path
+) -> None:
+    bad = tmp_path / "invoices.csv"
+    bad.write_text("invoice_id,amount_charged\nA,1.00\n")
+    with DagsterInstance.get() as instance:
+        result = _materialize(instance, "bad", path=str(bad))
+        assert not result.success  # type: ignore[attr-defined]
+        failure = next(e for e in result.all_events if e.is_step_failure)  # type: ignore[attr-defined]
+        text = str(failure.step_failure_data.error)
+        assert "invoices.csv" in text and "customer_id" in text
+
+
+def test_concurrent_batches_keep_separate_checkpoints(dagster_home: Path) -> None:
+    """Two real `job run` processes at once: each batch's stored outputs hold only its own invoices."""
+    import subprocess
+
+    from .conftest import REPO
+
+    exe = str(REPO / ".venv" / "bin" / "job")
+    procs = {
+        bid: subprocess.Popen(
+            [exe, "run", "--id", bid, "--size", "400"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for bid in ("left", "right")
+    }
+    for bid, proc in procs.items():
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, (bid, out, err)
+    for bid in procs:
+        for step in STEPS:
+            stored = dagster_home / "storage" / step / bid
+            assert stored.exists(), stored
+        with open(dagster_home / "storage" / "invoices" / bid, "rb") as fh:
+            left = pickle.load(fh)
+        with open(dagster_home / "storage" / "validated_invoices" / bid, "rb") as fh:
+            valid = pickle.load(fh)
+        assert isinstance(left, pd.DataFrame) and set(valid["invoice_id"]) <= set(left["invoice_id"])
+    left_ids = set(pd.read_pickle(dagster_home / "storage" / "invoices" / "left")["invoice_id"])
+    right_ids = set(pd.read_pickle(dagster_home / "storage" / "invoices" / "right")["invoice_id"])
+    assert left_ids.isdisjoint(right_ids)
+    status = job_cli("status", "--id", "left", "--json")
+    assert status.returncode == 0
+
+
+@pytest.mark.parametrize("batch_id", ["", "-x", "a b", "x" * 65, "a/b"])
+def test_bad_batch_ids_are_usage_errors(batch_id: str, dagster_home: Path) -> None:
+    assert job_cli("run", "--id", batch_id).returncode == 2
