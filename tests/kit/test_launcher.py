@@ -1,0 +1,27 @@
+"""Run monitoring's view of a worker, decided from its lease (pure function)."""
+
+from __future__ import annotations
+
+from dagster._core.launcher import WorkerStatus
+
+from durable_assets.kit.launcher import STARTUP_GRACE_S, health_from_lease
+from durable_assets.kit.leases import Lease
+
+
+def _lease(run_id: str, expires_at: float, released: bool = False) -> Lease:
+    return Lease("b", run_id, "host:1", 1, expires_at, released)
+
+
+def test_live_lease_is_running_and_expired_lease_is_failed() -> None:
+    assert health_from_lease("r", _lease("r", 110), 0, 100).status == WorkerStatus.RUNNING
+    failed = health_from_lease("r", _lease("r", 90), 0, 100)
+    assert failed.status == WorkerStatus.FAILED and "host:1" in (failed.msg or "")
+    assert health_from_lease("r", _lease("r", 110, released=True), 0, 100).status == WorkerStatus.FAILED
+
+
+def test_a_starting_run_gets_a_grace_period_then_fails_without_a_lease() -> None:
+    assert health_from_lease("r", None, 100, 101).status == WorkerStatus.RUNNING
+    assert health_from_lease("r", None, 100, 100 + STARTUP_GRACE_S + 1).status == WorkerStatus.FAILED
+    # Another run took the batch over: this one is an orphan.
+    late = health_from_lease("r", _lease("other", 1e12), 0, STARTUP_GRACE_S + 1)
+    assert late.status == WorkerStatus.FAILED and "other" in (late.msg or "")
