@@ -37,7 +37,7 @@ STARTUP_GRACE_S = 60.0
 def health_from_lease(
     run_id: str, lease: Lease | None, started_at: float | None, at: float
 ) -> CheckRunHealthResult:
-    """Pure decision, testable without a daemon. Anything but RUNNING/SUCCESS makes monitoring fail the run."""
+    """Pure, so testable without a daemon. Anything but RUNNING/SUCCESS makes monitoring fail the run."""
     if lease is not None and lease.run_id == run_id:
         if lease.is_live(at):
             return CheckRunHealthResult(WorkerStatus.RUNNING, f"lease live for {lease.expires_at - at:.1f} s")
