@@ -73,6 +73,23 @@ class Backoff:
         return max(jittered, retry_after or 0.0)
 
 
+def call_with_retries(call: Callable[[], Result], limiter: RateLimiter, backoff: Backoff) -> Result:
+    """A read (or any call safe to repeat) under the rate limit, retrying transient faults."""
+    attempt = 0
+    while True:
+        limiter.acquire()
+        try:
+            return call()
+        except (TransientProviderError, IdempotencyKeyInFlightError) as exc:
+            attempt += 1
+            if attempt >= backoff.max_attempts:
+                raise
+            retry_after = getattr(exc, "retry_after", None)
+            if retry_after:
+                limiter.pause(retry_after)
+            time.sleep(backoff.delay(attempt, retry_after))
+
+
 @dataclass
 class EffectReport:
     results: dict[str, Result] = field(default_factory=dict)

@@ -37,7 +37,7 @@ from durable_assets.errors import (
     RefundCeilingExceededError,
     TransientProviderError,
 )
-from durable_assets.kit.effects import EffectReport, EffectRunner
+from durable_assets.kit.effects import EffectReport, EffectRunner, call_with_retries
 from durable_assets.kit.ledger import Intent, LedgerEntry
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
@@ -420,9 +420,10 @@ def reconciled_refunds(
     refunded = issued_refunds[issued_refunds["status"] == "refunded"]
     limiter = payments.limiter()
 
-    def fetch(refund_id: str) -> dict[str, Any]:
-        limiter.acquire()
-        return _refund_dict(gateway.retrieve_refund(refund_id))
+    backoff = payments.backoff()
+
+    def fetch(refund_id: str) -> Mapping[str, Any]:
+        return call_with_retries(lambda: _refund_dict(gateway.retrieve_refund(refund_id)), limiter, backoff)
 
     from concurrent.futures import ThreadPoolExecutor
 

@@ -1,0 +1,412 @@
+"""The crash tier's tools: real `job` processes, SIGKILL, and side effects counted outside them.
+
+Everything a crash test asserts on is read from somewhere the killed worker cannot lie about: the
+payment simulator's own list API and counters (it runs in a thread of the *test* process, so it
+outlives every worker), the embedded provider's SQLite file, the mailbox file, Dagster's run storage
+and the lease table. Expected refunds are recomputed here from the batch id with the pure synthetic
+generator and policy, independently of anything the worker stored.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import pandas as pd
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = REPO / ".venv" / "bin" / "job"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
+API_KEY = "sk_test_crash_tier"
+
+T = TypeVar("T")
+
+
+# --- waiting -------------------------------------------------------------------------------------
+
+
+def wait_until(
+    predicate: Callable[[], T], timeout: float, interval: float = 0.05, what: str = "the condition"
+) -> T:
+    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` s pass (fail)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.1f} s waiting for {what}")
+        time.sleep(interval)
+
+
+# --- instances and processes ---------------------------------------------------------------------
+
+
+def make_home(root: Path) -> Path:
+    home = root / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    return home
+
+
+def job_env(
+    home: Path, *, payments_url: str | None = None, lease_ttl_s: float = 2.0, **extra: object
+) -> dict[str, str]:
+    """A clean environment for a `job` process: our instance, our provider, nothing inherited."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DURABLE_", "DAGSTER_", "STRIPE_")) and k != "PYTEST_CURRENT_TEST"
+    }
+    env["DAGSTER_HOME"] = str(home)
+    env["DURABLE_LEASE_TTL_S"] = str(lease_ttl_s)
+    env["PYTHONUNBUFFERED"] = "1"
+    if payments_url:
+        env["DURABLE_PAYMENTS_URL"] = payments_url
+        env["STRIPE_API_KEY"] = API_KEY
+    env.update({name: str(value) for name, value in extra.items()})
+    return env
+
+
+class JobProcess:
+    """One `job ...` process; output goes to files so a chatty worker can never block on a pipe."""
+
+    _seq = 0
+    #: Every process started in this test session, so a failing test can reap its workers.
+    spawned: ClassVar[list[JobProcess]] = []
+
+    def __init__(self, args: list[str], env: Mapping[str, str], log_dir: Path) -> None:
+        JobProcess._seq += 1
+        stem = log_dir / f"{JobProcess._seq:03d}-{'-'.join(args[:3])}"
+        self.args = args
+        self.out_path, self.err_path = stem.with_suffix(".out"), stem.with_suffix(".err")
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen([str(JOB), *args], env=dict(env), stdout=out, stderr=err)
+        self.started = time.monotonic()
+        JobProcess.spawned.append(self)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            raise AssertionError(
+                f"`job {' '.join(self.args)}` did not finish in {timeout} s\n{self.tail()}"
+            ) from exc
+
+    def exited_within(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the process to exit on its own (a timed wait, not a sleep)."""
+        try:
+            self.proc.wait(timeout=max(seconds, 0.0))
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def sigkill(self) -> None:
+        """SIGKILL (no cleanup, no atexit, no lease release), then reap it."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    @property
+    def stdout(self) -> str:
+        return self.out_path.read_text(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def tail(self, chars: int = 3000) -> str:
+        return (
+            f"--- job {' '.join(self.args)} (rc={self.proc.returncode}) stdout:\n{self.stdout[-chars:]}\n"
+            f"--- stderr:\n{self.stderr[-chars:]}"
+        )
+
+
+def job(args: list[str], env: Mapping[str, str], log_dir: Path, timeout: float = 180) -> JobProcess:
+    """Run `job ...` to completion."""
+    p = JobProcess(args, env, log_dir)
+    p.wait(timeout)
+    return p
+
+
+# --- the instance, read from the test process ----------------------------------------------------
+
+
+class InstanceReader:
+    """Read-only view of a Dagster instance shared with the workers (status, leases, runs).
+
+    Opened the way the CLI opens it (under its first-open file lock), so creating the SQLite
+    storages here never collides with a worker doing the same.
+    """
+
+    def __init__(self, home: Path) -> None:
+        from dagster import DagsterInstance
+
+        from durable_assets.kit.db import DurableDatabase
+        from durable_assets.kit.leases import LeaseStore
+
+        with open(home / ".durable-open.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.instance = DagsterInstance.from_config(str(home))
+            _ = (self.instance.run_storage, self.instance.event_log_storage, self.instance.schedule_storage)
+            self._leases = LeaseStore(DurableDatabase.for_instance(self.instance))
+        self.home = home
+
+    def close(self) -> None:
+        self.instance.dispose()
+
+    def status(self, batch_id: str) -> dict[str, Any] | None:
+        """``job status --json``'s object, or None while the batch has no run yet."""
+        from durable_assets.errors import UnknownBatchError
+        from durable_assets.status import batch_status
+
+        try:
+            return batch_status(self.instance, batch_id)
+        except UnknownBatchError:
+            return None
+
+    def has_runs(self, batch_id: str) -> bool:
+        from durable_assets.status import batch_runs
+
+        return bool(batch_runs(self.instance, batch_id))
+
+    def step_completed(self, batch_id: str, step: int) -> bool:
+        st = self.status(batch_id)
+        return bool(st) and st["steps"][step - 1]["status"] == "completed"  # type: ignore[index]
+
+    def lease_live(self, batch_id: str) -> bool:
+        lease = self._leases.get(batch_id)
+        return lease is not None and lease.is_live()
+
+
+@contextmanager
+def instance_reader(home: Path) -> Iterator[InstanceReader]:
+    reader = InstanceReader(home)
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
+def resume_until_accepted(
+    batch_id: str,
+    env: Mapping[str, str],
+    log_dir: Path,
+    reader: InstanceReader,
+    *,
+    size: int | None = None,
+    timeout: float = 240,
+) -> list[JobProcess]:
+    """Continue a killed batch: `job resume` (or `job run` again if the kill came before the run
+    existed), repeated while it answers 3 because the dead worker's lease is still live.
+
+    Between attempts it waits for the lease to expire (read from the lease table) instead of
+    hammering the CLI. Returns every attempt; the last one did not exit 3.
+    """
+    deadline = time.monotonic() + timeout
+    attempts: list[JobProcess] = []
+    while True:
+        left = deadline - time.monotonic()
+        wait_until(lambda: not reader.lease_live(batch_id), timeout=max(left, 0.1), what="lease expiry")
+        if reader.has_runs(batch_id) or size is None:
+            args = ["resume", "--id", batch_id]
+        else:
+            args = ["run", "--id", batch_id, "--size", str(size)]
+        p = job(args, env, log_dir, timeout=max(deadline - time.monotonic(), 30))
+        attempts.append(p)
+        if p.proc.returncode != EXIT_CONFLICT:
+            return attempts
+        assert time.monotonic() < deadline, f"still conflicting after {timeout} s\n{p.tail()}"
+
+
+# --- providers ------------------------------------------------------------------------------------
+
+
+class Simulator:
+    """The Stripe-compatible simulator served from a thread of the test process."""
+
+    def __init__(self, db_path: Path, **faults: Any) -> None:
+        from durable_assets.payments.simulator import build_server
+
+        self.server = build_server("127.0.0.1", 0, str(db_path), **faults)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        self._http = requests.Session()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def configure(self, **faults: Any) -> None:
+        self.server.configure(**faults)
+
+    def stats(self) -> dict[str, int]:
+        """``GET /_sim/stats`` (never fault-injected)."""
+        response = self._http.get(f"{self.url}/_sim/stats", timeout=10)
+        response.raise_for_status()
+        return {k: int(v) for k, v in response.json().items()}
+
+    def quiet(self) -> dict[str, int]:
+        """Stats once no request is in flight: a killed client's last requests still commit."""
+        wait_until(lambda: self.server.in_flight_count() == 0, timeout=30, what="in-flight requests")
+        return self.stats()
+
+    def refunds(self) -> list[dict[str, Any]]:
+        """Every refund, through the list API's cursor pagination (newest first)."""
+
+        def page(starting_after: str | None) -> dict[str, Any]:
+            params: dict[str, Any] = {"limit": 100}
+            if starting_after:
+                params["starting_after"] = starting_after
+            response = self._http.get(
+                f"{self.url}/v1/refunds",
+                params=params,
+                headers={"Authorization": f"Bearer {API_KEY}"},
+                timeout=30,
+            )
+            response.raise_for_status()
+            return dict(response.json())
+
+        return all_pages(page)
+
+    def close(self) -> None:
+        self._http.close()
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=10)
+
+
+class EmbeddedProvider:
+    """The embedded provider's file ($DAGSTER_HOME/payments.db), opened read-side by the test."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = home / "payments.db"
+
+    def stats(self) -> dict[str, int]:
+        from durable_assets.payments.store import PaymentStore
+
+        with PaymentStore(str(self.path)) as store:
+            return store.stats()
+
+    def refunds(self) -> list[dict[str, Any]]:
+        from durable_assets.payments.store import PaymentStore
+
+        with PaymentStore(str(self.path)) as store:
+            return all_pages(lambda after: store.list_refunds(limit=100, starting_after=after))
+
+
+def all_pages(page: Callable[[str | None], Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    after: str | None = None
+    while True:
+        body = page(after)
+        data = list(body["data"])
+        for refund in data:
+            assert refund["id"] not in seen, f"pagination returned {refund['id']} twice"
+            seen.add(refund["id"])
+        out += data
+        if not body["has_more"] or not data:
+            return out
+        after = data[-1]["id"]
+
+
+# --- what a batch must produce --------------------------------------------------------------------
+
+
+@dataclass
+class Expected:
+    """A synthetic batch's refund candidates, recomputed from its id alone (pure functions)."""
+
+    batch_id: str
+    size: int
+    candidates: pd.DataFrame = field(repr=False)
+
+    @classmethod
+    def of(cls, batch_id: str, size: int) -> Expected:
+        from durable_assets.refunds.policy import compute_refund_candidates
+        from durable_assets.refunds.synthetic import synthetic_invoices
+        from durable_assets.refunds.validation import validate_invoices
+
+        valid = validate_invoices(synthetic_invoices(batch_id, size), require_charge_id=False).valid
+        return cls(batch_id, size, compute_refund_candidates(valid))
+
+    @property
+    def n(self) -> int:
+        return len(self.candidates)
+
+    @property
+    def invoice_prefix(self) -> str:
+        from durable_assets.refunds.synthetic import batch_prefix
+
+        return f"INV-{batch_prefix(self.batch_id)}-"
+
+    def mine(self, refunds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """This batch's refunds among all of a provider's (invoice ids embed the batch's hash)."""
+        prefix = self.invoice_prefix
+        return [r for r in refunds if str(r["metadata"].get("invoice_id", "")).startswith(prefix)]
+
+
+def assert_refunded_exactly_once(refunds: list[dict[str, Any]], expected: Expected) -> None:
+    """Each eligible invoice has exactly one refund at the provider, of the right amount and key."""
+    from durable_assets.refunds.keys import refund_key
+
+    mine = expected.mine(refunds)
+    per_invoice = Counter(r["metadata"]["invoice_id"] for r in mine)
+    twice = {inv: n for inv, n in per_invoice.items() if n > 1}
+    assert not twice, f"{expected.batch_id}: invoices refunded more than once: {twice}"
+    want = set(expected.candidates["invoice_id"])
+    assert set(per_invoice) == want, (
+        f"{expected.batch_id}: missing {sorted(want - set(per_invoice))[:5]}, "
+        f"unexpected {sorted(set(per_invoice) - want)[:5]}"
+    )
+    rows = expected.candidates.set_index("invoice_id")
+    for r in mine:
+        row = rows.loc[r["metadata"]["invoice_id"]]
+        assert int(r["amount"]) == int(row["refund_cents"]), (r, dict(row))
+        assert r["metadata"]["idempotency_key"] == refund_key(str(row.name), str(row["reason"])), r
+    keys = Counter(r["metadata"]["idempotency_key"] for r in mine)
+    assert max(keys.values(), default=1) == 1, "one idempotency key produced two refunds"
+
+
+def notices_for(home: Path, expected: Expected) -> int:
+    """Customer notices delivered to this batch's recipients (the mailbox file, not the worker)."""
+    from durable_assets.refunds.notices import Mailbox
+
+    box = Mailbox(home / "mailbox.db")
+    try:
+        return sum(box.count(email) for email in set(expected.candidates["customer_email"]))
+    finally:
+        box.close()
+
+
+def assert_batch_complete(status: Mapping[str, Any], home: Path, batch_id: str) -> None:
+    """Succeeded, every step completed, and every step's stored output exists."""
+    from durable_assets.refunds.assets import STEPS
+
+    assert status["status"] == "succeeded", status
+    assert [s["status"] for s in status["steps"]] == ["completed"] * len(STEPS), status["steps"]
+    for step in STEPS:
+        stored = home / "storage" / step / batch_id
+        assert stored.is_file() and stored.stat().st_size > 0, f"missing output {stored}"
+    for s in status["steps"]:
+        assert s["output_ref"] and Path(s["output_ref"]).is_file(), s

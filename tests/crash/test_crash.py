@@ -1,0 +1,361 @@
+"""Slow tier: real `job` processes, real SIGKILL, side effects counted outside the killed process.
+
+Each test gets its own Dagster instance (tmp dir) and, where it talks HTTP, its own payment
+simulator served from a thread of the test process, so the provider and its counters outlive every
+worker we kill. Nothing here sleeps in place of a condition: waits poll with a deadline
+(``wait_until``) or are timed waits on the process itself.
+
+Run: ``.venv/bin/pytest -m slow tests/crash`` (``DURABLE_CRASH_POINTS`` scales the random-kill test).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import (
+    EXIT_CONFLICT,
+    EXIT_FAILED,
+    EXIT_OK,
+    EmbeddedProvider,
+    Expected,
+    JobProcess,
+    Simulator,
+    assert_batch_complete,
+    assert_refunded_exactly_once,
+    instance_reader,
+    job,
+    job_env,
+    make_home,
+    notices_for,
+    resume_until_accepted,
+    wait_until,
+)
+
+pytestmark = pytest.mark.slow
+
+CRASH_POINTS = int(os.environ.get("DURABLE_CRASH_POINTS", "20"))
+CRASH_SEED = 20261129
+
+
+@pytest.fixture(autouse=True)
+def _reap_workers() -> Iterator[None]:
+    """A failing test must not leave a worker behind: kill (by pid) what this test started."""
+    before = len(JobProcess.spawned)
+    yield
+    for p in JobProcess.spawned[before:]:
+        if p.proc.poll() is None:
+            p.sigkill()
+
+
+@pytest.fixture
+def simulator(tmp_path: Path) -> Iterator[Callable[..., Simulator]]:
+    started: list[Simulator] = []
+
+    def start(**faults: Any) -> Simulator:
+        sim = Simulator(tmp_path / f"simulator-{len(started)}.db", **faults)
+        started.append(sim)
+        return sim
+
+    yield start
+    for sim in started:
+        sim.close()
+
+
+def _status_cli(batch_id: str, env: dict[str, str], logs: Path) -> dict[str, Any]:
+    p = job(["status", "--id", batch_id, "--json"], env, logs)
+    assert p.proc.returncode == EXIT_OK, p.tail()
+    return dict(json.loads(p.stdout))
+
+
+def _alive(p: JobProcess) -> bool:
+    return p.proc.poll() is None
+
+
+# --- 1 ------------------------------------------------------------------------------------------
+
+
+def test_resume_after_kill(tmp_path: Path) -> None:
+    """SIGKILL after step 2; `job resume` continues from step 3 and never re-runs steps 1-2."""
+    home, batch, size = make_home(tmp_path), "kill-after-step-2", 300
+    expected = Expected.of(batch, size)
+    slow = job_env(home, DURABLE_STEP_DELAY_S=1.0)  # embedded provider (payments.db in the instance)
+    with instance_reader(home) as reader:
+        worker = JobProcess(["run", "--id", batch, "--size", str(size)], slow, tmp_path)
+        wait_until(
+            lambda: reader.step_completed(batch, 2) or not _alive(worker),
+            timeout=120,
+            interval=0.1,
+            what="step 2 to complete",
+        )
+        assert _alive(worker), f"the batch ended before the kill\n{worker.tail()}"
+        worker.sigkill()
+        assert worker.proc.returncode == -signal.SIGKILL
+        at_kill = reader.status(batch)
+        assert at_kill is not None and at_kill["status"] == "running"  # a dead worker's run looks alive
+        assert [s["status"] for s in at_kill["steps"][:2]] == ["completed", "completed"]
+
+        attempts = resume_until_accepted(batch, job_env(home), tmp_path, reader)
+    resumed = attempts[-1]
+    assert resumed.proc.returncode == EXIT_OK, resumed.tail()
+
+    status = _status_cli(batch, job_env(home), tmp_path)
+    assert_batch_complete(status, home, batch)
+    assert [s["executions"] for s in status["steps"][:2]] == [1, 1], status["steps"]
+    assert len(status["run_ids"]) == 2
+    provider = EmbeddedProvider(home)
+    assert_refunded_exactly_once(provider.refunds(), expected)
+    assert provider.stats()["refunds_created"] == expected.n
+    assert notices_for(home, expected) == expected.n
+
+
+# --- 2 ------------------------------------------------------------------------------------------
+
+
+def test_kill_inside_refund_step(tmp_path: Path, simulator: Callable[..., Simulator]) -> None:
+    """SIGKILL while refunds are being issued; the resume creates only the missing ones."""
+    home, batch, size = make_home(tmp_path), "kill-in-refunds", 400
+    expected = Expected.of(batch, size)
+    n, k = expected.n, math.ceil(0.3 * expected.n)
+    sim = simulator(latency_ms=30)
+    env = job_env(home, payments_url=sim.url, DURABLE_CONCURRENCY=4)
+    with instance_reader(home) as reader:
+        worker = JobProcess(["run", "--id", batch, "--size", str(size)], env, tmp_path)
+        wait_until(
+            lambda: sim.stats()["refunds_created"] >= k or not _alive(worker),
+            timeout=180,
+            interval=0.01,
+            what=f"{k} refunds at the provider",
+        )
+        worker.sigkill()
+        assert worker.proc.returncode == -signal.SIGKILL, f"the batch ended before the kill\n{worker.tail()}"
+        before = sim.quiet()  # the dead worker's in-flight requests have committed or failed
+        assert k <= before["refunds_created"] < n, (before, n)
+        at_kill = reader.status(batch)
+        assert at_kill is not None and at_kill["steps"][3]["status"] == "in_progress", at_kill
+
+        attempts = resume_until_accepted(batch, env, tmp_path, reader)
+    assert attempts[-1].proc.returncode == EXIT_OK, attempts[-1].tail()
+
+    after = sim.stats()
+    assert after["refunds_created"] == n
+    created_by_resume = after["refunds_created"] - before["refunds_created"]
+    assert created_by_resume == n - before["refunds_created"]
+    # A replay answers a key whose refund already existed; no more of them than refunds made before.
+    assert after["idempotent_replays"] - before["idempotent_replays"] <= before["refunds_created"]
+    assert_refunded_exactly_once(sim.refunds(), expected)
+
+    status = _status_cli(batch, env, tmp_path)
+    assert_batch_complete(status, home, batch)
+    assert [s["executions"] for s in status["steps"]][:4] == [1, 1, 1, 2], status["steps"]
+    assert notices_for(home, expected) == n
+
+
+# --- 3 ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120 + 20 * CRASH_POINTS)
+def test_random_kill_points(tmp_path: Path, simulator: Callable[..., Simulator]) -> None:
+    """Kill fresh batches at seeded random moments; every one still ends exactly once.
+
+    T is measured on this machine by one batch that is not killed; each kill point is a seeded
+    fraction of T after `job run` starts, so points spread over startup and all seven steps even
+    when the machine is slow. A kill before the run exists is answered by `job run` again; a
+    batch that finished before its kill must make `job resume` a no-op.
+    """
+    home, size = make_home(tmp_path), 150
+    sim = simulator(latency_ms=5)
+    env = job_env(home, payments_url=sim.url, lease_ttl_s=1.5, DURABLE_CONCURRENCY=4)
+    rng = random.Random(CRASH_SEED)
+    total_refunds = 0
+    phases: list[str] = []
+
+    def check(reader: Any, expected: Expected) -> None:
+        status = reader.status(expected.batch_id)
+        assert status is not None
+        assert_batch_complete(status, home, expected.batch_id)
+        assert_refunded_exactly_once(sim.refunds(), expected)
+        assert sim.stats()["refunds_created"] == total_refunds
+        assert notices_for(home, expected) == expected.n
+
+    with instance_reader(home) as reader:
+        started = time.monotonic()
+        calibration = job(["run", "--id", "calibration", "--size", str(size)], env, tmp_path)
+        horizon = time.monotonic() - started
+        assert calibration.proc.returncode == EXIT_OK, calibration.tail()
+        expected = Expected.of("calibration", size)
+        total_refunds += expected.n
+        check(reader, expected)
+
+        for i in range(CRASH_POINTS):
+            batch = f"crash-{i:02d}"
+            expected = Expected.of(batch, size)
+            delay = rng.uniform(0.0, horizon)
+            worker = JobProcess(["run", "--id", batch, "--size", str(size)], env, tmp_path)
+            if worker.exited_within(delay):
+                assert worker.proc.returncode == EXIT_OK, worker.tail()
+                again = job(["resume", "--id", batch], env, tmp_path)
+                assert again.proc.returncode == EXIT_OK and "nothing to do" in again.stdout, again.tail()
+                phases.append("finished")
+            else:
+                worker.sigkill()
+                st = reader.status(batch)
+                if st is None:
+                    phases.append("no run yet")
+                else:
+                    done = sum(s["status"] == "completed" for s in st["steps"])
+                    phases.append(f"after step {done}" if st["status"] == "running" else st["status"])
+                attempts = resume_until_accepted(batch, env, tmp_path, reader, size=size)
+                assert attempts[-1].proc.returncode == EXIT_OK, (phases[-1], attempts[-1].tail())
+            total_refunds += expected.n
+            check(reader, expected)
+    print(f"\nT={horizon:.2f} s; kill points: {phases}")
+
+
+# --- 4 ------------------------------------------------------------------------------------------
+
+
+def test_cancel_mid_refund(tmp_path: Path, simulator: Callable[..., Simulator]) -> None:
+    """`job cancel` during the refund step: not one refund request after it, then resume finishes."""
+    home, batch, size = make_home(tmp_path), "cancel-mid-refunds", 300
+    expected = Expected.of(batch, size)
+    sim = simulator(latency_ms=50)
+    env = job_env(home, payments_url=sim.url, DURABLE_CONCURRENCY=2)
+    with instance_reader(home) as reader:
+        worker = JobProcess(["run", "--id", batch, "--size", str(size)], env, tmp_path)
+        wait_until(
+            lambda: sim.stats()["refunds_created"] > 10 or not _alive(worker),
+            timeout=180,
+            interval=0.02,
+            what="more than 10 refunds",
+        )
+        assert _alive(worker), worker.tail()
+        # A cold `job cancel` needs ~2 s to start, longer than the rest of this refund step at
+        # 50 ms; from here on each request takes 0.5 s at the provider so the cancel lands
+        # mid-step. Requests are counted when they arrive, before that delay.
+        sim.configure(latency_ms=500)
+        cancel = job(["cancel", "--id", batch], env, tmp_path)
+        a = sim.stats()
+        assert cancel.proc.returncode == EXIT_OK and "cancel requested" in cancel.stdout, cancel.tail()
+        assert a["refunds_created"] < expected.n, "the cancel did not land inside the refund step"
+
+        assert worker.wait(120) == EXIT_FAILED, worker.tail()
+        b = sim.quiet()
+        assert b["refund_requests"] == a["refund_requests"], (a, b)
+        st = reader.status(batch)
+        assert st is not None and st["status"] == "canceled", st
+        assert st["steps"][3]["status"] == "failed", st["steps"][3]
+
+        sim.configure(latency_ms=0)
+        attempts = resume_until_accepted(batch, env, tmp_path, reader)
+    assert attempts[-1].proc.returncode == EXIT_OK, attempts[-1].tail()
+    status = _status_cli(batch, env, tmp_path)
+    assert_batch_complete(status, home, batch)
+    assert sim.stats()["refunds_created"] == expected.n
+    assert_refunded_exactly_once(sim.refunds(), expected)
+    assert notices_for(home, expected) == expected.n
+
+
+# --- 5 ------------------------------------------------------------------------------------------
+
+
+def test_two_resumes_at_once(tmp_path: Path) -> None:
+    """Two `job resume` of one dead batch at the same moment: one runs it, the other exits 3."""
+    home, batch, size = make_home(tmp_path), "two-resumes", 200
+    expected = Expected.of(batch, size)
+    # In the resumes, 1.5 s before each step keeps the winner's lease held for >= 7 s, far longer
+    # than the gap between the two resumes' checks; a 3 s lease survives a busy machine's hiccups.
+    env = job_env(home, lease_ttl_s=3.0, DURABLE_STEP_DELAY_S=1.5)
+    with instance_reader(home) as reader:
+        worker = JobProcess(
+            ["run", "--id", batch, "--size", str(size)], {**env, "DURABLE_STEP_DELAY_S": "0.5"}, tmp_path
+        )
+        wait_until(
+            lambda: reader.step_completed(batch, 2) or not _alive(worker),
+            timeout=120,
+            interval=0.1,
+            what="step 2 to complete",
+        )
+        assert _alive(worker), worker.tail()
+        worker.sigkill()
+        wait_until(lambda: not reader.lease_live(batch), timeout=30, what="the dead worker's lease to expire")
+
+        first = JobProcess(["resume", "--id", batch], env, tmp_path)
+        second = JobProcess(["resume", "--id", batch], env, tmp_path)
+        codes = {first.wait(180): first, second.wait(180): second}
+    assert sorted(codes) == [EXIT_OK, EXIT_CONFLICT], "\n".join(p.tail() for p in (first, second))
+    loser = codes[EXIT_CONFLICT].stderr
+    assert "error:" in loser and "lease" in loser and "Traceback" not in loser, loser
+
+    status = _status_cli(batch, env, tmp_path)
+    assert_batch_complete(status, home, batch)
+    assert len(status["run_ids"]) == 2, "the losing resume must not have created a run"
+    assert [s["executions"] for s in status["steps"][:2]] == [1, 1]
+    provider = EmbeddedProvider(home)
+    assert_refunded_exactly_once(provider.refunds(), expected)
+    assert provider.stats()["refunds_created"] == expected.n
+    assert notices_for(home, expected) == expected.n
+
+
+# --- 6 ------------------------------------------------------------------------------------------
+
+LOST, ERRORS = 0.2, 0.1
+
+
+def test_lost_responses_and_5xx(tmp_path: Path, simulator: Callable[..., Simulator]) -> None:
+    """Lost responses and 5xx on every request of a 300-invoice batch: it must still succeed.
+
+    One client thread and a seeded simulator make the fault sequence, and so the outcome, the
+    same on every run.
+    """
+    home, batch, size = make_home(tmp_path), "lossy", 300
+    expected = Expected.of(batch, size)
+    sim = simulator(lost_response_rate=LOST, error_rate=ERRORS, seed=1)
+    env = job_env(home, payments_url=sim.url, DURABLE_CONCURRENCY=1)
+    run = job(["run", "--id", batch, "--size", str(size)], env, tmp_path, timeout=240)
+    sim.configure(lost_response_rate=0.0, error_rate=0.0)  # so the test's own reads are not faulted
+    print(f"\nstats (identical on every run: one client thread, seeded faults): {sim.stats()}")
+    assert_refunded_exactly_once(sim.refunds(), expected)
+    assert sim.stats()["refunds_created"] == expected.n
+    assert run.proc.returncode == EXIT_OK, run.tail()
+    assert_batch_complete(_status_cli(batch, env, tmp_path), home, batch)
+
+
+def test_lost_responses_and_5xx_on_side_effects(tmp_path: Path, simulator: Callable[..., Simulator]) -> None:
+    """The same faults on every charge and refund request (steps 1-4), 16 threads: exactly once.
+
+    The 500s are switched off once every refund exists, before the read-only reconcile step
+    (step 5, which cannot survive them: see the xfail above); lost responses stay on throughout.
+    """
+    home, batch, size = make_home(tmp_path), "lossy-effects", 300
+    expected = Expected.of(batch, size)
+    sim = simulator(lost_response_rate=LOST, error_rate=ERRORS, seed=2)
+    # 0.5 s before each step: a margin between the last refund and step 5's first request.
+    env = job_env(home, payments_url=sim.url, DURABLE_STEP_DELAY_S=0.5)
+    worker = JobProcess(["run", "--id", batch, "--size", str(size)], env, tmp_path)
+    wait_until(
+        lambda: sim.stats()["refunds_created"] >= expected.n or not _alive(worker),
+        timeout=180,
+        interval=0.02,
+        what="every refund to exist",
+    )
+    sim.configure(error_rate=0.0)
+    assert worker.wait(180) == EXIT_OK, worker.tail()
+
+    stats = sim.stats()
+    assert stats["refunds_created"] == expected.n
+    assert stats["idempotent_replays"] > 0, "no lost response was retried; the faults did not bite"
+    assert stats["refund_requests"] > stats["refunds_created"]
+    sim.configure(lost_response_rate=0.0)
+    assert_refunded_exactly_once(sim.refunds(), expected)
+    assert_batch_complete(_status_cli(batch, env, tmp_path), home, batch)
+    assert notices_for(home, expected) == expected.n
