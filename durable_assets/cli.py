@@ -202,10 +202,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if args.command == "serve":
-        from durable_assets.api import serve as serve_api
-
-        serve_api(_instance(args.verbose), args.host, args.port)
-        return EXIT_OK
+        raise UsageError("`job serve` (the status HTTP API) is not built yet; use `job status --json`")
 
     from durable_assets import runner, status
 
