@@ -114,6 +114,11 @@ def resume_batch(instance: DagsterInstance, batch_id: str) -> DagsterRun | None:
     _refuse_if_worker_alive(instance, LeaseStore(db, ttl_s=lease_ttl_s()), newest)
     with _holding_lease(instance, batch_id) as leases:
         newest = _reload(instance, newest.run_id)
+        if all_steps_committed(instance, runs):
+            # The worker died after the last step committed but before Dagster recorded the run's
+            # end: there is nothing to re-execute (Dagster rejects an empty plan), so finish it.
+            _record_run_success(instance, newest, batch_id)
+            return None
         if newest.status in _LIVE:
             previous = leases.get(batch_id)
             instance.report_run_failed(
@@ -132,6 +137,27 @@ def resume_batch(instance: DagsterInstance, batch_id: str) -> DagsterRun | None:
             tags=_tags(batch_id),
         )
     return _reload(instance, result.run_id)
+
+
+def all_steps_committed(instance: DagsterInstance, runs: list[DagsterRun]) -> bool:
+    from durable_assets.status import step_states
+
+    return all(state == "completed" for state in step_states(instance, runs).values())
+
+
+def _record_run_success(instance: DagsterInstance, run: DagsterRun, batch_id: str) -> None:
+    """Append the RUN_SUCCESS event the dead worker could not write; the UI and status then agree."""
+    from dagster import DagsterEvent, DagsterEventType
+
+    event = DagsterEvent(
+        event_type_value=DagsterEventType.RUN_SUCCESS.value,
+        job_name=run.job_name,
+        message=(
+            f"durable-assets: every step of batch {batch_id!r} had committed when its worker died; "
+            "`job resume` recorded the run's success instead of re-executing nothing."
+        ),
+    )
+    instance.report_dagster_event(event, run_id=run.run_id)
 
 
 def _refuse_if_worker_alive(instance: DagsterInstance, leases: LeaseStore, run: DagsterRun) -> None:

@@ -117,6 +117,11 @@ def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
     return steps
 
 
+def step_states(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, str]:
+    """Each step's status across the lineage (the same fold ``job status`` shows)."""
+    return {name: step.status for name, step in _fold_steps(instance, runs).items()}
+
+
 def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> dict[str, Any]:
     check_batch_id(batch_id)
     runs = batch_runs(instance, batch_id)

@@ -84,8 +84,11 @@ class BatchRuntime(ConfigurableResource):
         )
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
+        # Stop renewing but do not release: the run is not recorded as ended yet, and a released
+        # lease would let a resume take over a live worker in that gap. The CLI releases after the
+        # run ends; a daemon-launched worker's lease simply lapses after its TTL.
         if self._heartbeat is not None:
-            self._heartbeat.stop(release=True)
+            self._heartbeat.stop(release=False)
 
     @property
     def batch_id(self) -> str:

@@ -9,6 +9,7 @@ generator and policy, independently of anything the worker stored.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -27,6 +28,7 @@ import requests
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / ".venv" / "bin" / "job"
+PYTHON = REPO / ".venv" / "bin" / "python"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
 API_KEY = "sk_test_crash_tier"
 
@@ -86,13 +88,17 @@ class JobProcess:
     #: Every process started in this test session, so a failing test can reap its workers.
     spawned: ClassVar[list[JobProcess]] = []
 
-    def __init__(self, args: list[str], env: Mapping[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, args: list[str], env: Mapping[str, str], log_dir: Path, command: list[str] | None = None
+    ) -> None:
         JobProcess._seq += 1
         stem = log_dir / f"{JobProcess._seq:03d}-{'-'.join(args[:3])}"
         self.args = args
         self.out_path, self.err_path = stem.with_suffix(".out"), stem.with_suffix(".err")
+        argv = [*(command or [str(JOB)]), *args]
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen([str(JOB), *args], env=dict(env), stdout=out, stderr=err)
+            # Own session (process group = its pid): what it leaves behind can be reaped by id.
+            self.proc = subprocess.Popen(argv, env=dict(env), stdout=out, stderr=err, start_new_session=True)
         self.started = time.monotonic()
         JobProcess.spawned.append(self)
 
@@ -124,6 +130,14 @@ class JobProcess:
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
 
+    def reap_group(self) -> None:
+        """Kill what is left of its process group. Dagster mirrors step output through a `tail -F`
+        child whose orphan watcher starts a moment later; a SIGKILL in between leaks the tail."""
+        if self.proc.poll() is None:
+            self.sigkill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
     @property
     def stdout(self) -> str:
         return self.out_path.read_text(errors="replace")
@@ -144,6 +158,33 @@ def job(args: list[str], env: Mapping[str, str], log_dir: Path, timeout: float =
     p = JobProcess(args, env, log_dir)
     p.wait(timeout)
     return p
+
+
+_SIGKILL_IN_TEARDOWN = """\
+import os, signal, sys
+
+from durable_assets.kit.resources import BatchRuntime
+
+
+def _sigkill_self(self, context):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+BatchRuntime.teardown_after_execution = _sigkill_self
+from durable_assets.cli import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def job_killed_in_teardown(args: list[str], env: Mapping[str, str], log_dir: Path) -> JobProcess:
+    """`job ...` (the same entry point, ``durable_assets.cli:main``) in a process that SIGKILLs
+    itself when the run's resources are torn down: after the last step's success is recorded and
+    before Dagster records the run's. A random kill lands in that ~50 ms window only by luck.
+    """
+    launcher = log_dir / "sigkill_in_teardown.py"
+    launcher.write_text(_SIGKILL_IN_TEARDOWN)
+    return JobProcess(args, env, log_dir, command=[str(PYTHON), str(launcher)])
 
 
 # --- the instance, read from the test process ----------------------------------------------------

@@ -35,6 +35,7 @@ from .helpers import (
     instance_reader,
     job,
     job_env,
+    job_killed_in_teardown,
     make_home,
     notices_for,
     resume_until_accepted,
@@ -49,12 +50,11 @@ CRASH_SEED = 20261129
 
 @pytest.fixture(autouse=True)
 def _reap_workers() -> Iterator[None]:
-    """A failing test must not leave a worker behind: kill (by pid) what this test started."""
+    """Leave nothing behind: kill (by id) the workers this test started and their process groups."""
     before = len(JobProcess.spawned)
     yield
     for p in JobProcess.spawned[before:]:
-        if p.proc.poll() is None:
-            p.sigkill()
+        p.reap_group()
 
 
 @pytest.fixture
@@ -215,7 +215,10 @@ def test_random_kill_points(tmp_path: Path, simulator: Callable[..., Simulator])
                     done = sum(s["status"] == "completed" for s in st["steps"])
                     phases.append(f"after step {done}" if st["status"] == "running" else st["status"])
                 attempts = resume_until_accepted(batch, env, tmp_path, reader, size=size)
-                assert attempts[-1].proc.returncode == EXIT_OK, (phases[-1], attempts[-1].tail())
+                pinned = phases[-1] == "after step 7"  # the bug test_kill_after_last_step_... pins
+                assert attempts[-1].proc.returncode == EXIT_OK, (
+                    f"{batch} killed {phases[-1]}{' (known bug)' if pinned else ''}\n{attempts[-1].tail()}"
+                )
             total_refunds += expected.n
             check(reader, expected)
     print(f"\nT={horizon:.2f} s; kill points: {phases}")
@@ -308,54 +311,54 @@ def test_two_resumes_at_once(tmp_path: Path) -> None:
 
 # --- 6 ------------------------------------------------------------------------------------------
 
-LOST, ERRORS = 0.2, 0.1
-
 
 def test_lost_responses_and_5xx(tmp_path: Path, simulator: Callable[..., Simulator]) -> None:
-    """Lost responses and 5xx on every request of a 300-invoice batch: it must still succeed.
+    """Lost responses (committed, then the connection dropped) and 500s on every request.
 
-    One client thread and a seeded simulator make the fault sequence, and so the outcome, the
-    same on every run.
+    Every charge, refund and read of a 300-invoice batch, at the default 16 threads, is exposed
+    to both faults; the batch must still succeed with exactly one refund per eligible invoice.
     """
     home, batch, size = make_home(tmp_path), "lossy", 300
     expected = Expected.of(batch, size)
-    sim = simulator(lost_response_rate=LOST, error_rate=ERRORS, seed=1)
-    env = job_env(home, payments_url=sim.url, DURABLE_CONCURRENCY=1)
+    sim = simulator(lost_response_rate=0.2, error_rate=0.1, seed=1)
+    env = job_env(home, payments_url=sim.url)
     run = job(["run", "--id", batch, "--size", str(size)], env, tmp_path, timeout=240)
-    sim.configure(lost_response_rate=0.0, error_rate=0.0)  # so the test's own reads are not faulted
-    print(f"\nstats (identical on every run: one client thread, seeded faults): {sim.stats()}")
-    assert_refunded_exactly_once(sim.refunds(), expected)
-    assert sim.stats()["refunds_created"] == expected.n
     assert run.proc.returncode == EXIT_OK, run.tail()
-    assert_batch_complete(_status_cli(batch, env, tmp_path), home, batch)
 
-
-def test_lost_responses_and_5xx_on_side_effects(tmp_path: Path, simulator: Callable[..., Simulator]) -> None:
-    """The same faults on every charge and refund request (steps 1-4), 16 threads: exactly once.
-
-    The 500s are switched off once every refund exists, before the read-only reconcile step
-    (step 5, which cannot survive them: see the xfail above); lost responses stay on throughout.
-    """
-    home, batch, size = make_home(tmp_path), "lossy-effects", 300
-    expected = Expected.of(batch, size)
-    sim = simulator(lost_response_rate=LOST, error_rate=ERRORS, seed=2)
-    # 0.5 s before each step: a margin between the last refund and step 5's first request.
-    env = job_env(home, payments_url=sim.url, DURABLE_STEP_DELAY_S=0.5)
-    worker = JobProcess(["run", "--id", batch, "--size", str(size)], env, tmp_path)
-    wait_until(
-        lambda: sim.stats()["refunds_created"] >= expected.n or not _alive(worker),
-        timeout=180,
-        interval=0.02,
-        what="every refund to exist",
-    )
-    sim.configure(error_rate=0.0)
-    assert worker.wait(180) == EXIT_OK, worker.tail()
-
+    sim.configure(lost_response_rate=0.0, error_rate=0.0)  # the test's own reads are not faulted
     stats = sim.stats()
     assert stats["refunds_created"] == expected.n
-    assert stats["idempotent_replays"] > 0, "no lost response was retried; the faults did not bite"
+    assert stats["idempotent_replays"] > 0, "no lost response was retried: the faults did not bite"
     assert stats["refund_requests"] > stats["refunds_created"]
-    sim.configure(lost_response_rate=0.0)
     assert_refunded_exactly_once(sim.refunds(), expected)
     assert_batch_complete(_status_cli(batch, env, tmp_path), home, batch)
     assert notices_for(home, expected) == expected.n
+
+
+# --- found by the random kills --------------------------------------------------------------------
+
+
+def test_kill_after_last_step_before_run_success(tmp_path: Path) -> None:
+    """The worker dies after step 7's success is recorded but before the run's (SIGKILL in teardown).
+
+    Every step is committed, so `job resume` has nothing left to do: it must end the batch
+    succeeded (exit 0) without re-running a step or sending a provider request.
+    """
+    home, batch, size = make_home(tmp_path), "kill-before-run-success", 150
+    expected = Expected.of(batch, size)
+    env = job_env(home)
+    worker = job_killed_in_teardown(["run", "--id", batch, "--size", str(size)], env, tmp_path)
+    assert worker.wait(120) == -signal.SIGKILL, worker.tail()
+    provider = EmbeddedProvider(home)
+    with instance_reader(home) as reader:
+        at_kill = reader.status(batch)
+        assert at_kill is not None and at_kill["status"] == "running", at_kill
+        assert all(s["status"] == "completed" for s in at_kill["steps"]), at_kill["steps"]
+        before = provider.stats()
+        attempts = resume_until_accepted(batch, env, tmp_path, reader)
+    assert attempts[-1].proc.returncode == EXIT_OK, attempts[-1].tail()
+    status = _status_cli(batch, env, tmp_path)
+    assert_batch_complete(status, home, batch)
+    assert [s["executions"] for s in status["steps"]] == [1] * 7, status["steps"]
+    assert provider.stats() == before
+    assert_refunded_exactly_once(provider.refunds(), expected)
