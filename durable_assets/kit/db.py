@@ -37,7 +37,6 @@ idempotency = sa.Table(
     sa.Column("claimed_by", sa.String(64)),
     sa.Column("claim_fence", sa.BigInteger, nullable=False, default=0),
     sa.Column("claim_expires_at", sa.Float, nullable=False, default=0.0),
-    sa.Column("attempts", sa.Integer, nullable=False, default=0),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
 )

@@ -97,7 +97,6 @@ class EffectReport:
     sent: int = 0
     replayed: int = 0
     looked_up: int = 0
-    retries: int = 0
 
 
 @dataclass
@@ -189,22 +188,15 @@ class EffectRunner:
             found = self.lookup(entry)
             if found is not None:
                 return self._judge(intent, found, "lookup")
-        attempt = 0
-        while True:
-            self.guard()
-            self.limiter.acquire()
-            try:
-                return self._judge(intent, self.perform(intent), "sent")
-            except (TransientProviderError, IdempotencyKeyInFlightError) as exc:
-                attempt += 1
-                if attempt >= self.backoff.max_attempts:
-                    raise
-                retry_after = getattr(exc, "retry_after", None)
-                if retry_after:
-                    self.limiter.pause(retry_after)
-                time.sleep(self.backoff.delay(attempt, retry_after))
-            except ProviderRejectedError as exc:
-                return "review", {"error": str(exc), "code": exc.code, "http_status": exc.http_status}, "sent"
+
+        def send() -> Result:
+            self.guard()  # cancel and takeover are checked before every attempt, retries included
+            return self.perform(intent)
+
+        try:
+            return self._judge(intent, call_with_retries(send, self.limiter, self.backoff), "sent")
+        except ProviderRejectedError as exc:
+            return "review", {"error": str(exc), "code": exc.code, "http_status": exc.http_status}, "sent"
 
     def _judge(self, intent: Intent, result: Result, how: str) -> tuple[str, Result, str]:
         try:

@@ -56,7 +56,6 @@ class LedgerEntry:
     recovery_point: str
     result: Mapping[str, Any] | None
     created_at: float
-    attempts: int
 
 
 @dataclass
@@ -100,7 +99,6 @@ class Ledger:
                 "claimed_by": None,
                 "claim_fence": 0,
                 "claim_expires_at": 0.0,
-                "attempts": 0,
                 "created_at": t,
                 "updated_at": t,
             }
@@ -154,7 +152,6 @@ class Ledger:
                         recovery_point=row.recovery_point,
                         result=None,
                         created_at=row.created_at,
-                        attempts=row.attempts,
                     )
                 )
             else:
@@ -184,19 +181,6 @@ class Ledger:
                 stmt, [{"k": k, "r": json.dumps(v, sort_keys=True, default=str)} for k, v in results.items()]
             )
 
-    def count_attempts(self, scope: str, keys: Iterable[str]) -> None:
-        """Note that a request was (about to be) sent, for operators reading the ledger."""
-        keys = list(keys)
-        if not keys:
-            return
-        c = idempotency.c
-        with self.db.transaction() as conn:
-            conn.execute(
-                idempotency.update()
-                .where(c.scope == scope, c.key.in_(keys))
-                .values(attempts=c.attempts + 1, updated_at=now())
-            )
-
     def entries(self, scope: str, keys: Iterable[str] | None = None) -> list[LedgerEntry]:
         c = idempotency.c
         query = sa.select(idempotency).where(c.scope == scope)
@@ -211,7 +195,6 @@ class Ledger:
                 recovery_point=r.recovery_point,
                 result=json.loads(r.result) if r.result else None,
                 created_at=r.created_at,
-                attempts=r.attempts,
             )
             for r in rows
         ]

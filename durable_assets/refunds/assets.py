@@ -10,6 +10,7 @@ through the idempotency ledger and check cancel and fencing before every request
 import functools
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -424,8 +425,6 @@ def reconciled_refunds(
 
     def fetch(refund_id: str) -> Mapping[str, Any]:
         return call_with_retries(lambda: _refund_dict(gateway.retrieve_refund(refund_id)), limiter, backoff)
-
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=payments.concurrency) as pool:
         answers = list(pool.map(fetch, refunded["provider_id"]))
