@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="the status HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed at start)")
 
     provider = sub.add_parser("provider", help="the Stripe-compatible payment simulator")
     psub = provider.add_subparsers(dest="provider_command", required=True, parser_class=_Parser)
@@ -202,7 +202,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if args.command == "serve":
-        raise UsageError("`job serve` (the status HTTP API) is not built yet; use `job status --json`")
+        from durable_assets.api import serve as serve_api
+
+        serve_api(_instance(args.verbose), args.host, args.port)
+        return EXIT_OK
 
     from durable_assets import runner, status
 

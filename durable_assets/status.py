@@ -131,9 +131,12 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     status = _RUN_STATUS.get(runs[-1].status, "running")
     if status == "running" and CancelStore(db).is_requested(batch_id):
         status = "canceling"
+    # Progress before steps: an older report with newer step states can only undercount the running
+    # step, so percent_complete never goes backwards between two polls (the other order could pair a
+    # finished step's report with a snapshot taken before it finished, and drop a step's worth).
+    progress = ProgressStore(db).latest(batch_id)
     steps = _fold_steps(instance, runs)
     completed = sum(1 for st in steps.values() if st.status == "completed")
-    progress = ProgressStore(db).latest(batch_id)
     fraction = 0.0
     if progress is not None and status in ("running", "canceling") and progress.of:
         running = steps.get(STEPS[progress.step - 1]) if 0 < progress.step <= len(STEPS) else None

@@ -15,7 +15,7 @@ from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.leases import DEFAULT_LEASE_TTL_S, Heartbeat, Lease, LeaseStore
 from durable_assets.kit.ledger import Ledger
-from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore
+from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore, event_log_sink
 
 BATCH_TAG = "durable/batch"
 
@@ -80,7 +80,11 @@ class BatchRuntime(ConfigurableResource):
         self._lease = leases.acquire(self._batch_id, run.run_id)
         self._heartbeat = Heartbeat(leases, self._lease).start()
         self._reporter = ProgressReporter(
-            ProgressStore(self._db), self._batch_id, run.run_id, self.progress_interval_seconds
+            ProgressStore(self._db),
+            self._batch_id,
+            run.run_id,
+            self.progress_interval_seconds,
+            sink=event_log_sink(context.instance, run) if context.instance is not None else None,
         )
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:

@@ -1,0 +1,96 @@
+"""What a batch's event stream carries: ``progress``, ``step`` and ``status`` events.
+
+Every event is read from the batch's Dagster event logs (kit/runlog.py): step and run status
+changes are Dagster's own events and progress reports are engine events the refund steps write
+there (kit/progress.py). One source in one id sequence is what makes the ids increase, the
+interleaving true, and a resume with ``Last-Event-ID`` exact: the same storage always yields the
+same events with the same ids, whichever server process reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from dagster import DagsterEventType, DagsterInstance
+
+from durable_assets.errors import UnknownBatchError
+from durable_assets.kit.progress import progress_from_event
+from durable_assets.kit.runlog import LineageFeed, LineageRecord
+from durable_assets.kit.sse import ServerSentEvent
+from durable_assets.refunds.assets import STEPS
+from durable_assets.status import batch_runs, check_batch_id
+
+STEP_EVENT_STATUS = {
+    DagsterEventType.STEP_START: "in_progress",
+    DagsterEventType.STEP_RESTARTED: "in_progress",
+    DagsterEventType.STEP_SUCCESS: "completed",
+    DagsterEventType.STEP_FAILURE: "failed",
+    DagsterEventType.STEP_UP_FOR_RETRY: "retrying",
+    DagsterEventType.STEP_SKIPPED: "skipped",
+}
+#: Run events that change the batch's status (the names of ``job status``). Starting and dequeued
+#: are left out: they would repeat "running" and "queued".
+RUN_EVENT_STATUS = {
+    DagsterEventType.RUN_ENQUEUED: "queued",
+    DagsterEventType.RUN_START: "running",
+    DagsterEventType.RUN_CANCELING: "canceling",
+    DagsterEventType.RUN_SUCCESS: "succeeded",
+    DagsterEventType.RUN_FAILURE: "failed",
+    DagsterEventType.RUN_CANCELED: "canceled",
+}
+EVENT_TYPES = {*STEP_EVENT_STATUS, *RUN_EVENT_STATUS, DagsterEventType.ENGINE_EVENT}
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def to_server_sent_event(batch_id: str, item: LineageRecord) -> ServerSentEvent | None:
+    """The stream's event for one event-log record, or None for records the stream does not show."""
+    entry = item.record.event_log_entry
+    event = entry.dagster_event
+    if event is None:
+        return None
+    base: dict[str, Any] = {"run_id": item.run.run_id, "timestamp": _iso(entry.timestamp)}
+    kind = event.event_type
+    if kind in RUN_EVENT_STATUS:
+        return ServerSentEvent(
+            item.event_id, "status", {"id": batch_id, "status": RUN_EVENT_STATUS[kind], **base}
+        )
+    if kind in STEP_EVENT_STATUS and event.step_key in STEPS:
+        data = {
+            "step": STEPS.index(event.step_key) + 1,
+            "step_name": event.step_key,
+            "status": STEP_EVENT_STATUS[kind],
+            **base,
+        }
+        return ServerSentEvent(item.event_id, "step", data)
+    progress = progress_from_event(event)
+    if progress is not None:
+        return ServerSentEvent(item.event_id, "progress", {**progress.as_dict(), **base})
+    return None
+
+
+class BatchEventFeed:
+    """One client's position in one batch's events."""
+
+    def __init__(self, instance: DagsterInstance, batch_id: str, after: int | None = None) -> None:
+        check_batch_id(batch_id)
+        if not batch_runs(instance, batch_id):
+            raise UnknownBatchError(f"no batch {batch_id!r} in this instance")
+        self.batch_id = batch_id
+        self.resumed = after is not None
+        self._feed = LineageFeed(
+            instance, lambda: batch_runs(instance, batch_id), EVENT_TYPES, after=after or 0
+        )
+
+    def poll(self) -> tuple[Sequence[ServerSentEvent], bool]:
+        records, ended = self._feed.poll()
+        events = [e for e in (to_server_sent_event(self.batch_id, r) for r in records) if e is not None]
+        return events, ended
+
+    def nothing_left(self) -> bool:
+        """A resumed client already has every event of a batch that has ended."""
+        return self.resumed and self._feed.ended_at_cursor()

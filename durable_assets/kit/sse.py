@@ -1,0 +1,65 @@
+"""Server-Sent Events from any pollable, cursor-ordered feed.
+
+The feed is polled from a worker thread (storage reads block), so one slow database read never
+stalls the server's event loop. A comment line is sent whenever nothing else was for
+``heartbeat_s``: proxies and load balancers close HTTP connections that stay silent, and a client
+cannot tell a quiet batch from a dead connection without it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+
+KEEPALIVE = b": keepalive\n\n"
+_EVENT_ID = re.compile(r"[0-9]{1,18}")
+
+
+@dataclass(frozen=True)
+class ServerSentEvent:
+    id: int
+    event: str
+    data: dict[str, Any]
+
+    def encode(self) -> bytes:
+        # JSON never contains a raw newline, so the payload is always exactly one `data:` line.
+        body = json.dumps(self.data, separators=(",", ":"), sort_keys=True)
+        return f"id: {self.id}\nevent: {self.event}\ndata: {body}\n\n".encode()
+
+
+#: One poll: the events now ready (in id order) and whether the feed has ended.
+Poll = Callable[[], tuple[Sequence[ServerSentEvent], bool]]
+
+
+async def event_stream(
+    poll: Poll, *, poll_interval_s: float = 0.25, heartbeat_s: float = 15.0
+) -> AsyncIterator[bytes]:
+    """Yield encoded events until ``poll`` reports the end; keepalive comments in the silences."""
+    last_sent = time.monotonic()
+    while True:
+        events, done = await anyio.to_thread.run_sync(poll)
+        for event in events:
+            yield event.encode()
+            last_sent = time.monotonic()
+        if done:
+            return
+        if time.monotonic() - last_sent >= heartbeat_s:
+            yield KEEPALIVE
+            last_sent = time.monotonic()
+        await anyio.sleep(min(poll_interval_s, max(heartbeat_s - (time.monotonic() - last_sent), 0.0)))
+
+
+def parse_last_event_id(raw: str | None) -> int | None:
+    """The ``Last-Event-ID`` header as an id; ``None`` when absent. Raises ValueError when malformed."""
+    if raw is None or raw.strip() == "":
+        return None
+    value = raw.strip()
+    if not _EVENT_ID.fullmatch(value):
+        raise ValueError(f"Last-Event-ID must be an event id this server sent (digits), not {raw!r}")
+    return int(value)

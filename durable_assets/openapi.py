@@ -1,0 +1,252 @@
+"""The OpenAPI 3.1 description of ``job serve``: schemas, and one operation object per route.
+
+Written out rather than generated: the status JSON is a contract (CONTRACT.md), and a hand-kept
+document next to the routes is checked against the running server by the fuzzing test
+(tests/test_api_fuzz.py), which fails on any answer the document does not describe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from durable_assets.kit.runlog import RUN_STRIDE
+
+BATCH_ID_REGEX = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+_STATUSES = ["queued", "running", "canceling", "succeeded", "failed", "canceled"]
+_STEP_STATUSES = ["pending", "in_progress", "completed", "failed", "skipped"]
+_TIMESTAMP = {"type": "string", "format": "date-time"}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error", "message"],
+        "properties": {
+            "error": {"type": "string", "description": "machine-readable code, e.g. unknown_batch"},
+            "message": {"type": "string", "description": "what happened and what to do"},
+        },
+    },
+    "Health": {
+        "type": "object",
+        "required": ["status"],
+        "properties": {"status": {"type": "string", "const": "ok"}},
+    },
+    "Progress": {
+        "type": "object",
+        "description": "The latest progress report of the batch's steps.",
+        "required": ["step", "total", "label", "done", "of"],
+        "properties": {
+            "step": {"type": "integer", "minimum": 1, "description": "step number, 1..total"},
+            "total": {"type": "integer", "minimum": 1},
+            "label": {"type": "string"},
+            "done": {"type": "integer", "minimum": 0},
+            "of": {"type": "integer", "minimum": 0, "description": "0 when the step has no countable work"},
+        },
+    },
+    "Step": {
+        "type": "object",
+        "required": [
+            "step",
+            "step_name",
+            "status",
+            "executions",
+            "input_hash",
+            "output_ref",
+            "started_at",
+            "finished_at",
+        ],
+        "properties": {
+            "step": {"type": "integer", "minimum": 1},
+            "step_name": {"type": "string", "description": "the Dagster step key (asset name)"},
+            "status": {"type": "string", "enum": _STEP_STATUSES},
+            "executions": {"type": "integer", "minimum": 0, "description": "starts across the lineage"},
+            "input_hash": _nullable({"type": "string"}),
+            "output_ref": _nullable({"type": "string"}),
+            "started_at": _nullable(_TIMESTAMP),
+            "finished_at": _nullable(_TIMESTAMP),
+        },
+    },
+    "BatchStatus": {
+        "type": "object",
+        "description": "The JSON of `job status --json` (CONTRACT.md). `GET /runs` omits `steps`.",
+        "required": ["id", "status", "run_ids", "percent_complete", "progress"],
+        "properties": {
+            "id": {"type": "string", "pattern": BATCH_ID_REGEX},
+            "status": {"type": "string", "enum": _STATUSES},
+            "run_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            "percent_complete": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": 100,
+                "description": "completed steps plus the running step's fraction, over all steps",
+            },
+            "progress": _nullable(_ref("Progress")),
+            "steps": {"type": "array", "items": _ref("Step")},
+        },
+    },
+    "CancelAccepted": {
+        "type": "object",
+        "required": ["id", "result"],
+        "properties": {
+            "id": {"type": "string"},
+            "result": {
+                "type": "string",
+                "enum": ["cancel requested", "already finished"],
+                "description": "the same answer `job cancel` prints",
+            },
+        },
+    },
+    # The event stream's payloads (each event's `data:` line), for clients; not JSON responses.
+    "ProgressEvent": {
+        "allOf": [
+            _ref("Progress"),
+            {
+                "type": "object",
+                "required": ["run_id", "timestamp"],
+                "properties": {"run_id": {"type": "string"}, "timestamp": _TIMESTAMP},
+            },
+        ]
+    },
+    "StepEvent": {
+        "type": "object",
+        "required": ["step", "step_name", "status", "run_id", "timestamp"],
+        "properties": {
+            "step": {"type": "integer", "minimum": 1},
+            "step_name": {"type": "string"},
+            "status": {
+                "type": "string",
+                "enum": ["in_progress", "completed", "failed", "retrying", "skipped"],
+            },
+            "run_id": {"type": "string"},
+            "timestamp": _TIMESTAMP,
+        },
+    },
+    "StatusEvent": {
+        "type": "object",
+        "required": ["id", "status", "run_id", "timestamp"],
+        "properties": {
+            "id": {"type": "string"},
+            "status": {"type": "string", "enum": _STATUSES},
+            "run_id": {"type": "string"},
+            "timestamp": _TIMESTAMP,
+        },
+    },
+}
+
+_ID_PARAM = {
+    "name": "id",
+    "in": "path",
+    "required": True,
+    "description": "the batch ID given to `job run --id`",
+    "schema": {"type": "string", "pattern": BATCH_ID_REGEX},
+}
+_BAD_ID = _error("malformed batch ID")
+_UNKNOWN = _error("no batch with this ID")
+
+HEALTHZ: dict[str, Any] = {
+    "operationId": "healthz",
+    "summary": "Liveness; never needs the token",
+    "security": [],
+    "responses": {"200": _json(_ref("Health"), "the server is up")},
+}
+LIST_RUNS: dict[str, Any] = {
+    "operationId": "listRuns",
+    "summary": "Batches, newest first (without `steps`)",
+    "responses": {"200": _json({"type": "array", "items": _ref("BatchStatus")}, "every batch")},
+}
+GET_RUN: dict[str, Any] = {
+    "operationId": "getRun",
+    "summary": "A batch's status: the JSON of `job status --json`",
+    "parameters": [_ID_PARAM],
+    "responses": {"200": _json(_ref("BatchStatus"), "the batch"), "404": _UNKNOWN, "422": _BAD_ID},
+}
+RUN_EVENTS: dict[str, Any] = {
+    "operationId": "streamRunEvents",
+    "summary": "Server-Sent Events: progress, step and status",
+    "description": (
+        "Events `progress` (ProgressEvent), `step` (StepEvent) and `status` (StatusEvent), each with "
+        "an `id:` that increases: `run_index * "
+        f"{RUN_STRIDE}` + the Dagster event-log storage id, where run_index is the run's position in "
+        "the batch's lineage. The history is sent first, then live events. The stream ends after "
+        "the status event that finishes the batch's newest run. A `: keepalive` comment is sent "
+        "after 15 s of silence. Send `Last-Event-ID` to resume after that event: no event is sent "
+        "twice and none is skipped."
+    ),
+    "parameters": [
+        _ID_PARAM,
+        {
+            "name": "Last-Event-ID",
+            "in": "header",
+            "required": False,
+            "description": "the id of the last event received; the stream resumes after it",
+            "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+        },
+    ],
+    "responses": {
+        "200": {
+            "description": "the event stream",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        "204": {"description": "resumed after the last event of a batch that has ended: nothing more"},
+        "404": _UNKNOWN,
+        "422": _error("malformed batch ID or Last-Event-ID"),
+    },
+}
+CANCEL_RUN: dict[str, Any] = {
+    "operationId": "cancelRun",
+    "summary": "Ask the batch to stop (same effect as `job cancel`)",
+    "description": (
+        "The cancel is committed before the answer. The worker stops at the next step boundary or "
+        "refund chunk, and no refund is requested after it. A finished batch answers `already finished`."
+    ),
+    "parameters": [_ID_PARAM],
+    "responses": {"202": _json(_ref("CancelAccepted"), "accepted"), "404": _UNKNOWN, "422": _BAD_ID},
+}
+OPENAPI: dict[str, Any] = {
+    "operationId": "openapi",
+    "summary": "This document",
+    "responses": {"200": _json({"type": "object"}, "the OpenAPI document")},
+}
+
+
+def document(operations: list[tuple[str, str, dict[str, Any]]], *, auth: bool) -> dict[str, Any]:
+    """The OpenAPI document for ``(path, method, operation)`` triples; ``auth``: a token is required."""
+    paths: dict[str, dict[str, Any]] = {}
+    for path, method, operation in operations:
+        op = dict(operation)
+        op["responses"] = dict(op["responses"])
+        if auth and op.get("security") != []:
+            op["responses"]["401"] = _error("missing or wrong bearer token")
+        op["responses"].setdefault("500", _error("unexpected server error (details in the server log)"))
+        paths.setdefault(path, {})[method.lower()] = op
+    doc: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "durable-assets status API",
+            "version": "1",
+            "description": "Status, progress and cancel of refund batches (`job serve`).",
+        },
+        "paths": paths,
+        "components": {"schemas": SCHEMAS},
+    }
+    if auth:
+        doc["components"]["securitySchemes"] = {"bearerAuth": {"type": "http", "scheme": "bearer"}}
+        doc["security"] = [{"bearerAuth": []}]
+    return doc
