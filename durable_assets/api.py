@@ -151,15 +151,16 @@ class BearerAuth:
 
     def __init__(self, app: ASGIApp, token: str, public_paths: frozenset[str]) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
         self.public_paths = public_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.public_paths:
             await self.app(scope, receive, send)
             return
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if hmac.compare_digest(given, self.expected):
+        header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        scheme, _, given = header.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.expected):
             await self.app(scope, receive, send)
             return
         response = _error(

@@ -150,6 +150,28 @@ SCHEMAS: dict[str, Any] = {
     },
 }
 
+
+def _sse(event: str, payload: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["event", "id", "data"],
+        "properties": {
+            "event": {"const": event},
+            "id": {"type": "string", "pattern": "^[0-9]+$"},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": _ref(payload),
+            },
+        },
+    }
+
+
+SCHEMAS["ServerSentEvent"] = {
+    "description": "One event of GET /runs/{id}/events, as its `event:`, `id:` and `data:` fields.",
+    "oneOf": [_sse("progress", "ProgressEvent"), _sse("step", "StepEvent"), _sse("status", "StatusEvent")],
+}
+
 _ID_PARAM = {
     "name": "id",
     "in": "path",
@@ -195,14 +217,15 @@ RUN_EVENTS: dict[str, Any] = {
             "name": "Last-Event-ID",
             "in": "header",
             "required": False,
-            "description": "the id of the last event received; the stream resumes after it",
-            "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+            "description": "id of the last event received: resume after it (empty: from the start)",
+            "schema": {"type": "string", "pattern": "^[0-9]{0,18}$"},
         },
     ],
     "responses": {
         "200": {
-            "description": "the event stream",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": "the event stream; the schema describes one event (before OpenAPI 3.2's "
+            "`itemSchema`, `schema` of text/event-stream describes each event)",
+            "content": {"text/event-stream": {"schema": _ref("ServerSentEvent")}},
         },
         "204": {"description": "resumed after the last event of a batch that has ended: nothing more"},
         "404": _UNKNOWN,

@@ -57,9 +57,8 @@ async def event_stream(
 
 def parse_last_event_id(raw: str | None) -> int | None:
     """The ``Last-Event-ID`` header as an id; ``None`` when absent. Raises ValueError when malformed."""
-    if raw is None or raw.strip() == "":
+    if not raw:  # an empty id is how SSE resets it: start from the beginning
         return None
-    value = raw.strip()
-    if not _EVENT_ID.fullmatch(value):
+    if not _EVENT_ID.fullmatch(raw):
         raise ValueError(f"Last-Event-ID must be an event id this server sent (digits), not {raw!r}")
-    return int(value)
+    return int(raw)

@@ -1,0 +1,106 @@
+"""A real `job serve` process on a free port, and a small Server-Sent Events client."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.crash.helpers import JobProcess, wait_until
+
+TOKEN = "test-token-Zq9"
+
+
+class ApiServer:
+    """`job serve --port 0`; the address comes from the line it prints once it listens."""
+
+    def __init__(self, env: Mapping[str, str], log_dir: Path) -> None:
+        self.proc = JobProcess(["serve", "--port", "0"], env, log_dir)
+        found = wait_until(
+            lambda: (
+                re.search(r"listening on (http://\S+)", self.proc.stdout) or self.proc.proc.poll() is not None
+            ),
+            timeout=120,
+            what="`job serve` to listen",
+        )
+        if not isinstance(found, re.Match):
+            raise AssertionError(f"`job serve` exited\n{self.proc.tail()}")
+        self.url: str = found.group(1)
+
+    def close(self) -> None:
+        if self.proc.proc.poll() is None:
+            self.proc.proc.terminate()
+            if not self.proc.exited_within(15):
+                self.proc.sigkill()
+        self.proc.reap_group()
+
+
+@contextlib.contextmanager
+def api_server(env: Mapping[str, str], log_dir: Path) -> Iterator[ApiServer]:
+    server = ApiServer(env, log_dir)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@dataclass
+class Event:
+    id: int
+    event: str
+    data: dict[str, Any]
+    received: float = field(compare=False)  # time.time() when it arrived
+
+
+@dataclass
+class Stream:
+    status_code: int
+    events: list[Event]
+    keepalives: int
+    ended: bool  # the server closed the stream (as opposed to the client leaving)
+
+
+def read_stream(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    last_event_id: int | None = None,
+    stop_after: int | None = None,
+    timeout: float = 180,
+) -> Stream:
+    """Read an SSE stream until the server ends it, or leave after ``stop_after`` events."""
+    hdrs = dict(headers or {})
+    if last_event_id is not None:
+        hdrs["Last-Event-ID"] = str(last_event_id)
+    events: list[Event] = []
+    keepalives = 0
+    fields: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    with httpx.stream("GET", url, headers=hdrs, timeout=httpx.Timeout(30.0)) as response:
+        if response.status_code != 200:
+            response.read()
+            return Stream(response.status_code, [], 0, True)
+        assert response.headers["content-type"].startswith("text/event-stream"), response.headers
+        for line in response.iter_lines():
+            assert time.monotonic() < deadline, f"stream still open after {timeout} s"
+            if line.startswith(":"):
+                keepalives += line.strip() == ": keepalive"
+            elif line == "":
+                if "data" in fields:
+                    events.append(
+                        Event(int(fields["id"]), fields["event"], json.loads(fields["data"]), time.time())
+                    )
+                    if stop_after is not None and len(events) >= stop_after:
+                        return Stream(200, events, keepalives, False)
+                fields = {}
+            else:
+                name, _, value = line.partition(":")
+                fields[name] = value[1:] if value.startswith(" ") else value
+    return Stream(200, events, keepalives, True)

@@ -1,0 +1,43 @@
+"""Progress reports reach the run's Dagster event log, throttled, and read back as they were sent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
+
+from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.progress import (
+    Progress,
+    ProgressReporter,
+    ProgressStore,
+    event_log_sink,
+    progress_from_event,
+)
+
+
+def test_reports_round_trip_through_the_event_log_and_the_throttle_holds(dagster_home: Path) -> None:
+    instance = DagsterInstance.get()
+    run = instance.add_run(DagsterRun(job_name="j", run_id="run-1", status=DagsterRunStatus.STARTED))
+    store = ProgressStore(DurableDatabase.for_instance(instance))
+    reporter = ProgressReporter(
+        store, "b", run.run_id, min_interval_s=3600, sink=event_log_sink(instance, run)
+    )
+
+    reporter.report(Progress(4, 7, "Issuing refunds", 0, 0), force=True)
+    for done in range(1, 100):
+        reporter.report(Progress(4, 7, "Issuing refunds", done, 100))  # throttled away
+    reporter.report(Progress(4, 7, "Issuing refunds", 100, 100))  # the last one always goes
+
+    records = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ENGINE_EVENT).records
+    sent = [progress_from_event(r.event_log_entry.dagster_event) for r in records]
+    assert sent == [Progress(4, 7, "Issuing refunds", 0, 0), Progress(4, 7, "Issuing refunds", 100, 100)]
+    assert store.latest("b") == Progress(4, 7, "Issuing refunds", 100, 100)
+
+
+def test_other_engine_events_are_not_progress(dagster_home: Path) -> None:
+    instance = DagsterInstance.get()
+    run = instance.add_run(DagsterRun(job_name="j", run_id="run-2", status=DagsterRunStatus.STARTED))
+    instance.report_engine_event("something else", run)
+    records = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ENGINE_EVENT).records
+    assert [progress_from_event(r.event_log_entry.dagster_event) for r in records] == [None]
