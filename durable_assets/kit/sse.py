@@ -9,6 +9,7 @@ cannot tell a quiet batch from a dead connection without it.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
+
+logger = logging.getLogger(__name__)
 
 KEEPALIVE = b": keepalive\n\n"
 _EVENT_ID = re.compile(r"[0-9]{1,18}")
@@ -43,7 +46,13 @@ async def event_stream(
     """Yield encoded events until ``poll`` reports the end; keepalive comments in the silences."""
     last_sent = time.monotonic()
     while True:
-        events, done = await anyio.to_thread.run_sync(poll)
+        try:
+            events, done = await anyio.to_thread.run_sync(poll)
+        except Exception:
+            # The status line went out long ago, so a 500 is impossible: end the stream, and the
+            # client reconnects with Last-Event-ID (which loses and repeats nothing).
+            logger.exception("event stream stopped: reading the feed failed")
+            return
         for event in events:
             yield event.encode()
             last_sent = time.monotonic()

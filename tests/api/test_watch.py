@@ -165,3 +165,45 @@ def test_watch_a_running_batch_over_http(tmp_path: Path) -> None:
         # GET /runs/{ID} is exactly `job status --json`.
         status = json.loads(job(["status", "--id", BATCH, "--json"], env, tmp_path).stdout)
         assert httpx.get(f"{base}/runs/{BATCH}", timeout=30).json() == status
+
+
+@pytest.mark.slow
+def test_cancel_over_http_stops_the_batch_and_the_stream_ends_with_it(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    env = job_env(home)
+    with api_server(env, tmp_path) as server:
+        base = server.url
+        worker = JobProcess(
+            ["run", "--id", "cancel-1", "--size", "100"], job_env(home, DURABLE_STEP_DELAY_S=1.0), tmp_path
+        )
+        wait_until(
+            lambda: (
+                httpx.get(f"{base}/runs/cancel-1", timeout=30).status_code == 200
+                or worker.proc.poll() is not None
+            ),
+            timeout=120,
+            what="the batch to exist",
+        )
+        stream_thread, stream_box = _in_thread(read_stream, f"{base}/runs/cancel-1/events")
+        wait_until(
+            lambda: (
+                httpx.get(f"{base}/runs/cancel-1", timeout=30).json()["steps"][1]["status"] == "in_progress"
+            ),
+            timeout=120,
+            what="step 2 to start",
+        )
+        response = httpx.post(f"{base}/runs/cancel-1/cancel", timeout=30)
+        assert response.status_code == 202
+        assert response.json() == {"id": "cancel-1", "result": "cancel requested"}
+        assert httpx.get(f"{base}/runs/cancel-1", timeout=30).json()["status"] in ("canceling", "canceled")
+
+        assert worker.wait(180) == 1, worker.tail()
+        final = httpx.get(f"{base}/runs/cancel-1", timeout=30).json()
+        assert final["status"] == "canceled", final
+        stream: Stream = _result(stream_thread, stream_box)
+        statuses = [e.data["status"] for e in stream.events if e.event == "status"]
+        assert statuses == ["running", "canceling", "canceled"] and stream.events[-1].event == "status"
+        started = {
+            e.data["step"] for e in stream.events if e.event == "step" and e.data["status"] == "in_progress"
+        }
+        assert REFUND_STEP not in started, started

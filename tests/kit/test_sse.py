@@ -55,3 +55,14 @@ def test_no_keepalive_while_events_flow() -> None:
     events = [([ServerSentEvent(i, "progress", {"done": i})], False) for i in range(1, 20)]
     chunks = _collect([*events, ([], True)], heartbeat_s=10.0)
     assert KEEPALIVE not in chunks and len(chunks) == 19
+
+
+def test_a_failing_feed_ends_the_stream_instead_of_raising(caplog: pytest.LogCaptureFixture) -> None:
+    def poll() -> tuple[list[ServerSentEvent], bool]:
+        raise RuntimeError("database went away")
+
+    async def main() -> list[bytes]:
+        return [chunk async for chunk in event_stream(poll, poll_interval_s=0.01)]
+
+    assert anyio.run(main) == []
+    assert "database went away" in caplog.text
