@@ -9,6 +9,7 @@ status events in their true order and resume after any of them. The UI shows the
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -20,6 +21,8 @@ from durable_assets.kit.db import DurableDatabase, now, progress
 
 if TYPE_CHECKING:
     from dagster import DagsterEvent, DagsterInstance, DagsterRun
+
+logger = logging.getLogger(__name__)
 
 #: Metadata key that marks an engine event as a progress report.
 PROGRESS_METADATA_KEY = "durable/progress"
@@ -87,7 +90,14 @@ def progress_from_event(event: DagsterEvent | None) -> Progress | None:
 
 
 class ProgressReporter:
-    """Writes at most one report per ``min_interval_s``, plus always the forced ones (first, last)."""
+    """Passes on at most one report per ``min_interval_s``, plus always the forced ones (first, last).
+
+    Reports are written by a background thread, latest first: the step hands a report over and goes
+    on with its work instead of waiting for two database writes, and when the writer falls behind
+    only the newest report is kept (older progress is of no use to anyone). A forced report waits
+    until it and everything before it are written, so a step's last report is stored before the
+    step's success is, and the event log keeps progress inside its step.
+    """
 
     def __init__(
         self,
@@ -104,6 +114,12 @@ class ProgressReporter:
         self.sink = sink
         self._last_write = 0.0
         self._lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._pending: Progress | None = None
+        self._writing = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="progress-writer", daemon=True)
+        self._thread.start()
 
     def report(self, p: Progress, *, force: bool = False) -> None:
         with self._lock:
@@ -111,6 +127,41 @@ class ProgressReporter:
             if not force and p.done < p.of and t - self._last_write < self.min_interval_s:
                 return
             self._last_write = t
+        with self._changed:
+            self._pending = p
+            self._changed.notify_all()
+        if force:
+            self.flush()
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait until every report handed over so far is written."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._pending is None and not self._writing, timeout=timeout_s)
+
+    def close(self) -> None:
+        self.flush()
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self._thread.join(timeout=5)
+
+    def _write(self, p: Progress) -> None:
         self.store.write(self.batch_id, self.run_id, p)
         if self.sink is not None:
             self.sink(p)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._pending is not None or self._closed)
+                if self._pending is None:
+                    return
+                p, self._pending, self._writing = self._pending, None, True
+            try:
+                self._write(p)
+            except Exception:  # progress is advisory: a failed write must never fail the batch
+                logger.warning("progress report not stored", exc_info=True)
+            finally:
+                with self._changed:
+                    self._writing = False
+                    self._changed.notify_all()

@@ -93,6 +93,8 @@ class BatchRuntime(ConfigurableResource):
         # run ends; a daemon-launched worker's lease simply lapses after its TTL.
         if self._heartbeat is not None:
             self._heartbeat.stop(release=False)
+        if self._reporter is not None:
+            self._reporter.close()
 
     @property
     def batch_id(self) -> str:

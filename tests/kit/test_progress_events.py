@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
@@ -28,6 +29,7 @@ def test_reports_round_trip_through_the_event_log_and_the_throttle_holds(dagster
     for done in range(1, 100):
         reporter.report(Progress(4, 7, "Issuing refunds", done, 100))  # throttled away
     reporter.report(Progress(4, 7, "Issuing refunds", 100, 100))  # the last one always goes
+    reporter.close()
 
     records = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ENGINE_EVENT).records
     sent = [progress_from_event(r.event_log_entry.dagster_event) for r in records]
@@ -41,3 +43,23 @@ def test_other_engine_events_are_not_progress(dagster_home: Path) -> None:
     instance.report_engine_event("something else", run)
     records = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ENGINE_EVENT).records
     assert [progress_from_event(r.event_log_entry.dagster_event) for r in records] == [None]
+
+
+def test_a_slow_store_does_not_hold_up_the_step_and_the_newest_report_wins(dagster_home: Path) -> None:
+    written: list[Progress] = []
+
+    class SlowStore:
+        def write(self, _batch_id: str, _run_id: str, p: Progress) -> None:
+            time.sleep(0.2)  # a database under load
+            written.append(p)
+
+    reporter = ProgressReporter(SlowStore(), "b", "r", min_interval_s=0)  # type: ignore[arg-type]
+    started = time.perf_counter()
+    for done in range(50):
+        reporter.report(Progress(4, 7, "Issuing refunds", done, 100))
+    handed_over = time.perf_counter() - started
+    reporter.report(Progress(4, 7, "Issuing refunds", 100, 100), force=True)  # waits: stored before return
+    assert written[-1] == Progress(4, 7, "Issuing refunds", 100, 100)
+    assert handed_over < 0.15, f"50 reports held the step up for {handed_over:.2f} s"
+    assert len(written) < 10  # older pending reports were superseded, not queued
+    reporter.close()
