@@ -17,12 +17,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.api.conftest import Served
 from tests.api.helpers import TOKEN
 
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 
 
+@pytest.mark.slow
 def test_api_conforms_to_its_openapi_document(served: Served, tmp_path: Path) -> None:
     config = tmp_path / "schemathesis.toml"
     config.write_text(

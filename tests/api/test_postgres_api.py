@@ -13,7 +13,7 @@ from tests.api.helpers import api_server, read_stream
 from tests.conftest import REPO
 from tests.crash.helpers import job, job_env
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 def test_status_and_events_on_postgres(pg_database: str, tmp_path: Path) -> None:
