@@ -180,12 +180,19 @@ def notify_batch(
     config = settings()
     if config is None:
         return None
-    runs = batch_runs(instance, batch_id)
-    if runs:
-        enqueue(instance, config, runs[-1].run_id)
-    report = deliverer(instance, config).flush(
-        batch_id=batch_id, budget_s=cli_budget_s() if budget_s is None else budget_s
-    )
+    try:
+        runs = batch_runs(instance, batch_id)
+        if runs:
+            enqueue(instance, config, runs[-1].run_id)
+        report = deliverer(instance, config).flush(
+            batch_id=batch_id, budget_s=cli_budget_s() if budget_s is None else budget_s
+        )
+    except Exception as exc:  # the batch's own outcome must not be lost to a webhook problem
+        say(
+            f"webhooks: batch {batch_id}: not delivered ({type(exc).__name__}: {exc}); "
+            f"`job resume --id {batch_id}` retries"
+        )
+        return None
     if report.attempts:
         say(f"webhooks: batch {batch_id}: {report.summary()}")
     for row, why in report.failed:

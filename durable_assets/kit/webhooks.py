@@ -458,7 +458,9 @@ class Deliverer:
             if budget_s <= 0 or time.monotonic() + max(wait, 0.0) > deadline:
                 report.pending = rows
                 break
-            time.sleep(max(wait, 0.0))  # the next backoff or claim expiry falls inside our budget
+            # The next backoff or claim expiry falls inside our budget. Re-read at least twice a
+            # second: another deliverer holding a claim usually records its answer long before then.
+            time.sleep(min(max(wait, 0.0), 0.5))
         return report
 
     @staticmethod
