@@ -28,6 +28,7 @@ from durable_assets.definitions import refund_batch_job
 from durable_assets.errors import BatchExistsError, LeaseHeldError, UnknownBatchError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
+from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.leases import Heartbeat, LeaseStore, process_owner
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.refunds.assets import BATCHES
@@ -134,6 +135,7 @@ def resume_batch(instance: DagsterInstance, batch_id: str) -> DagsterRun | None:
             finished_without_reexecution = True
         elif newest.status in _LIVE:
             previous = leases.get(batch_id)
+            instance.add_run_tags(newest.run_id, {WORKER_LOST_TAG: "lease_expired"})
             instance.report_run_failed(
                 newest,
                 message=(
