@@ -240,6 +240,7 @@ def webhook_sensors() -> list[SensorDefinition]:
             name=f"{event.replace('.', '_')}_webhooks",
             description=f"Enqueues and sends {event} when a batch's newest run ends {status.value}.",
             default_status=DefaultSensorStatus.RUNNING,
+            minimum_interval_seconds=5,  # cheap (reads new run-status events only); bounds the delay
         )(_on_run_end)
         for status, event in EVENT_TYPES.items()
     ]

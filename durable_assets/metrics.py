@@ -16,14 +16,15 @@ from dagster import DagsterInstance, DagsterRun
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from durable_assets.kit.db import DurableDatabase, cancel_requests
+from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.ledger import FINISHED, REVIEW
 from durable_assets.kit.metrics import RunDigest, RunDigests, histogram, ledger_counts, render
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.webhooks import DELIVERED, FAILED, PENDING, Outbox
 from durable_assets.status import run_status_label
 
-#: Set by the lease-aware paths on a run they failed because its worker's lease expired.
-WORKER_LOST_TAG = "durable/worker_lost"
+__all__ = ["WORKER_LOST_TAG", "DurableMetrics", "render_metrics"]
+
 REFUND_SCOPE = "refund"
 BATCH_STATUSES = ("queued", "running", "canceling", "succeeded", "failed", "canceled")
 
