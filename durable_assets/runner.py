@@ -35,6 +35,8 @@ from durable_assets.refunds.assets import BATCHES
 from durable_assets.status import batch_runs, check_batch_id
 
 PARTITION_TAG = "dagster/partition"
+#: Dagster's run-retries tag (dagster._core.storage.tags.MAX_RETRIES_TAG), spelled out: not public API.
+MAX_RETRIES_TAG = "dagster/max_retries"
 #: Dagster's console logger prints every event at DEBUG; the CLI shows its own progress instead.
 QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 _LIVE = {
@@ -135,7 +137,9 @@ def resume_batch(instance: DagsterInstance, batch_id: str) -> DagsterRun | None:
             finished_without_reexecution = True
         elif newest.status in _LIVE:
             previous = leases.get(batch_id)
-            instance.add_run_tags(newest.run_id, {WORKER_LOST_TAG: "lease_expired"})
+            # max_retries=0 on the dead run only: this resume re-executes it, so the daemon's run
+            # retries (which would see a failure with no reason and retry it too) must not.
+            instance.add_run_tags(newest.run_id, {WORKER_LOST_TAG: "lease_expired", MAX_RETRIES_TAG: "0"})
             instance.report_run_failed(
                 newest,
                 message=(
