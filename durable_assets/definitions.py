@@ -17,6 +17,7 @@ from dagster import (
     in_process_executor,
 )
 
+from durable_assets.batch_webhooks import webhook_sensors
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
 from durable_assets.refunds.resources import CustomerMailbox, PaymentGateway, RefundLimits
@@ -48,6 +49,7 @@ defs = Definitions(
     assets=ALL_ASSETS,
     jobs=[refund_batch],
     executor=in_process_executor,
+    sensors=webhook_sensors(),  # terminal-status webhooks for runs the daemon launches
     resources={
         "payments": PaymentGateway(
             payments_url=_optional_env("DURABLE_PAYMENTS_URL"),

@@ -118,3 +118,14 @@ class ProviderRejectedError(ProviderError):
 
 class ProviderResponseMismatchError(ProviderError):
     """The provider's answer does not match what was asked (amount, currency, charge): fail closed."""
+
+
+# --- webhooks -------------------------------------------------------------------------------------
+
+
+class WebhookConfigError(UsageError):
+    """``DURABLE_WEBHOOK_URLS`` / ``DURABLE_WEBHOOK_SECRET`` are set but unusable (exit 2)."""
+
+
+class WebhookVerificationError(DurableError):
+    """A received webhook's headers or signature do not verify: the receiver must reject it."""

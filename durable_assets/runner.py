@@ -23,16 +23,20 @@ from dagster import (
     reconstructable,
 )
 
+from durable_assets import batch_webhooks
 from durable_assets.definitions import refund_batch_job
 from durable_assets.errors import BatchExistsError, LeaseHeldError, UnknownBatchError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
+from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.leases import Heartbeat, LeaseStore, process_owner
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.refunds.assets import BATCHES
 from durable_assets.status import batch_runs, check_batch_id
 
 PARTITION_TAG = "dagster/partition"
+#: Dagster's run-retries tag (dagster._core.storage.tags.MAX_RETRIES_TAG), spelled out: not public API.
+MAX_RETRIES_TAG = "dagster/max_retries"
 #: Dagster's console logger prints every event at DEBUG; the CLI shows its own progress instead.
 QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 _LIVE = {
@@ -77,8 +81,12 @@ def _holding_lease(instance: DagsterInstance, batch_id: str) -> Iterator[LeaseSt
 def start_batch(
     instance: DagsterInstance, batch_id: str, *, invoices: str | None = None, size: int = 1000
 ) -> DagsterRun:
-    """Run a new batch to the end in this process; returns the finished run."""
+    """Run a new batch to the end in this process; returns the finished run.
+
+    Its terminal webhook is sent from here (bounded) after the lease is released: no daemon needed.
+    """
     check_batch_id(batch_id)
+    batch_webhooks.settings()  # a broken webhook configuration fails before the run, not after it
     with _holding_lease(instance, batch_id):
         if batch_runs(instance, batch_id):
             raise BatchExistsError(
@@ -94,6 +102,7 @@ def start_batch(
             run_config={"ops": {"invoices": {"config": config}}, **QUIET_LOGS},
             tags=_tags(batch_id),
         )
+    batch_webhooks.notify_batch(instance, batch_id)
     return _reload(instance, result.run_id)
 
 
@@ -108,19 +117,29 @@ def resume_batch(instance: DagsterInstance, batch_id: str) -> DagsterRun | None:
     if not runs:
         raise UnknownBatchError(f"no batch {batch_id!r} to resume in {instance.root_directory}")
     newest = runs[-1]
+    batch_webhooks.settings()
     if newest.status == DagsterRunStatus.SUCCESS:
+        batch_webhooks.notify_batch(instance, batch_id)  # delivers what an earlier process left pending
         return None
     db = DurableDatabase.for_instance(instance)
     _refuse_if_worker_alive(instance, LeaseStore(db, ttl_s=lease_ttl_s()), newest)
+    if newest.status not in _LIVE:
+        # The end this resume leaves is an event even if the process that saw it died before
+        # enqueueing it; it goes out with the new run's event after the re-execution.
+        batch_webhooks.enqueue_if_terminal(instance, newest.run_id)
+    finished_without_reexecution = False
     with _holding_lease(instance, batch_id) as leases:
         newest = _reload(instance, newest.run_id)
         if all_steps_committed(instance, runs):
             # The worker died after the last step committed but before Dagster recorded the run's
             # end: there is nothing to re-execute (Dagster rejects an empty plan), so finish it.
             _record_run_success(instance, newest, batch_id)
-            return None
-        if newest.status in _LIVE:
+            finished_without_reexecution = True
+        elif newest.status in _LIVE:
             previous = leases.get(batch_id)
+            # max_retries=0 on the dead run only: this resume re-executes it, so the daemon's run
+            # retries (which would see a failure with no reason and retry it too) must not.
+            instance.add_run_tags(newest.run_id, {WORKER_LOST_TAG: "lease_expired", MAX_RETRIES_TAG: "0"})
             instance.report_run_failed(
                 newest,
                 message=(
@@ -129,14 +148,16 @@ def resume_batch(instance: DagsterInstance, batch_id: str) -> DagsterRun | None:
                     f"`job resume` so the batch can be re-executed from failure."
                 ),
             )
-        CancelStore(db).clear(batch_id)
-        result = execute_job(
-            reconstructable(refund_batch_job),
-            instance,
-            reexecution_options=ReexecutionOptions.from_failure(newest.run_id, instance),
-            tags=_tags(batch_id),
-        )
-    return _reload(instance, result.run_id)
+        if not finished_without_reexecution:
+            CancelStore(db).clear(batch_id)
+            result = execute_job(
+                reconstructable(refund_batch_job),
+                instance,
+                reexecution_options=ReexecutionOptions.from_failure(newest.run_id, instance),
+                tags=_tags(batch_id),
+            )
+    batch_webhooks.notify_batch(instance, batch_id)
+    return None if finished_without_reexecution else _reload(instance, result.run_id)
 
 
 def all_steps_committed(instance: DagsterInstance, runs: list[DagsterRun]) -> bool:
@@ -193,6 +214,8 @@ def cancel_batch(instance: DagsterInstance, batch_id: str) -> str:
     CancelStore(DurableDatabase.for_instance(instance)).request(batch_id)
     if newest.status in (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED):
         instance.report_run_canceled(newest, message="canceled before it started (job cancel)")
+        # No worker will ever pick this run up, so nobody else sends its end: one pass, no waiting.
+        batch_webhooks.notify_batch(instance, batch_id, budget_s=0)
     elif newest.status != DagsterRunStatus.CANCELING:
         instance.report_run_canceling(newest, message="cancel requested (durable-assets)")
     return "cancel requested"

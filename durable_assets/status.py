@@ -39,6 +39,12 @@ _RUN_STATUS = {
 }
 TERMINAL = {"succeeded", "failed", "canceled"}
 
+
+def run_status_label(run: DagsterRun) -> str:
+    """The contract's status word for one run (a batch's status is its newest run's)."""
+    return _RUN_STATUS.get(run.status, "running")
+
+
 _STEP_EVENTS = {
     DagsterEventType.STEP_START,
     DagsterEventType.STEP_SUCCESS,

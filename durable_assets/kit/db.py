@@ -74,6 +74,30 @@ progress = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
 )
 
+webhook_outbox = sa.Table(
+    "durable_webhook_outbox",
+    metadata,
+    # One row per (message, endpoint): the message id is the Standard Webhooks ``webhook-id``, the
+    # same on every retry, so a receiver deduplicates a re-send after a crash between send and record.
+    sa.Column("webhook_id", sa.String(64), primary_key=True),
+    sa.Column("url", sa.String(2000), primary_key=True),
+    sa.Column("batch_id", sa.String(64), nullable=False, index=True),
+    sa.Column("run_id", sa.String(64)),
+    sa.Column("event_type", sa.String(64), nullable=False),
+    sa.Column("body", sa.Text, nullable=False),  # frozen at enqueue: every attempt sends the same bytes
+    # pending -> delivered | failed (gave up). One-way.
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("next_attempt_at", sa.Float, nullable=False),
+    sa.Column("claimed_by", sa.String(64)),
+    sa.Column("claim_expires_at", sa.Float, nullable=False, default=0.0),
+    sa.Column("last_status", sa.Integer),
+    sa.Column("last_error", sa.Text),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("delivered_at", sa.Float),
+)
+
 _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()
 

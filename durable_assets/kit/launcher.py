@@ -5,29 +5,71 @@ monitoring cannot fail runs whose worker was SIGKILLed; they stay STARTED foreve
 launches exactly like the default one and answers ``check_run_worker_health`` from the lease the
 worker renews in the instance's database, which works whatever host the worker ran on. With
 ``run_retries`` enabled (strategy FROM_FAILURE) the daemon then re-executes the run automatically.
+
+It also makes runs launched from the UI, a schedule or a sensor look like CLI batches: a run of a
+partitioned job gets the ``durable/batch`` tag from its partition before its worker starts, and the
+UI's Terminate button records a cooperative cancel first, so no refund is sent after it.
 """
 
 from __future__ import annotations
 
 from dagster import DagsterRun
-from dagster._core.launcher import CheckRunHealthResult, DefaultRunLauncher, WorkerStatus
+from dagster._core.launcher import CheckRunHealthResult, DefaultRunLauncher, LaunchRunContext, WorkerStatus
 
+from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Lease, LeaseStore
 from durable_assets.kit.resources import BATCH_TAG
 
+PARTITION_TAG = "dagster/partition"
+#: Set on a run failed because its worker stopped renewing its lease (counted by /metrics).
+WORKER_LOST_TAG = "durable/worker_lost"
+
+
+def batch_of(run: DagsterRun) -> str | None:
+    return run.tags.get(BATCH_TAG) or run.tags.get(PARTITION_TAG) or None
+
 
 class LeaseAwareRunLauncher(DefaultRunLauncher):
+    def launch_run(self, context: LaunchRunContext) -> None:
+        run = context.dagster_run
+        partition = run.tags.get(PARTITION_TAG)
+        if partition and BATCH_TAG not in run.tags:
+            # The worker reloads the run from storage, so it (and `job status`) sees the tag.
+            self._instance.add_run_tags(run.run_id, {BATCH_TAG: partition})
+        super().launch_run(context)
+
+    def terminate(self, run_id: str) -> bool:
+        run = self._instance.get_run_by_id(run_id)
+        batch_id = batch_of(run) if run is not None else None
+        if batch_id and run is not None and not run.is_finished:
+            CancelStore(DurableDatabase.for_instance(self._instance)).request(batch_id)
+        return bool(super().terminate(run_id))
+
     @property
     def supports_check_run_worker_health(self) -> bool:
         return True
 
     def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
-        batch_id = run.tags.get(BATCH_TAG) or run.tags.get("dagster/partition") or ""
+        batch_id = batch_of(run)
         lease = LeaseStore(DurableDatabase.for_instance(self._instance)).get(batch_id) if batch_id else None
         record = self._instance.get_run_record_by_id(run.run_id)
         started_at = record.start_time if record is not None else None
-        return health_from_lease(run.run_id, lease, started_at, now())
+        health = health_from_lease(run.run_id, lease, started_at, now())
+        if health.status == WorkerStatus.FAILED:
+            # Monitoring fails the run right after this answer; the tag says why, for metrics.
+            self._instance.add_run_tags(run.run_id, {WORKER_LOST_TAG: "lease_expired"})
+        return health
+
+    def get_run_worker_debug_info(self, run: DagsterRun, include_container_logs: bool | None = True) -> str:
+        batch_id = batch_of(run)
+        lease = LeaseStore(DurableDatabase.for_instance(self._instance)).get(batch_id) if batch_id else None
+        if lease is None:
+            return f"no lease recorded for batch {batch_id!r}"
+        return (
+            f"batch {batch_id!r} lease: run {lease.run_id}, owner {lease.owner}, fence {lease.fence}, "
+            f"expired {now() - lease.expires_at:.1f} s ago"
+        )
 
 
 #: How long a started run may go without taking its lease (process start, code loading).

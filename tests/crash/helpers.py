@@ -55,11 +55,21 @@ def wait_until(
 # --- instances and processes ---------------------------------------------------------------------
 
 
-def make_home(root: Path) -> Path:
+def make_home(root: Path, pg_url: str | None = None) -> Path:
+    """A new instance: SQLite files in the folder, or (``pg_url``) every storage in that database."""
     home = root / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    storage = f"storage:\n  postgres:\n    postgres_url: {pg_url}\n" if pg_url else ""
+    (home / "dagster.yaml").write_text(f"{storage}telemetry:\n  enabled: false\n")
     return home
+
+
+def pg_url_of(home: Path) -> str | None:
+    import yaml
+
+    config = yaml.safe_load((home / "dagster.yaml").read_text()) or {}
+    url = (config.get("storage") or {}).get("postgres", {}).get("postgres_url")
+    return str(url) if url else None
 
 
 def job_env(
@@ -187,6 +197,76 @@ def job_killed_in_teardown(args: list[str], env: Mapping[str, str], log_dir: Pat
     return JobProcess(args, env, log_dir, command=[str(PYTHON), str(launcher)])
 
 
+class DagsterDev:
+    """`dagster dev` (webserver + daemon + code server) on a test instance, as a user would run it.
+
+    The instance's dagster.yaml is the shipped one (our launcher, run monitoring, run retries),
+    with the monitoring poll shortened so a test waits seconds, not tens of seconds.
+    """
+
+    def __init__(self, home: Path, env: Mapping[str, str], log_dir: Path, poll_interval_s: int = 2) -> None:
+        shipped = (REPO / "dagster_home" / "dagster.yaml").read_text()
+        self.poll_interval_s = poll_interval_s
+        pg_url = pg_url_of(home)
+        storage = f"storage:\n  postgres:\n    postgres_url: {pg_url}\n" if pg_url else ""
+        (home / "dagster.yaml").write_text(
+            storage + shipped.replace("poll_interval_seconds: 5", f"poll_interval_seconds: {poll_interval_s}")
+        )
+        self.home, self.env, self.log_dir = home, env, log_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> DagsterDev:
+        """Start it (open the instance from the test first: first-open creates the SQLite files)."""
+        command = [str(REPO / ".venv" / "bin" / "dagster"), "dev", "-w", str(REPO / "workspace.yaml")]
+        env = {**self.env, "DAGSTER_HOME": str(self.home)}
+        self.proc = JobProcess(["-h", "127.0.0.1", "-p", str(self.port)], env, self.log_dir, command)
+        wait_until(self._ready, timeout=120, interval=0.25, what="the Dagster webserver")
+        return self
+
+    def _ready(self) -> bool:
+        assert self.proc.proc.poll() is None, f"dagster dev exited\n{self.proc.tail()}"
+        try:
+            ok = requests.get(f"{self.url}/server_info", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+        if not ok:
+            return False
+        # The code location is loaded once the job is visible through GraphQL.
+        query = "{ repositoriesOrError { ... on RepositoryConnection { nodes { jobs { name } } } } }"
+        body = requests.post(f"{self.url}/graphql", json={"query": query}, timeout=10).json()
+        nodes = (body.get("data") or {}).get("repositoriesOrError", {}).get("nodes", [])
+        return any(job["name"] == "refund_batch" for node in nodes for job in node["jobs"])
+
+    def launch(self, batch_id: str, size: int) -> str:
+        """Launch a batch the way the UI's launchpad does (GraphQL launchRun, partition tag only)."""
+        from dagster_graphql import DagsterGraphQLClient
+
+        client = DagsterGraphQLClient("127.0.0.1", port_number=self.port)
+        return client.submit_job_execution(
+            "refund_batch",
+            run_config={"ops": {"invoices": {"config": {"size": size}}}},
+            tags={"dagster/partition": batch_id},
+        )
+
+    def stop(self) -> None:
+        """SIGTERM lets dagster dev stop its children; then kill whatever of its group is left."""
+        if self.proc.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            if not self.proc.exited_within(30):
+                self.proc.reap_group()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 # --- the instance, read from the test process ----------------------------------------------------
 
 
@@ -231,6 +311,9 @@ class InstanceReader:
     def step_completed(self, batch_id: str, step: int) -> bool:
         st = self.status(batch_id)
         return bool(st) and st["steps"][step - 1]["status"] == "completed"  # type: ignore[index]
+
+    def lease(self, batch_id: str) -> Any:
+        return self._leases.get(batch_id)
 
     def lease_live(self, batch_id: str) -> bool:
         lease = self._leases.get(batch_id)
@@ -277,7 +360,64 @@ def resume_until_accepted(
         assert time.monotonic() < deadline, f"still conflicting after {timeout} s\n{p.tail()}"
 
 
+def holds_no_write_lock(home: Path) -> bool:
+    """True when no other process is inside a transaction on the instance's databases."""
+    import sqlite3
+
+    pg_url = pg_url_of(home)
+    if pg_url:
+        import psycopg2
+
+        with psycopg2.connect(pg_url) as conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND state IS NOT NULL AND state <> 'idle'"
+            )
+            row = cur.fetchone()
+        conn.close()
+        if row and row[0]:
+            return False
+    for path in sorted(home.rglob("*.db")):
+        conn = sqlite3.connect(str(path), timeout=0.05, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            conn.close()
+    return True
+
+
+def freeze_outside_transactions(pid: int, home: Path, progress: Callable[[], object]) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no database lock.
+
+    A frozen (not dead) process keeps its locks: frozen inside a write transaction it would stall
+    every other writer of the instance until it thaws (SQLite's file lock; a Postgres session's
+    row locks), which is a stall, not an orphan scenario. When the freeze lands inside one, thaw,
+    let ``progress`` change, and retry.
+    """
+    deadline = time.monotonic() + 60
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        if holds_no_write_lock(home):
+            return
+        os.kill(pid, signal.SIGCONT)
+        assert time.monotonic() < deadline, "could not freeze the worker outside a transaction"
+        seen = progress()
+        wait_until(
+            lambda seen=seen: progress() != seen, timeout=30, interval=0.005, what="the worker to move on"
+        )
+
+
 # --- providers ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RefundRequest:
+    at: float
+    api_key: str
+    idempotency_key: str | None
 
 
 class Simulator:
@@ -299,6 +439,31 @@ class Simulator:
 
     def configure(self, **faults: Any) -> None:
         self.server.configure(**faults)
+
+    def record_refund_requests(self) -> list[RefundRequest]:
+        """From now on, note every refund request as it arrives: when, from which API key, which key.
+
+        Workers given different ``STRIPE_API_KEY`` values can then be told apart, which is how
+        a test proves that a fenced-out orphan sent nothing.
+        """
+        from durable_assets.payments.simulator import SimulatorHandler
+
+        log: list[RefundRequest] = []
+        lock = threading.Lock()
+
+        class Recording(SimulatorHandler):
+            def _handle_api(self, path: str, encoded_params: str) -> None:
+                if self.command == "POST" and path == "/v1/refunds":
+                    auth = self.headers.get("Authorization", "")
+                    entry = RefundRequest(
+                        time.monotonic(), auth.removeprefix("Bearer "), self.headers.get("Idempotency-Key")
+                    )
+                    with lock:
+                        log.append(entry)
+                super()._handle_api(path, encoded_params)
+
+        self.server.RequestHandlerClass = Recording
+        return log
 
     def stats(self) -> dict[str, int]:
         """``GET /_sim/stats`` (never fault-injected)."""

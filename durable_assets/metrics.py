@@ -1,0 +1,129 @@
+"""``/metrics`` for durable-assets: Prometheus text derived from the instance's state at scrape time.
+
+Counters are totals over what storage still holds (runs, events, ledger and outbox rows); when
+retention prunes old batches a total may drop, which Prometheus treats as a counter reset
+(``rate()``/``increase()`` stay correct). Idempotency keys outlive runs, so the refund totals are
+the ledger's, across every batch. Use :func:`render_metrics` from any server route.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+
+import sqlalchemy as sa
+from dagster import DagsterInstance, DagsterRun
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from durable_assets.kit.db import DurableDatabase, cancel_requests
+from durable_assets.kit.launcher import WORKER_LOST_TAG
+from durable_assets.kit.ledger import FINISHED, REVIEW
+from durable_assets.kit.metrics import RunDigest, RunDigests, histogram, ledger_counts, render
+from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.webhooks import DELIVERED, FAILED, PENDING, Outbox
+from durable_assets.status import run_status_label
+
+__all__ = ["WORKER_LOST_TAG", "DurableMetrics", "render_metrics"]
+
+REFUND_SCOPE = "refund"
+BATCH_STATUSES = ("queued", "running", "canceling", "succeeded", "failed", "canceled")
+
+_digests = RunDigests()
+
+
+class DurableMetrics:
+    """A prometheus_client collector over one Dagster instance."""
+
+    def __init__(self, instance: DagsterInstance) -> None:
+        self.instance = instance
+        self.db = DurableDatabase.for_instance(instance)
+
+    def collect(self) -> Iterator[Metric]:
+        runs = [r for r in self.instance.get_runs() if r.tags.get(BATCH_TAG)]  # newest first
+        digests = _digests.for_runs(self.instance, runs)
+        yield self._batches(runs)
+        yield from self._refunds(digests)
+        yield CounterMetricFamily(
+            "durable_lease_expiries",
+            "Runs failed because their worker stopped renewing its lease (dead worker detected).",
+            value=sum(1 for r in runs if WORKER_LOST_TAG in r.tags),
+        )
+        yield CounterMetricFamily(
+            "durable_resumes",
+            "Re-executions of a batch (job resume, UI re-execution, automatic retry): runs with a parent.",
+            value=sum(1 for r in runs if r.parent_run_id),
+        )
+        yield from self._webhooks()
+        steps: dict[str, list[float]] = defaultdict(list)
+        for digest in digests:
+            for step, seconds in digest.step_seconds:
+                steps[step].append(seconds)
+        yield histogram(
+            "durable_step_duration_seconds",
+            "Duration of each successful step execution (STEP_SUCCESS events), by step.",
+            "step",
+            steps,
+        )
+
+    def _batches(self, runs: list[DagsterRun]) -> GaugeMetricFamily:
+        newest: dict[str, str] = {}
+        for run in runs:  # newest first: the first run seen of a batch decides its status
+            newest.setdefault(run.tags[BATCH_TAG], run_status_label(run))
+        with self.db.engine.connect() as conn:
+            canceling = {row[0] for row in conn.execute(sa.select(cancel_requests.c.batch_id)).all()}
+        counts = Counter("canceling" if s == "running" and b in canceling else s for b, s in newest.items())
+        family = GaugeMetricFamily("durable_batches", "Batches by current status.", labels=["status"])
+        for status in BATCH_STATUSES:
+            family.add_metric([status], counts.get(status, 0))
+        return family
+
+    def _refunds(self, digests: list[RunDigest]) -> Iterator[Metric]:
+        counts = ledger_counts(self.db)
+        per_point = {point: n for (scope, point), n in counts.items() if scope == REFUND_SCOPE}
+        yield CounterMetricFamily(
+            "durable_refunds_requested",
+            "Refunds whose intent was committed before the provider was asked (one per idempotency key).",
+            value=sum(per_point.values()),
+        )
+        yield CounterMetricFamily(
+            "durable_refunds_created",
+            "Refunds the provider confirmed and the ledger recorded as finished.",
+            value=per_point.get(FINISHED, 0),
+        )
+        yield CounterMetricFamily(
+            "durable_refunds_held_for_review",
+            "Refunds whose provider answer did not match the request: held for a human, never retried.",
+            value=per_point.get(REVIEW, 0),
+        )
+        replayed = sum(d.metadata("issued_refunds", "reused_from_ledger") for d in digests)
+        yield CounterMetricFamily(
+            "durable_refunds_replayed",
+            "Refunds a re-executed refund step found already settled in the ledger and did not send again.",
+            value=replayed,
+        )
+
+    def _webhooks(self) -> Iterator[Metric]:
+        stats = Outbox(self.db).stats()
+        deliveries = CounterMetricFamily(
+            "durable_webhook_deliveries",
+            "Webhook deliveries (one per event and URL) by outcome: delivered, or failed (given up).",
+            labels=["outcome"],
+        )
+        deliveries.add_metric([DELIVERED], stats[DELIVERED])
+        deliveries.add_metric([FAILED], stats[FAILED])
+        yield deliveries
+        yield GaugeMetricFamily(
+            "durable_webhook_deliveries_pending",
+            "Webhook deliveries waiting in the outbox (retry backoff, or a receiver down).",
+            value=stats[PENDING],
+        )
+        yield CounterMetricFamily(
+            "durable_webhook_delivery_failures",
+            "Webhook POST attempts that did not get a 2xx (connection errors, 4xx, 5xx).",
+            value=stats["attempts"] - stats[DELIVERED],
+        )
+
+
+def render_metrics(instance: DagsterInstance) -> str:
+    """The Prometheus text exposition (``text/plain; version=0.0.4``) for ``GET /metrics``."""
+    return render(DurableMetrics(instance))
