@@ -98,6 +98,13 @@ async def run_events(request: Request) -> Response:
     )
 
 
+async def metrics(request: Request) -> Response:
+    from durable_assets.metrics import render_metrics  # prometheus_client only when scraped
+
+    body = await run_in_threadpool(render_metrics, _instance(request))
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
 async def openapi_json(request: Request) -> Response:
     return JSONResponse(request.app.state.openapi)
 
@@ -109,6 +116,7 @@ def endpoints() -> list[Endpoint]:
         Endpoint("/runs/{id}", "GET", get_run, openapi.GET_RUN),
         Endpoint("/runs/{id}/events", "GET", run_events, openapi.RUN_EVENTS),
         Endpoint("/runs/{id}/cancel", "POST", cancel_run, openapi.CANCEL_RUN),
+        Endpoint("/metrics", "GET", metrics, openapi.METRICS),
         Endpoint("/openapi.json", "GET", openapi_json, openapi.OPENAPI),
     ]
 

@@ -242,6 +242,17 @@ CANCEL_RUN: dict[str, Any] = {
     "parameters": [_ID_PARAM],
     "responses": {"202": _json(_ref("CancelAccepted"), "accepted"), "404": _UNKNOWN, "422": _BAD_ID},
 }
+METRICS: dict[str, Any] = {
+    "operationId": "metrics",
+    "summary": "Prometheus text exposition: batches, refunds, lease expiries, resumes, webhooks, steps",
+    "description": "Names and meanings: docs/metrics.md. Values are derived from storage at scrape time.",
+    "responses": {
+        "200": {
+            "description": "metrics in the Prometheus text format 0.0.4",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        }
+    },
+}
 OPENAPI: dict[str, Any] = {
     "operationId": "openapi",
     "summary": "This document",

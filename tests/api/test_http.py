@@ -37,6 +37,7 @@ def test_every_route_but_healthz_is_401_without_the_token_and_served_with_it(ser
         f"/runs/{served.batch_id}",
         f"/runs/{served.batch_id}/events",
         f"/runs/{served.batch_id}/cancel",
+        "/metrics",
         "/openapi.json",
     }
     wrong = [
@@ -147,3 +148,23 @@ def test_unexpected_errors_are_500_json_without_a_traceback(
     }
     assert "secret" not in response.text and "Traceback" not in response.text
     assert any("secret internal detail" in str(r.exc_info) for r in caplog.records if r.exc_info)
+
+
+def test_metrics_parse_as_prometheus_text_and_count_the_finished_batch(served: Served) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.crash.helpers import Expected
+
+    response = httpx.get(f"{served.url}/metrics", headers=served.auth, timeout=30)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(response.text)
+        for s in family.samples
+    }
+    refunds = Expected.of(served.batch_id, 20).n
+    assert samples[("durable_batches", (("status", "succeeded"),))] >= 1
+    assert samples[("durable_refunds_created_total", ())] == refunds
+    assert samples[("durable_refunds_requested_total", ())] == refunds
+    assert samples[("durable_refunds_held_for_review_total", ())] == 0
+    assert samples[("durable_lease_expiries_total", ())] == 0
