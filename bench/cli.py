@@ -16,6 +16,7 @@ import importlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--full", action="store_true", help="the issue's full sizes instead of the quick ones")
     p.add_argument("--only", default="", help="comma-separated scenario numbers, e.g. 1,3 (default: all)")
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write results ({DEFAULT_JSON})")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (logs, instances) afterwards")
     p.add_argument(
         "--size",
         choices=["smoke", "quick", "full"],
@@ -124,13 +126,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     t0 = time.monotonic()
     results: list[Result] = []
-    with tempfile.TemporaryDirectory(prefix="durable-bench-") as tmp:
+    tmp = tempfile.mkdtemp(prefix="durable-bench-")
+    try:
         for n in numbers:
             print(f"bench: scenario {n} ({known[n][1]}, {size})...", file=sys.stderr, flush=True)
             workdir = Path(tmp) / f"s{n}"
             workdir.mkdir()
             results.append(run_scenario(n, size, workdir))
             print(f"bench:   {results[-1].measured}", file=sys.stderr, flush=True)
+    finally:
+        if args.keep:
+            print(f"bench: kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     info |= {"load_avg_end": _load(), "total_seconds": round(time.monotonic() - t0, 1)}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"machine": info, "results": [r.as_json() for r in results]}, indent=2))

@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -287,13 +288,10 @@ class InstanceView:
         lease = self.lease(batch_id)
         return bool(lease) and not lease["released"] and lease["expires_at"] > time.time()  # type: ignore[index]
 
-    def ledger_counts(self, scope: str) -> dict[str, int]:
-        rows = self.query(
-            "SELECT recovery_point, COUNT(*) FROM durable_idempotency WHERE scope = ? "
-            "GROUP BY recovery_point",
-            scope,
-        )
-        return {str(point): int(n) for point, n in rows}
+    def ledger_counts(self, scope: str, keys: set[str]) -> dict[str, int]:
+        """Ledger rows per recovery point, among ``keys`` (the ledger is shared by all batches)."""
+        rows = self.query("SELECT key, recovery_point FROM durable_idempotency WHERE scope = ?", scope)
+        return dict(Counter(str(point) for key, point in rows if key in keys))
 
     def runs(self, batch_id: str) -> list[Any]:
         from durable_assets.status import batch_runs
@@ -310,11 +308,16 @@ def instance_view(home: Path) -> Iterator[InstanceView]:
         view.close()
 
 
-def expected_refunds(batch_id: str, size: int) -> int:
-    """How many refunds a synthetic batch must issue, from the pure generator and policy alone."""
+def expected_refund_keys(batch_id: str, size: int) -> set[str]:
+    """The idempotency keys a synthetic batch must refund, from the pure generator and policy alone."""
+    from durable_assets.refunds.keys import refund_key
     from durable_assets.refunds.policy import compute_refund_candidates
     from durable_assets.refunds.synthetic import synthetic_invoices
     from durable_assets.refunds.validation import validate_invoices
 
     valid = validate_invoices(synthetic_invoices(batch_id, size), require_charge_id=False).valid
-    return len(compute_refund_candidates(valid))
+    candidates = compute_refund_candidates(valid)
+    return {
+        refund_key(str(i), str(r))
+        for i, r in zip(candidates["invoice_id"], candidates["reason"], strict=True)
+    }
