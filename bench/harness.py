@@ -76,7 +76,7 @@ def spread(values: Sequence[float], digits: int = 3) -> dict[str, Any]:
 
 
 def wait_until(
-    predicate: Callable[[], T], timeout: float, interval: float = 0.05, what: str = "the condition"
+    predicate: Callable[[], T | None], timeout: float, interval: float = 0.05, what: str = "the condition"
 ) -> T:
     """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` s pass (raise)."""
     deadline = time.monotonic() + timeout
