@@ -14,6 +14,16 @@ import time
 
 
 def _peak_mb() -> float:
+    """This process's peak RSS. Linux's ``ru_maxrss`` carries the *parent's* high-water mark over
+    fork + exec (a child of the bench process would start at its ~270 MB), so the kernel's
+    per-address-space ``VmHWM`` is read instead where there is one."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
