@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-.venv/bin/ruff check durable_assets tests
-.venv/bin/ruff format --check durable_assets tests
+.venv/bin/ruff check durable_assets tests bench
+.venv/bin/ruff format --check durable_assets tests bench
 .venv/bin/mypy durable_assets
 .venv/bin/pytest -q -p no:cacheprovider "$@"

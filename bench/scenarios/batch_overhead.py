@@ -1,0 +1,64 @@
+"""Scenario 5 — a whole 1,000-invoice batch, process start to exit, ours vs Dagster's default executor.
+
+Ours: `job run` (in-process executor: every step in the run worker's process). Baseline: the same
+assets and resources under Dagster's default ``multiprocess_executor`` (a process per step),
+started the same way (bench/multiprocess_job.py). Embedded provider, one instance; runs alternate
+(ours, baseline, ours, ...) so drift on a shared machine hits both alike.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.harness import JOB, PYTHON, Proc, Result, Size, instance_view, job_env, make_home, spread
+
+INVOICES = 1_000
+REPEATS = {"smoke": 1, "quick": 3, "full": 5}
+
+
+def _timed(argv: list[str], env: dict[str, str], log: Path) -> float:
+    p = Proc(argv, env, log)
+    if p.wait(1800) != 0:
+        raise RuntimeError(f"batch failed\n{p.tail()}")
+    return p.wall_s
+
+
+def run(size: Size, workdir: Path) -> Result:
+    home = make_home(workdir)
+    with instance_view(home):  # create the instance's storages once, outside the timings
+        pass
+    env = job_env(home)
+    ours, base = [], []
+    for i in range(REPEATS[size]):
+        ours.append(
+            _timed(
+                [str(JOB), "run", "--id", f"ours-{i}", "--size", str(INVOICES)], env, workdir / f"o{i}.log"
+            )
+        )
+        base.append(
+            _timed(
+                [
+                    str(PYTHON),
+                    "-c",
+                    "from bench.multiprocess_job import main; main()",
+                    f"mp-{i}",
+                    str(INVOICES),
+                ],
+                env,
+                workdir / f"m{i}.log",
+            )
+        )
+    o, b = spread(ours, 2), spread(base, 2)
+    return Result(
+        5,
+        f"one {INVOICES:,}-invoice batch, process start to exit (median of {len(ours)})",
+        measured=f"`job run` {o['median']:.1f} s ({o['min']:.1f}..{o['max']:.1f})",
+        baseline=f"multiprocess executor {b['median']:.1f} s ({b['min']:.1f}..{b['max']:.1f})",
+        ratio=f"{o['median'] / b['median']:.2f} ({b['median'] / o['median']:.1f}x faster)",
+        data={
+            "invoices": INVOICES,
+            "ours_s": o,
+            "multiprocess_s": b,
+            "ratio": round(o["median"] / b["median"], 3),
+        },
+    )

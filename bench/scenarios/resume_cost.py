@@ -1,0 +1,159 @@
+"""Scenario 3 — what a resume costs after a SIGKILL at ~60% of the refund step.
+
+Real processes only: `job provider serve` (the provider, whose counters outlive every worker),
+`job run` (the worker, SIGKILLed once the provider has created 60% of the batch's refunds),
+`job resume` once the dead worker's lease has lapsed. Reported:
+
+- provider requests during the resume, asserted equal to the refunds still unconfirmed in the
+  ledger at the kill (the resume's whole to-do list: nothing confirmed is ever re-sent). Of those,
+  the ones the provider had already created before the kill (sent, answer lost with the worker)
+  come back as idempotent replays, and exactly the rest are new refunds;
+- steps re-executed, from `job status --json` (``executions`` > 1);
+- resume wall time (process start to exit) relative to a full uninterrupted `job run` of the
+  same size against the same provider, measured in the same invocation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from bench.harness import (
+    API_KEY,
+    JOB,
+    Proc,
+    Result,
+    Simulator,
+    Size,
+    expected_refund_keys,
+    instance_view,
+    job,
+    job_env,
+    make_home,
+    wait_until,
+)
+
+SIZES = {"smoke": 500, "quick": 2_000, "full": 10_000}  # invoices per batch (~18% become refunds)
+LATENCY_MS = 30
+KILL_AT = 0.6
+LEASE_TTL_S = 2.0
+
+
+class ResumeMismatch(AssertionError):
+    """The resume sent a refund request for something already confirmed, or missed one."""
+
+
+def run(size: Size, workdir: Path) -> Result:
+    n = SIZES[size]
+    home = make_home(workdir)
+    with (
+        Simulator(workdir / "provider.db", "--latency-ms", str(LATENCY_MS)) as sim,
+        instance_view(home) as view,
+    ):
+        env = job_env(
+            home, DURABLE_PAYMENTS_URL=sim.url, STRIPE_API_KEY=API_KEY, DURABLE_LEASE_TTL_S=LEASE_TTL_S
+        )
+        full = job(["run", "--id", "bench-full", "--size", str(n)], env, workdir)
+        if full.proc.returncode != 0:
+            raise RuntimeError(f"the uninterrupted run failed\n{full.tail()}")
+
+        batch = "bench-killed"
+        keys = expected_refund_keys(batch, n)
+        expected = len(keys)
+        base = sim.stats()
+        target = math.ceil(KILL_AT * expected)
+        worker = Proc([str(JOB), "run", "--id", batch, "--size", str(n)], env, workdir / "killed-run.log")
+
+        def refunds_so_far() -> int:
+            if not worker.alive():
+                raise RuntimeError(f"the batch ended before the kill\n{worker.tail()}")
+            return sim.stats()["refunds_created"] - base["refunds_created"]
+
+        try:
+            wait_until(lambda: refunds_so_far() >= target, timeout=600, interval=0.01, what="60% of refunds")
+            worker.sigkill()
+        finally:
+            worker.reap()
+        at_kill_status = _status(view, batch)
+        wait_until(lambda: not view.lease_live(batch), timeout=LEASE_TTL_S + 60, what="the lease to lapse")
+        at_kill = sim.stats()  # after the lapse: requests in flight at the kill have landed by now
+        confirmed = view.ledger_counts("refund", keys).get("finished", 0)
+        created_before = at_kill["refunds_created"] - base["refunds_created"]
+
+        resume = job(["resume", "--id", batch], env, workdir)
+        if resume.proc.returncode != 0:
+            raise RuntimeError(f"`job resume` failed\n{resume.tail()}")
+        after = sim.stats()
+        status_proc = job(["status", "--id", batch, "--json"], env, workdir)
+        status = json.loads(status_proc.log.read_text())
+        # Inside the processes: the run itself (run start to end in run storage), no process start-up.
+        full_run_s = _run_seconds(view, view.runs("bench-full")[-1].run_id)
+        resume_run_s = _run_seconds(view, view.runs(batch)[-1].run_id)
+
+    requests = after["refund_requests"] - at_kill["refund_requests"]
+    new_refunds = after["refunds_created"] - at_kill["refunds_created"]
+    replays = after["idempotent_replays"] - at_kill["idempotent_replays"]
+    unconfirmed = expected - confirmed
+    checks = {
+        "resume_requests == unconfirmed_at_kill": requests == unconfirmed,
+        "new_refunds == expected - created_before_kill": new_refunds == expected - created_before,
+        "every refund exactly once": created_before + new_refunds == expected,
+        "batch succeeded": status["status"] == "succeeded",
+    }
+    if not all(checks.values()):
+        raise ResumeMismatch(f"{checks}: requests={requests} unconfirmed={unconfirmed} new={new_refunds}")
+    executions = {s["step_name"]: s["executions"] for s in status["steps"]}
+    reexecuted = [name for name, count in executions.items() if count > 1]
+    ratio = resume.wall_s / full.wall_s
+    return Result(
+        3,
+        f"resume after SIGKILL at {created_before / expected:.0%} of {expected:,} refunds ({n:,} invoices)",
+        measured=f"resume {resume.wall_s:.1f} s (its run {resume_run_s:.1f} s); {requests} provider "
+        f"requests = {unconfirmed} refunds unconfirmed at the kill "
+        f"({replays} idempotent replays, {new_refunds} new); "
+        f"re-executed: {', '.join(reexecuted) or 'none'}",
+        baseline=f"full run {full.wall_s:.1f} s (its run {full_run_s:.1f} s)",
+        ratio=f"{ratio:.2f} of a full run (runs alone: {resume_run_s / full_run_s:.2f})",
+        goal="requests == remaining",
+        met=True,
+        data={
+            "invoices": n,
+            "refunds": expected,
+            "refunds_created_before_kill": created_before,
+            "refunds_confirmed_in_ledger_at_kill": confirmed,
+            "refunds_unconfirmed_at_kill": unconfirmed,
+            "resume_provider_requests": requests,
+            "resume_new_refunds": new_refunds,
+            "resume_idempotent_replays": replays,
+            "checks": checks,
+            "steps_reexecuted": reexecuted,
+            "executions": executions,
+            "status_at_kill": at_kill_status,
+            "resume_wall_s": round(resume.wall_s, 2),
+            "full_run_wall_s": round(full.wall_s, 2),
+            "resume_to_full_ratio": round(ratio, 3),
+            "resume_run_s": round(resume_run_s, 2),
+            "full_run_s": round(full_run_s, 2),
+            "run_only_ratio": round(resume_run_s / full_run_s, 3),
+            "lease_ttl_s": LEASE_TTL_S,
+            "provider_latency_ms": LATENCY_MS,
+        },
+    )
+
+
+def _run_seconds(view: Any, run_id: str) -> float:
+    record = view.instance.get_run_record_by_id(run_id)
+    return float(record.end_time - record.start_time)
+
+
+def _status(view: Any, batch: str) -> dict[str, Any]:
+    from durable_assets.status import batch_status
+
+    st = batch_status(view.instance, batch)
+    return {
+        "status": st["status"],
+        "progress": st["progress"],
+        "steps": {s["step_name"]: s["status"] for s in st["steps"]},
+    }
