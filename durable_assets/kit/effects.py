@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +99,24 @@ class EffectReport:
     looked_up: int = 0
 
 
+class _Counter:
+    """A thread-safe running count (progress from pool threads)."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> int:
+        with self._lock:
+            self._n += n
+            return self._n
+
+
+@dataclass
+class _Chunk:
+    futures: dict[str, Future[tuple[str, Result, str]]]
+
+
 @dataclass
 class EffectRunner:
     """Runs ``perform`` once per intent across crashes, retries and concurrent workers."""
@@ -120,52 +138,70 @@ class EffectRunner:
     on_progress: Callable[[int, int], None] = lambda _done, _of: None
 
     def run(self, intents: Sequence[Intent]) -> EffectReport:
+        """Claim, send and record chunk by chunk, with the next chunk queued while one finishes.
+
+        Two chunks are in flight at a time, so the pool never drains at a chunk boundary (at a
+        provider's rate limit that barrier cost ~5% of throughput); results are still recorded
+        one transaction per chunk. Keys another worker holds are retried at the end.
+        """
         report = EffectReport()
         total = len(intents)
+        done = _Counter()
         self.on_progress(0, total)
+
+        def settled(n: int = 1) -> None:
+            self.on_progress(done.add(n), total)
+
+        held: list[Intent] = []
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=self.scope) as pool:
-            for start in range(0, total, self.chunk_size):
-                self._run_chunk(pool, intents[start : start + self.chunk_size], report)
-                self.on_progress(len(report.results) + len(report.review), total)
+            in_flight: list[_Chunk] = []
+            try:
+                for start in range(0, total, self.chunk_size):
+                    chunk = intents[start : start + self.chunk_size]
+                    in_flight.append(self._start_chunk(pool, chunk, report, held, settled))
+                    if len(in_flight) > 1:
+                        self._finish_chunk(in_flight.pop(0), report)
+                while in_flight:
+                    self._finish_chunk(in_flight.pop(0), report)
+            finally:
+                # On an error (cancel, takeover, a provider fault) record what did finish first.
+                for chunk_in_flight in in_flight:
+                    self._finish_chunk(chunk_in_flight, report, reraise=False)
+            if held:
+                self._run_held(pool, held, report, settled)
         return report
 
-    def _run_chunk(self, pool: ThreadPoolExecutor, chunk: Sequence[Intent], report: EffectReport) -> None:
-        pending = list(chunk)
-        deadline = time.monotonic() + self.held_wait_s
-        while pending:
-            self.guard()
-            claim = self.ledger.claim(self.scope, pending, owner=self.owner, fence=self.fence)
-            report.results.update(claim.finished)
-            report.review.update(claim.review)
-            report.replayed += len(claim.finished) + len(claim.review)
-            self._send_owned(pool, {i.key: i for i in pending}, claim.owned, report)
-            held = set(claim.held_elsewhere)
-            pending = [i for i in pending if i.key in held]
-            if pending:
-                if time.monotonic() > deadline:
-                    raise LeaseHeldError(
-                        f"{len(pending)} {self.scope} keys are claimed by another live worker "
-                        f"(e.g. {pending[0].key}); not sending them twice. Retry when it has finished."
-                    )
-                time.sleep(0.2)  # another worker holds these keys; re-check its progress shortly
-
-    def _send_owned(
+    def _start_chunk(
         self,
         pool: ThreadPoolExecutor,
-        intents: Mapping[str, Intent],
-        owned: Sequence[LedgerEntry],
+        chunk: Sequence[Intent],
         report: EffectReport,
-    ) -> None:
-        if not owned:
-            return
+        held: list[Intent],
+        settled: Callable[[int], None],
+    ) -> _Chunk:
+        self.guard()
+        claim = self.ledger.claim(self.scope, chunk, owner=self.owner, fence=self.fence)
+        report.results.update(claim.finished)
+        report.review.update(claim.review)
+        report.replayed += len(claim.finished) + len(claim.review)
+        if claim.finished or claim.review:
+            settled(len(claim.finished) + len(claim.review))
+        held_keys = set(claim.held_elsewhere)
+        held.extend(i for i in chunk if i.key in held_keys)
+        by_key = {i.key: i for i in chunk}
         stale_before = time.time() - self.key_retention_s
-        futures = {
-            e.key: pool.submit(self._settle, intents[e.key], e.created_at < stale_before, e) for e in owned
-        }
+        futures = {}
+        for e in claim.owned:
+            future = pool.submit(self._settle, by_key[e.key], e.created_at < stale_before, e)
+            future.add_done_callback(lambda _f: settled(1))
+            futures[e.key] = future
+        return _Chunk(futures)
+
+    def _finish_chunk(self, chunk: _Chunk, report: EffectReport, *, reraise: bool = True) -> None:
         results: dict[str, Result] = {}
         review: dict[str, Result] = {}
         first_error: BaseException | None = None
-        for key, future in futures.items():
+        for key, future in chunk.futures.items():
             try:
                 outcome, result, how = future.result()
             except BaseException as exc:  # keep collecting: finished results must still be recorded
@@ -178,8 +214,32 @@ class EffectRunner:
         self.ledger.record_review(self.scope, review)
         report.results.update(results)
         report.review.update(review)
-        if first_error is not None:
+        if first_error is not None and reraise:
             raise first_error
+
+    def _run_held(
+        self,
+        pool: ThreadPoolExecutor,
+        pending: list[Intent],
+        report: EffectReport,
+        settled: Callable[[int], None],
+    ) -> None:
+        """Keys claimed by another live worker: re-check until it finishes them or its claims lapse."""
+        deadline = time.monotonic() + self.held_wait_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise LeaseHeldError(
+                    f"{len(pending)} {self.scope} keys are claimed by another live worker "
+                    f"(e.g. {pending[0].key}); not sending them twice. Retry when it has finished."
+                )
+            time.sleep(0.2)  # another worker holds these keys; re-check its progress shortly
+            still_held: list[Intent] = []
+            for start in range(0, len(pending), self.chunk_size):
+                chunk = self._start_chunk(
+                    pool, pending[start : start + self.chunk_size], report, still_held, settled
+                )
+                self._finish_chunk(chunk, report)
+            pending = still_held
 
     def _settle(self, intent: Intent, stale: bool, entry: LedgerEntry) -> tuple[str, Result, str]:
         """Reach a final answer for one key: ("ok" | "review", result, "sent" | "lookup")."""
