@@ -20,6 +20,7 @@ from dagster import (
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
 from durable_assets.refunds.resources import CustomerMailbox, PaymentGateway, RefundLimits
+from durable_assets.retention import retention, retention_schedule
 
 REFUND_JOB = "refund_batch"
 
@@ -46,7 +47,8 @@ refund_batch = define_asset_job(
 
 defs = Definitions(
     assets=ALL_ASSETS,
-    jobs=[refund_batch],
+    jobs=[refund_batch, retention],
+    schedules=[retention_schedule],
     executor=in_process_executor,
     resources={
         "payments": PaymentGateway(

@@ -118,3 +118,14 @@ class ProviderRejectedError(ProviderError):
 
 class ProviderResponseMismatchError(ProviderError):
     """The provider's answer does not match what was asked (amount, currency, charge): fail closed."""
+
+
+# --- retention -----------------------------------------------------------------------------------
+
+
+class PruneInProgressError(BatchConflictError):
+    """Another prune holds the archive directory's lock (exit 3)."""
+
+
+class ArchiveError(DurableError):
+    """An archive could not be written, or one on disk disagrees with run storage; nothing was deleted."""
