@@ -61,6 +61,8 @@ ARCHIVE_FORMAT = 1
 RETENTION_OWNER = "durable-retention"
 #: Long enough to archive and delete one chunk; a crashed pruner blocks a resume for at most this.
 RETENTION_LEASE_TTL_S = 600.0
+#: Lineages archived, then deleted, per round; bounds the work a crash can leave to the next prune.
+CHUNK_SIZE = 200
 _IN_CLAUSE = 400  # SQLite's bound-parameter limit is 32766 (999 on old builds); stay well below
 _TERMINAL = {
     DagsterRunStatus.SUCCESS: "succeeded",
@@ -339,11 +341,15 @@ def _delete_event_logs(instance: DagsterInstance, run_ids: Sequence[str]) -> Non
         for run_id in holding_slots:  # rare: keep Dagster's slot hand-over logic
             storage.free_concurrency_slots_for_run(run_id)
     if storage.is_run_sharded:
+        # Other processes that opened a removed shard read "no such table" for it until its run
+        # row goes too (moments later, or at the next prune after a crash); nothing else reads it.
         path_for_shard = storage.path_for_shard  # type: ignore[attr-defined]
+        opened: set[str] = getattr(storage, "_initialized_dbs", set())
         for run_id in run_ids:
             for suffix in ("", "-wal", "-shm"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path_for_shard(run_id) + suffix)
+            opened.discard(run_id)  # so this process would recreate, not misread, the shard
 
 
 def _delete_partitions(instance: DagsterInstance, partitions_def_name: str, keys: Sequence[str]) -> None:
@@ -475,7 +481,7 @@ def prune(
     status_fn: Callable[[str], dict[str, Any]] | None = None,
     dry_run: bool = False,
     at: float | None = None,
-    chunk_size: int = 200,
+    chunk_size: int | None = None,
 ) -> PruneReport:
     """Archive, then delete, every finished lineage older than the policy; prune the ledger.
 
@@ -502,7 +508,7 @@ def prune(
     archive_dir.mkdir(parents=True, exist_ok=True)
     leases = LeaseStore(db, ttl_s=RETENTION_LEASE_TTL_S)
     with _exclusive(archive_dir):
-        for chunk in _chunks(candidates, chunk_size):
+        for chunk in _chunks(candidates, chunk_size or CHUNK_SIZE):
             ready: list[tuple[Lineage, Path, int]] = []
             for listed in chunk:
                 try:
