@@ -29,6 +29,7 @@ from dagster import (
     RunsFilter,
 )
 from dagster._core.events import StepMaterializationData
+from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log.schema import AssetEventTagsTable, SqlEventLogStorageTable
 from dagster._core.storage.runs.schema import RunsTable
 from dagster._core.utils import make_new_run_id
@@ -178,9 +179,9 @@ def assert_archive_complete(path: Path, before: Snapshot, batch_id: str) -> None
     archived: dict[str, list[int]] = {rid: [] for rid in before.run_ids}
     for r in records:
         if r["kind"] == "event":
-            rec = deserialize_value(r["record"])
-            assert rec.event_log_entry.run_id == r["run_id"]  # type: ignore[attr-defined]
-            archived[r["run_id"]].append(rec.storage_id)  # type: ignore[attr-defined]
+            entry = deserialize_value(r["event"], EventLogEntry)
+            assert entry.run_id == r["run_id"]
+            archived[r["run_id"]].append(r["storage_id"])
     assert archived == before.events
     assert records[-1]["events"] == sum(len(v) for v in before.events.values())
     status = next(r["status"] for r in records if r["kind"] == "status")

@@ -52,7 +52,7 @@ from dagster_shared.serdes import serialize_value
 from durable_assets.errors import ArchiveError, BatchConflictError, PruneInProgressError, UsageError
 from durable_assets.kit import db as kit_db
 from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.leases import LeaseStore
+from durable_assets.kit.leases import Lease, LeaseStore
 from durable_assets.kit.ledger import STARTED
 
 DAY_S = 86_400.0
@@ -220,7 +220,7 @@ def write_archive(
     status_fn: Callable[[str], dict[str, Any]] | None = None,
     page_size: int = 1000,
 ) -> tuple[Path, int]:
-    """Write the lineage's runs, every event record and its status JSON; return (path, events).
+    """Write the lineage's runs, every stored event and its status JSON; return (path, events).
 
     The file is fsynced before the rename; the caller fsyncs the directory before deleting.
     """
@@ -256,25 +256,9 @@ def write_archive(
                         }
                     )
                 )
-            for run_id in lineage.run_ids:
-                cursor = None
-                while True:
-                    page = instance.get_records_for_run(run_id, cursor=cursor, limit=page_size)
-                    for rec in page.records:
-                        gz.write(
-                            _line(
-                                {
-                                    "kind": "event",
-                                    "run_id": run_id,
-                                    "storage_id": rec.storage_id,
-                                    "record": serialize_value(rec),
-                                }
-                            )
-                        )
-                    events += len(page.records)
-                    if not page.has_more:
-                        break
-                    cursor = page.cursor
+            for run_id, storage_id, event in _stored_events(instance, lineage.run_ids, page_size):
+                gz.write(_line({"kind": "event", "run_id": run_id, "storage_id": storage_id, "event": event}))
+                events += 1
             if status_fn is not None:
                 gz.write(_line({"kind": "status", "status": status_fn(lineage.batch_id)}))
             gz.write(_line({"kind": "end", "runs": len(lineage.records), "events": events}))
@@ -282,6 +266,44 @@ def write_archive(
         os.fsync(raw.fileno())
     _publish(tmp, final)
     return final, events
+
+
+def _stored_events(
+    instance: DagsterInstance, run_ids: Sequence[str], page_size: int
+) -> Iterator[tuple[str, int, str]]:
+    """(run id, storage id, serialized EventLogEntry) for every event of these runs, in order.
+
+    The event column already holds Dagster's serdes JSON, so it is copied as stored rather than
+    deserialized and serialized again, and streamed ``page_size`` rows at a time. Per-run SQLite
+    shards are read with a plain connection: Dagster's own opens each shard with an
+    alembic revision check (~0.2 s a shard), which would dominate the prune.
+    """
+    storage = instance.event_log_storage
+    if not isinstance(storage, SqlEventLogStorage):
+        for run_id in run_ids:
+            for rec in instance.all_logs(run_id):
+                yield run_id, -1, serialize_value(rec)
+        return
+    table = SqlEventLogStorageTable
+    opened: set[str] = getattr(storage, "_initialized_dbs", set())
+    for run_id in run_ids:
+        query = sa.select(table.c.id, table.c.event).where(table.c.run_id == run_id).order_by(table.c.id)
+        if not storage.is_run_sharded:
+            with storage.index_connection() as conn:
+                for storage_id, event in conn.execution_options(yield_per=page_size).execute(query):
+                    yield run_id, storage_id, event
+            continue
+        path = storage.path_for_shard(run_id)  # type: ignore[attr-defined]
+        if not os.path.exists(path):
+            continue  # a run that never logged an event has no shard
+        engine = sa.create_engine(f"sqlite:///{path}", poolclass=sa.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                for storage_id, event in conn.execution_options(yield_per=page_size).execute(query):
+                    yield run_id, storage_id, event
+        finally:
+            engine.dispose()
+        opened.add(run_id)  # it exists with its tables: spare Dagster's check if status_fn reads it
 
 
 def read_archive(path: Path) -> Iterator[dict[str, Any]]:
@@ -442,25 +464,18 @@ class _Skip(Exception):
 
 def _archive_one(
     instance: DagsterInstance,
-    listed: Lineage,
-    policy: RetentionPolicy,
-    at: float,
+    lineage: Lineage,
     archive_dir: Path,
-    batch_tag: str,
     status_fn: Callable[[str], dict[str, Any]] | None,
 ) -> tuple[Lineage, Path, int]:
-    """Under the batch's lease: re-read the lineage, then find or write its complete archive."""
-    # A resume may have added a run between listing and leasing; decide on what is there now.
-    lineage = find_lineages(instance, batch_tag, [listed.batch_id]).get(listed.batch_id)
-    if lineage is None or not due(lineage, policy, at):
-        raise _Skip("changed while pruning; left for the next prune")
+    """Find the lineage's complete archive from an interrupted prune, or write it."""
     path = archive_dir / lineage.archive_name
     try:
         events = complete_archive(path, lineage)
     except ArchiveError as exc:
         raise _Skip(str(exc)) from exc
     if events is not None:
-        return lineage, path, events  # archived by an interrupted prune: do not write it twice
+        return lineage, path, events  # do not write it twice
     try:
         path, events = write_archive(instance, lineage, archive_dir, status_fn)
     except OSError as exc:
@@ -469,6 +484,37 @@ def _archive_one(
             "Nothing was deleted; free space or set another archive directory, then prune again."
         ) from exc
     return lineage, path, events
+
+
+def _lease_chunk(
+    instance: DagsterInstance,
+    leases: LeaseStore,
+    chunk: Sequence[Lineage],
+    batch_tag: str,
+    policy: RetentionPolicy,
+    at: float,
+    report: PruneReport,
+) -> list[tuple[Lineage, Lease]]:
+    """Take each lineage's lease, then re-read them all: a resume may have added a run since they
+    were listed, and only what is there under the lease is archived and deleted."""
+    held: dict[str, Lease] = {}
+    for listed in chunk:
+        try:
+            held[listed.batch_id] = leases.acquire(listed.batch_id, run_id="retention", owner=RETENTION_OWNER)
+        except BatchConflictError as exc:
+            report.skipped.append({"id": listed.batch_id, "reason": str(exc)})
+    current = find_lineages(instance, batch_tag, list(held))
+    out = []
+    for batch_id, lease in held.items():
+        lineage = current.get(batch_id)
+        if lineage is None or not due(lineage, policy, at):
+            leases.release(lease)
+            report.skipped.append(
+                {"id": batch_id, "reason": "changed while pruning; left for the next prune"}
+            )
+        else:
+            out.append((lineage, lease))
+    return out
 
 
 def prune(
@@ -510,21 +556,18 @@ def prune(
     with _exclusive(archive_dir):
         for chunk in _chunks(candidates, chunk_size or CHUNK_SIZE):
             ready: list[tuple[Lineage, Path, int]] = []
-            for listed in chunk:
-                try:
-                    lease = leases.acquire(listed.batch_id, run_id="retention", owner=RETENTION_OWNER)
-                except BatchConflictError as exc:
-                    report.skipped.append({"id": listed.batch_id, "reason": str(exc)})
-                    continue
-                try:
-                    archived = _archive_one(instance, listed, policy, at, archive_dir, batch_tag, status_fn)
-                except _Skip as skip:
+            leased = _lease_chunk(instance, leases, chunk, batch_tag, policy, at, report)
+            try:
+                for lineage, lease in leased:
+                    try:
+                        ready.append(_archive_one(instance, lineage, archive_dir, status_fn))
+                    except _Skip as skip:
+                        leases.release(lease)
+                        report.skipped.append({"id": lineage.batch_id, "reason": str(skip)})
+            except BaseException:
+                for _lineage, lease in leased:  # let resumes in again; archives already written stay
                     leases.release(lease)
-                    report.skipped.append({"id": listed.batch_id, "reason": str(skip)})
-                except BaseException:
-                    leases.release(lease)
-                    raise
-                ready.append(archived)
+                raise
             if not ready:
                 continue
             _fsync_dir(archive_dir)
