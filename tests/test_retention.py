@@ -8,6 +8,7 @@ set with SQL on run storage's own ``runs`` table (no sleeping). Both storage bac
 from __future__ import annotations
 
 import fcntl
+import gzip
 import json
 import os
 import shutil
@@ -37,6 +38,7 @@ from dagster_shared.serdes import deserialize_value
 
 from durable_assets.errors import PruneInProgressError, UsageError
 from durable_assets.kit import db as kit_db
+from durable_assets.kit import retention as kit_retention
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import LeaseStore
@@ -207,7 +209,10 @@ AGES: dict[str, tuple[list[tuple[str | None, float]], bool]] = {
 }
 
 
-def test_prunes_exactly_per_policy_and_archives_everything(instance: DagsterInstance, tmp_path: Path) -> None:
+def test_prunes_exactly_per_policy_and_archives_everything(
+    instance: DagsterInstance, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kit_retention, "EVENT_PAGE", 2)  # every run's events span several pages
     for batch_id, (runs, _) in AGES.items():
         add_batch(instance, batch_id, *runs)
     untagged = DagsterRun(job_name="other", run_id=make_new_run_id(), status=DagsterRunStatus.SUCCESS)
@@ -292,6 +297,30 @@ def test_batch_held_by_a_live_worker_is_left_alone(dagster_home: Path, tmp_path:
         assert "held by worker w2" in report["skipped"][0]["reason"]
         assert snapshot(instance, "resuming") == before and before.run_ids == run_ids
         assert archives(tmp_path / "a", "resuming") == []
+
+
+def test_archive_that_disagrees_with_storage_skips_only_that_batch(
+    dagster_home: Path, tmp_path: Path
+) -> None:
+    archive_dir = tmp_path / "a"
+    archive_dir.mkdir()
+    with DagsterInstance.get() as instance:
+        for batch_id in ("a", "b", "c"):
+            add_batch(instance, batch_id, ("success", 40))
+        before = snapshot(instance, "b")
+        stale = archive_dir / f"b--{before.run_ids[0]}.jsonl.gz"
+        with gzip.open(stale, "wt") as f:  # a complete archive, but of other runs
+            f.write(json.dumps({"kind": "batch", "batch_id": "b", "run_ids": ["someone-else"]}) + "\n")
+            f.write(json.dumps({"kind": "end", "runs": 1, "events": 0}) + "\n")
+        report = prune_batches(instance, archive_dir=str(archive_dir)).as_dict()
+        assert sorted(b["id"] for b in report["batches"]) == ["a", "c"]
+        assert [s["id"] for s in report["skipped"]] == ["b"] and "someone-else" in report["skipped"][0][
+            "reason"
+        ]
+        assert snapshot(instance, "b") == before and own_rows(instance, "b") == 3
+        lease = LeaseStore(DurableDatabase.for_instance(instance)).get("b")
+        assert lease is not None and not lease.is_live()  # a resume of b is not blocked
+        assert run_ids_of(instance, "a") == [] and run_ids_of(instance, "c") == []
 
 
 def test_one_prune_at_a_time_and_policy_validation(dagster_home: Path, tmp_path: Path) -> None:

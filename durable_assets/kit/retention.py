@@ -63,6 +63,8 @@ RETENTION_OWNER = "durable-retention"
 RETENTION_LEASE_TTL_S = 600.0
 #: Lineages archived, then deleted, per round; bounds the work a crash can leave to the next prune.
 CHUNK_SIZE = 200
+#: Event rows read per query while archiving.
+EVENT_PAGE = 1000
 _IN_CLAUSE = 400  # SQLite's bound-parameter limit is 32766 (999 on old builds); stay well below
 _TERMINAL = {
     DagsterRunStatus.SUCCESS: "succeeded",
@@ -218,7 +220,7 @@ def write_archive(
     lineage: Lineage,
     archive_dir: Path,
     status_fn: Callable[[str], dict[str, Any]] | None = None,
-    page_size: int = 1000,
+    page_size: int | None = None,
 ) -> tuple[Path, int]:
     """Write the lineage's runs, every stored event and its status JSON; return (path, events).
 
@@ -256,7 +258,9 @@ def write_archive(
                         }
                     )
                 )
-            for run_id, storage_id, event in _stored_events(instance, lineage.run_ids, page_size):
+            for run_id, storage_id, event in _stored_events(
+                instance, lineage.run_ids, page_size or EVENT_PAGE
+            ):
                 gz.write(_line({"kind": "event", "run_id": run_id, "storage_id": storage_id, "event": event}))
                 events += 1
             if status_fn is not None:
@@ -284,26 +288,43 @@ def _stored_events(
             for rec in instance.all_logs(run_id):
                 yield run_id, -1, serialize_value(rec)
         return
-    table = SqlEventLogStorageTable
     opened: set[str] = getattr(storage, "_initialized_dbs", set())
     for run_id in run_ids:
-        query = sa.select(table.c.id, table.c.event).where(table.c.run_id == run_id).order_by(table.c.id)
         if not storage.is_run_sharded:
-            with storage.index_connection() as conn:
-                for storage_id, event in conn.execution_options(yield_per=page_size).execute(query):
-                    yield run_id, storage_id, event
+            yield from _paged_events(storage.index_connection, run_id, page_size)
             continue
         path = storage.path_for_shard(run_id)  # type: ignore[attr-defined]
         if not os.path.exists(path):
             continue  # a run that never logged an event has no shard
         engine = sa.create_engine(f"sqlite:///{path}", poolclass=sa.pool.NullPool)
         try:
-            with engine.connect() as conn:
-                for storage_id, event in conn.execution_options(yield_per=page_size).execute(query):
-                    yield run_id, storage_id, event
+            yield from _paged_events(engine.connect, run_id, page_size)
         finally:
             engine.dispose()
         opened.add(run_id)  # it exists with its tables: spare Dagster's check if status_fn reads it
+
+
+def _paged_events(
+    connect: Callable[[], contextlib.AbstractContextManager[Any]], run_id: str, page_size: int
+) -> Iterator[tuple[str, int, str]]:
+    """Keyset pages by storage id: bounded memory, and no server-side cursor (Dagster's Postgres
+    connections autocommit, where psycopg2 cannot hold one)."""
+    table = SqlEventLogStorageTable
+    last = -1
+    while True:
+        query = (
+            sa.select(table.c.id, table.c.event)
+            .where(table.c.run_id == run_id, table.c.id > last)
+            .order_by(table.c.id)
+            .limit(page_size)
+        )
+        with connect() as conn:
+            rows = conn.execute(query).all()
+        for storage_id, event in rows:
+            yield run_id, storage_id, event
+        if len(rows) < page_size:
+            return
+        last = rows[-1][0]
 
 
 def read_archive(path: Path) -> Iterator[dict[str, Any]]:
