@@ -200,7 +200,8 @@ def _shard_bytes(instance: DagsterInstance, run_ids: list[str]) -> float:
 def _pg_databases(base_url: str) -> Iterator[tuple[str, str]]:
     import psycopg2
 
-    names = [f"prune_bench_{uuid.uuid4().hex[:10]}_{side}" for side in ("ours", "base")]
+    tag = uuid.uuid4().hex[:10]
+    names = [f"prune_bench_{tag}_{side}" for side in ("ours", "base")]
     admin = psycopg2.connect(f"{base_url}/postgres")
     admin.autocommit = True
     try:
@@ -208,8 +209,11 @@ def _pg_databases(base_url: str) -> Iterator[tuple[str, str]]:
         yield f"{base_url}/{names[0]}", f"{base_url}/{names[1]}"
     finally:
         _dispose_our_engines()
-        for name in names:
-            admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for name in names:  # each on its own: one failed drop must not leak the other
+            try:
+                admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            except Exception as exc:
+                print(f"prune_bench: could not drop scratch database {name}: {exc}", file=sys.stderr)
         admin.close()
 
 

@@ -372,12 +372,10 @@ def test_cli_prunes_a_real_batch(dagster_home: Path) -> None:
     assert len(before.events[before.run_ids[0]]) > 50  # a real run: steps, outputs, materializations
 
     assert job_cli("prune", "--completed-days", "-1").returncode == 2
-    assert job_cli("prune", "--frobnicate").returncode == 2
     kept = json.loads(job_cli("prune", "--json").stdout)  # default 30 days: a new batch stays
     assert kept["batches"] == [] and kept["runs_pruned"] == 0
     dry = job_cli("prune", "--dry-run", "--completed-days", "0")
     assert dry.returncode == 0 and "would prune 1 batches" in dry.stdout and "real" in dry.stdout
-    assert job_cli("status", "--id", "real").returncode == 0
 
     done = job_cli("prune", "--completed-days", "0", "--json")
     assert done.returncode == 0, done.stderr
