@@ -29,6 +29,7 @@ import fcntl
 import gzip
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -556,8 +557,6 @@ def prune(
     interrupted prune), fsync the directory once, then bulk-delete the chunk's events, dynamic
     partitions, our batch rows and finally its runs.
     """
-    import time
-
     started = time.perf_counter()
     at = now() if at is None else at
     archive_dir = Path(archive_dir)
