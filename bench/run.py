@@ -76,15 +76,9 @@ def _charges(db: Path, n: int) -> list[str]:
         with ThreadPoolExecutor(32) as pool:
             charges = list(
                 pool.map(
-                    lambda i: (
-                        gw.create_charge(
-                            amount=5000,
-                            currency="usd",
-                            customer=f"c{i}",
-                            metadata={},
-                            idempotency_key=f"ch-{i}",
-                        ).id
-                    ),
+                    lambda i: gw.create_charge(
+                        amount=5000, currency="usd", customer=f"c{i}", metadata={}, idempotency_key=f"ch-{i}"
+                    ).id,
                     range(n),
                 )
             )
@@ -116,9 +110,7 @@ def _perform(gw: StripeGateway) -> Callable[[Intent], dict[str, Any]]:
     return call
 
 
-def _with_ledger(
-    url: str, intents: list[Intent], workdir: Path, concurrency: int, rate: float | None
-) -> float:
+def _with_ledger(url: str, intents: list[Intent], workdir: Path, concurrency: int, rate: float | None) -> float:
     ledger = Ledger(DurableDatabase(f"sqlite:///{workdir / f'ledger-{time.monotonic_ns()}.db'}"))
     runner = EffectRunner(
         ledger=ledger,
@@ -195,9 +187,7 @@ def scenario_ledger_overhead(workdir: Path, n: int, repeats: int = 3) -> dict[st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="issue sizes instead of the quick ones")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
