@@ -50,6 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="batches, newest first")
     lst.add_argument("--json", action="store_true")
 
+    prune = sub.add_parser("prune", help="archive, then delete, old finished batches (docs/retention.md)")
+    prune.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
+    prune.add_argument("--completed-days", type=float, help="keep succeeded batches this long (default 30)")
+    prune.add_argument(
+        "--failed-days", type=float, help="keep failed/canceled batches this long (default 90)"
+    )
+    prune.add_argument("--ledger-days", type=float, help="keep idempotency keys this long (default 365)")
+    prune.add_argument("--archive-dir", help="where archives go (default $DAGSTER_HOME/archive)")
+    prune.add_argument("--json", action="store_true")
+
     serve = sub.add_parser("serve", help="the status HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed at start)")
@@ -172,6 +182,30 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
         )
 
 
+def _prune(instance: Any, args: argparse.Namespace) -> int:
+    from durable_assets.retention import policy_from_env, prune_batches
+
+    policy = policy_from_env(args.completed_days, args.failed_days, args.ledger_days)
+    report = prune_batches(instance, policy=policy, archive_dir=args.archive_dir, dry_run=args.dry_run)
+    out = report.as_dict()
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
+    verb = "would prune" if report.dry_run else "pruned"
+    print(f"{verb} {len(report.batches)} batches ({report.runs} runs); archives in {out['archive_dir']}")
+    for b in out["batches"]:
+        print(f"  {b['id']:<30} {b['status']:<10} ended {b['ended_at']}  runs={b['runs']}")
+    for s in out["skipped"]:
+        print(f"  skipped {s['id']}: {s['reason']}")
+    if out["in_progress"]:
+        print(f"  kept {len(out['in_progress'])} batches with a run in progress")
+    gone = "would be removed" if report.dry_run else "removed"
+    print(f"ledger: {report.ledger_keys} idempotency keys older than {policy.ledger_days:g} days {gone}")
+    if out["runs_per_s"]:
+        print(f"took {out['seconds']} s ({out['runs_per_s']} runs/s)")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -237,6 +271,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "status":
         _print_status(status.batch_status(instance, args.id), args.json)
         return EXIT_OK
+    if args.command == "prune":
+        return _prune(instance, args)
     if args.command == "list":
         batches = status.list_batches(instance)
         if args.json:

@@ -21,6 +21,7 @@ from durable_assets.batch_webhooks import webhook_sensors
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
 from durable_assets.refunds.resources import CustomerMailbox, PaymentGateway, RefundLimits
+from durable_assets.retention import retention, retention_schedule
 
 REFUND_JOB = "refund_batch"
 
@@ -47,7 +48,8 @@ refund_batch = define_asset_job(
 
 defs = Definitions(
     assets=ALL_ASSETS,
-    jobs=[refund_batch],
+    jobs=[refund_batch, retention],
+    schedules=[retention_schedule],
     executor=in_process_executor,
     sensors=webhook_sensors(),  # terminal-status webhooks for runs the daemon launches
     resources={

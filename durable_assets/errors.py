@@ -129,3 +129,14 @@ class WebhookConfigError(UsageError):
 
 class WebhookVerificationError(DurableError):
     """A received webhook's headers or signature do not verify: the receiver must reject it."""
+
+
+# --- retention -----------------------------------------------------------------------------------
+
+
+class PruneInProgressError(BatchConflictError):
+    """Another prune holds the archive directory's lock (exit 3)."""
+
+
+class ArchiveError(DurableError):
+    """An archive could not be written, or one on disk disagrees with run storage; nothing was deleted."""

@@ -1,0 +1,133 @@
+"""Retention for refund batches: the kit's prune, wired to this pipeline, for the CLI and Dagster.
+
+``job prune`` and the daily ``retention`` schedule call the same :func:`prune_batches`, so a
+batch's fate never depends on which one ran. Configuration comes from the environment
+(``DURABLE_RETENTION_COMPLETED_DAYS``, ``DURABLE_RETENTION_FAILED_DAYS``,
+``DURABLE_LEDGER_RETENTION_DAYS``, ``DURABLE_ARCHIVE_DIR``), overridden per call.
+
+The schedule starts RUNNING: its whole point is that nobody has to remember it before the disk
+fills, and it deletes nothing it has not archived first. Turn it off in the UI, or start it
+stopped with ``DURABLE_RETENTION_SCHEDULE=stopped``.
+"""
+
+import os
+from pathlib import Path
+
+from dagster import (
+    Config,
+    DagsterInstance,
+    DefaultScheduleStatus,
+    OpExecutionContext,
+    ScheduleDefinition,
+    in_process_executor,
+    job,
+    op,
+)
+
+from durable_assets.errors import UsageError
+from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.retention import PruneReport, RetentionPolicy, prune
+from durable_assets.refunds.assets import BATCHES
+
+
+def _env_days(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise UsageError(f"{name}={raw!r} is not a number of days") from None
+
+
+def policy_from_env(
+    completed_days: float | None = None, failed_days: float | None = None, ledger_days: float | None = None
+) -> RetentionPolicy:
+    """Explicit values win over the environment, which wins over the defaults (30 / 90 / 365)."""
+
+    def pick(value: float | None, env: str, default: float) -> float:
+        return value if value is not None else _env_days(env, default)
+
+    return RetentionPolicy(
+        completed_days=pick(completed_days, "DURABLE_RETENTION_COMPLETED_DAYS", 30.0),
+        failed_days=pick(failed_days, "DURABLE_RETENTION_FAILED_DAYS", 90.0),
+        ledger_days=pick(ledger_days, "DURABLE_LEDGER_RETENTION_DAYS", 365.0),
+    )
+
+
+def archive_dir_for(instance: DagsterInstance, archive_dir: str | None = None) -> Path:
+    chosen = archive_dir or os.environ.get("DURABLE_ARCHIVE_DIR")
+    return Path(chosen) if chosen else Path(instance.root_directory) / "archive"
+
+
+def prune_batches(
+    instance: DagsterInstance,
+    *,
+    policy: RetentionPolicy | None = None,
+    archive_dir: str | None = None,
+    dry_run: bool = False,
+) -> PruneReport:
+    from durable_assets.status import batch_status
+
+    return prune(
+        instance,
+        policy or policy_from_env(),
+        archive_dir_for(instance, archive_dir),
+        batch_tag=BATCH_TAG,
+        partitions_def_name=BATCHES.name,
+        status_fn=lambda batch_id: batch_status(instance, batch_id),
+        dry_run=dry_run,
+    )
+
+
+# No ``from __future__ import annotations`` in this module: Dagster resolves the op's config
+# class from its real annotation.
+class PruneConfig(Config):
+    """Unset fields fall back to the environment, then to the defaults (30 / 90 / 365 days)."""
+
+    dry_run: bool = False
+    completed_days: float | None = None
+    failed_days: float | None = None
+    ledger_days: float | None = None
+    archive_dir: str | None = None
+
+
+@op(description="Archive, then delete, finished batches older than the retention policy.")
+def prune_old_batches(context: OpExecutionContext, config: PruneConfig) -> None:
+    policy = policy_from_env(config.completed_days, config.failed_days, config.ledger_days)
+    report = prune_batches(
+        context.instance, policy=policy, archive_dir=config.archive_dir, dry_run=config.dry_run
+    )
+    summary = report.as_dict()
+    context.log.info(
+        f"{'would prune' if report.dry_run else 'pruned'} {len(report.batches)} batches "
+        f"({report.runs} runs) in {report.seconds:.1f} s; {len(report.skipped)} skipped, "
+        f"{len(report.in_progress)} in progress; {report.ledger_keys} ledger keys"
+    )
+    context.add_output_metadata(
+        {
+            "batches": len(report.batches),
+            "runs": report.runs,
+            "skipped": len(report.skipped),
+            "ledger_keys": report.ledger_keys,
+            "seconds": round(report.seconds, 3),
+            "archive_dir": summary["archive_dir"],
+        }
+    )
+
+
+@job(executor_def=in_process_executor, description="Retention: see durable_assets/retention.py")
+def retention() -> None:
+    prune_old_batches()
+
+
+retention_schedule = ScheduleDefinition(
+    name="retention_daily",
+    job=retention,
+    cron_schedule="30 3 * * *",
+    execution_timezone="UTC",
+    default_status=DefaultScheduleStatus.STOPPED
+    if os.environ.get("DURABLE_RETENTION_SCHEDULE", "").lower() == "stopped"
+    else DefaultScheduleStatus.RUNNING,
+    description="Daily retention at 03:30 UTC (archive, then delete old batches).",
+)
