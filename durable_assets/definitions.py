@@ -19,7 +19,9 @@ from dagster import (
 
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
+from durable_assets.refunds.checks import ALL_CHECKS
 from durable_assets.refunds.resources import CustomerMailbox, PaymentGateway, RefundLimits
+from durable_assets.refunds.schedules import build_daily_schedule
 
 REFUND_JOB = "refund_batch"
 
@@ -46,7 +48,9 @@ refund_batch = define_asset_job(
 
 defs = Definitions(
     assets=ALL_ASSETS,
+    asset_checks=ALL_CHECKS,
     jobs=[refund_batch],
+    schedules=[build_daily_schedule(refund_batch)],
     executor=in_process_executor,
     resources={
         "payments": PaymentGateway(
