@@ -7,10 +7,10 @@ tables through the instance, so they follow it to Postgres with no configuration
 
 from __future__ import annotations
 
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import ConfigurableResource, DagsterInstance, InitResourceContext
 from pydantic import Field, PrivateAttr
 
-from durable_assets.errors import FencedOutError
+from durable_assets.errors import FencedOutError, LeaseHeldError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.leases import DEFAULT_LEASE_TTL_S, Heartbeat, Lease, LeaseStore
@@ -51,6 +51,25 @@ class IdempotencyLedger(ConfigurableResource):
         return self.provider_key_retention_hours * 3600.0
 
 
+def _acquire(leases: LeaseStore, batch_id: str, run_id: str, instance: DagsterInstance | None) -> Lease:
+    """Take the batch's lease; a lease still held by a run Dagster has recorded as ended is taken over.
+
+    A daemon-launched worker never releases its lease (it cannot know when the run's end is
+    recorded), so without this a "Re-execute from failure" in the UI right after a step failed
+    would be refused until the dead run's lease lapsed. A run recorded as ended sends nothing more;
+    were its worker somehow still alive (a forced termination), the new fence stops it.
+    """
+    try:
+        return leases.acquire(batch_id, run_id)
+    except LeaseHeldError:
+        holder = leases.get(batch_id)
+        ended = instance.get_run_by_id(holder.run_id) if (holder and instance) else None
+        if holder is None or ended is None or not ended.is_finished:
+            raise
+        leases.release(holder)
+        return leases.acquire(batch_id, run_id)
+
+
 class BatchRuntime(ConfigurableResource):
     """The run's lease, cancel and fence checks, and progress reporting for one batch."""
 
@@ -77,7 +96,7 @@ class BatchRuntime(ConfigurableResource):
             return
         leases = LeaseStore(self._db, ttl_s=self.lease_ttl_seconds)
         # Raises LeaseHeldError when another live worker owns the batch: two workers never overlap.
-        self._lease = leases.acquire(self._batch_id, run.run_id)
+        self._lease = _acquire(leases, self._batch_id, run.run_id, context.instance)
         self._heartbeat = Heartbeat(leases, self._lease).start()
         self._reporter = ProgressReporter(
             ProgressStore(self._db), self._batch_id, run.run_id, self.progress_interval_seconds
