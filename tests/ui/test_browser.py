@@ -4,7 +4,9 @@ The real webserver, daemon and code server run on a temporary instance whose dag
 one we ship (lease-aware launcher, run monitoring, run retries). A batch is launched from the
 launchpad (adding its partition there), runs to success and is screenshotted; a second batch
 fails at its last step and is re-executed from failure through the run page's menu, without any
-refund being sent again. Screenshots land in tests/artifacts/ (gitignored); paths are printed.
+refund being sent again; a third has its run worker SIGKILLed, and the daemon fails the run and
+retries it from failure to success, each refund once at the provider. Screenshots land in
+tests/artifacts/ (gitignored); paths are printed.
 """
 
 from __future__ import annotations
@@ -17,14 +19,18 @@ import signal
 import socket
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import pandas as pd
 import pytest
 
+from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.leases import LeaseStore
 from durable_assets.payments.store import PaymentStore
 
 from ..conftest import REPO
@@ -276,3 +282,48 @@ def test_a_failed_batch_re_executed_from_failure_in_the_ui_completes(ui: Dagster
     page.reload()
     page.get_by_text("Success", exact=True).first.wait_for()
     _screenshot(page, "ui-reexecuted-from-failure")
+
+
+def test_a_killed_worker_is_failed_by_the_daemon_and_retried_to_success(ui: DagsterUi, page: Any) -> None:
+    """README's walkthrough: launch from the UI, SIGKILL the run worker, the daemon takes it from there."""
+    batch = "ui-kill"
+    run_id = launch_batch_from_launchpad(page, ui, batch)
+    leases = LeaseStore(DurableDatabase(f"sqlite:///{ui.home / 'durable.db'}"))
+
+    def worker_pid() -> int | None:
+        lease = leases.get(batch)
+        return int(lease.owner.rsplit(":", 1)[1]) if lease and lease.run_id == run_id else None
+
+    # The worker takes the batch's lease as the run starts, before step 1 (5 s of charges) ends.
+    pid = wait_until(worker_pid, RUN_DEADLINE_S, "the run worker to take the batch's lease", interval=0.1)
+    os.kill(pid, signal.SIGKILL)
+    ui.wait_for_run(run_id, "FAILURE")
+
+    def retry_id() -> str | None:
+        return _tag(ui.run(run_id), "dagster/auto_retry_run_id")
+
+    retry = ui.wait_for_run(wait_until(retry_id, RUN_DEADLINE_S, "run retries to re-execute"), "SUCCESS")
+    assert retry["parentRunId"] == run_id and _tag(retry, "dagster/retry_number") == "1"
+
+    issued = pd.read_pickle(ui.home / "storage" / "issued_refunds" / batch)
+    assert len(issued) and (issued["status"] == "refunded").all()
+    with PaymentStore(str(ui.home / "payments.db")) as store:
+        at_provider = Counter(_all_refund_keys(store))
+    assert {k: at_provider[k] for k in issued["idempotency_key"]} == dict.fromkeys(
+        issued["idempotency_key"], 1
+    )
+
+
+def _tag(run: dict[str, Any], key: str) -> str | None:
+    return next((t["value"] for t in run["tags"] if t["key"] == key), None)
+
+
+def _all_refund_keys(store: PaymentStore) -> list[str]:
+    keys: list[str] = []
+    after: str | None = None
+    while True:
+        page = store.list_refunds(limit=100, starting_after=after)
+        keys += [r["metadata"].get("idempotency_key", "") for r in page["data"]]
+        if not page["has_more"]:
+            return keys
+        after = page["data"][-1]["id"]
