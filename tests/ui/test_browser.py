@@ -98,6 +98,20 @@ class DagsterUi:
         )
         return dict(data["runOrError"])
 
+    def messages(self, run_id: str) -> list[str]:
+        """The run's engine and run-level events: why it failed, and what the daemon decided."""
+        data = self.gql(
+            "query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { __typename "
+            "... on MessageEvent { message } } } } }",
+            id=run_id,
+        )
+        events = data["logsForRun"].get("events", [])
+        return [
+            f"{e['__typename']}: {e.get('message', '')[:300]}"
+            for e in events
+            if "Step" not in e["__typename"]
+        ]
+
     def wait_for_run(self, run_id: str, *statuses: str) -> dict[str, Any]:
         def finished() -> dict[str, Any] | None:
             run = self.run(run_id)
@@ -302,7 +316,11 @@ def test_a_killed_worker_is_failed_by_the_daemon_and_retried_to_success(ui: Dags
     def retry_id() -> str | None:
         return _tag(ui.run(run_id), "dagster/auto_retry_run_id")
 
-    retry = ui.wait_for_run(wait_until(retry_id, RUN_DEADLINE_S, "run retries to re-execute"), "SUCCESS")
+    try:
+        retried = wait_until(retry_id, RUN_DEADLINE_S, "run retries to re-execute")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{ui.run(run_id)['tags']}\n{ui.messages(run_id)}\n{ui.tail()}") from None
+    retry = ui.wait_for_run(retried, "SUCCESS")
     assert retry["parentRunId"] == run_id and _tag(retry, "dagster/retry_number") == "1"
 
     issued = pd.read_pickle(ui.home / "storage" / "issued_refunds" / batch)
