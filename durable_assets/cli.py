@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--ledger-days", type=float, help="keep idempotency keys this long (default 365)")
     prune.add_argument("--archive-dir", help="where archives go (default $DAGSTER_HOME/archive)")
     prune.add_argument("--json", action="store_true")
+    bf = sub.add_parser("backfill", help="run or finish the daily batches daily-YYYY-MM-DD of a range")
+    bf.add_argument("--from", dest="first", required=True, type=_day, help="first day, YYYY-MM-DD")
+    bf.add_argument("--to", dest="last", required=True, type=_day, help="last day, YYYY-MM-DD (inclusive)")
 
     serve = sub.add_parser("serve", help="the status HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
@@ -81,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--rate-limit", type=float, default=None, help="requests/s; beyond it 429 + Retry-After")
     ps.add_argument("--seed", type=int, default=None)
     return p
+
+
+def _day(text: str) -> Any:
+    from datetime import date
+
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a YYYY-MM-DD date: {text!r}") from None
 
 
 def _instance(verbose: bool) -> Any:
@@ -273,6 +285,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command == "prune":
         return _prune(instance, args)
+    if args.command == "backfill":
+        from durable_assets.backfill import backfill_days, days_between
+
+        days = days_between(args.first, args.last)
+        return EXIT_OK if backfill_days(instance, days, print) else EXIT_FAILED
     if args.command == "list":
         batches = status.list_batches(instance)
         if args.json:

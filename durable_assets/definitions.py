@@ -20,7 +20,9 @@ from dagster import (
 from durable_assets.batch_webhooks import webhook_sensors
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
+from durable_assets.refunds.checks import ALL_CHECKS
 from durable_assets.refunds.resources import CustomerMailbox, PaymentGateway, RefundLimits
+from durable_assets.refunds.schedules import build_daily_schedule
 from durable_assets.retention import retention, retention_schedule
 
 REFUND_JOB = "refund_batch"
@@ -48,8 +50,9 @@ refund_batch = define_asset_job(
 
 defs = Definitions(
     assets=ALL_ASSETS,
+    asset_checks=ALL_CHECKS,
     jobs=[refund_batch, retention],
-    schedules=[retention_schedule],
+    schedules=[build_daily_schedule(refund_batch), retention_schedule],
     executor=in_process_executor,
     sensors=webhook_sensors(),  # terminal-status webhooks for runs the daemon launches
     resources={

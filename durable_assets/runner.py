@@ -29,8 +29,8 @@ from durable_assets.errors import BatchExistsError, LeaseHeldError, UnknownBatch
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.launcher import WORKER_LOST_TAG
-from durable_assets.kit.leases import Heartbeat, LeaseStore, process_owner
-from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
+from durable_assets.kit.resources import BATCH_TAG, run_ended
 from durable_assets.refunds.assets import BATCHES
 from durable_assets.status import batch_runs, check_batch_id
 
@@ -70,7 +70,7 @@ def _tags(batch_id: str) -> dict[str, str]:
 @contextmanager
 def _holding_lease(instance: DagsterInstance, batch_id: str) -> Iterator[LeaseStore]:
     store = LeaseStore(DurableDatabase.for_instance(instance), ttl_s=lease_ttl_s())
-    lease = store.acquire(batch_id, run_id="pending", owner=process_owner())
+    lease = acquire_unless_live_run(store, batch_id, "pending", run_ended(instance), owner=process_owner())
     heartbeat = Heartbeat(store, lease).start()
     try:
         yield store

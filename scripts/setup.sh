@@ -9,6 +9,8 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 
 need_apt=()
 command -v pg_ctlcluster >/dev/null || need_apt+=(postgresql)
+# The browser test (tests/ui) drives Debian's chromium through Playwright; no browser download.
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]} from Debian" >&2
   export DEBIAN_FRONTEND=noninteractive
@@ -20,7 +22,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -m pip install -q -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
-.venv/bin/python -c "import dagster, dagster_postgres, psycopg2, stripe" \
+.venv/bin/python -c "import dagster, dagster_postgres, psycopg2, stripe, playwright" \
   || { echo "setup: the Python dependencies did not install" >&2; exit 1; }
 
 # Postgres (the suites run on it too). Debian's cluster, trust auth on 127.0.0.1:5432.

@@ -52,7 +52,11 @@ class LeaseAwareRunLauncher(DefaultRunLauncher):
 
     def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
         batch_id = batch_of(run)
-        lease = LeaseStore(DurableDatabase.for_instance(self._instance)).get(batch_id) if batch_id else None
+        if not batch_id:
+            # Not a batch (e.g. the retention job): its worker takes no lease, so we cannot tell,
+            # and must not fail it. This is what the default launcher amounts to.
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "not a batch run; no lease to check")
+        lease = LeaseStore(DurableDatabase.for_instance(self._instance)).get(batch_id)
         record = self._instance.get_run_record_by_id(run.run_id)
         started_at = record.start_time if record is not None else None
         health = health_from_lease(run.run_id, lease, started_at, now())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -117,6 +118,31 @@ class LeaseStore:
                 f"(fence {current.fence if current else '?'} > {fence}); this worker stops before "
                 "sending anything more."
             )
+
+
+def acquire_unless_live_run(
+    store: LeaseStore,
+    batch_id: str,
+    run_id: str,
+    run_ended: Callable[[str], bool],
+    owner: str | None = None,
+) -> Lease:
+    """Take the batch's lease; a lease still held by a run recorded as ended is taken over at once.
+
+    A daemon-launched worker never releases its lease (it cannot know when the run's end is
+    recorded), so without this a "Re-execute from failure" in the UI, or a `job resume`, right
+    after a failure would be refused until the dead run's lease lapsed. A run recorded as ended
+    sends nothing more; were its worker somehow still alive (a forced termination), the new fence
+    stops it.
+    """
+    try:
+        return store.acquire(batch_id, run_id, owner)
+    except LeaseHeldError:
+        holder = store.get(batch_id)
+        if holder is None or not run_ended(holder.run_id):
+            raise
+        store.release(holder)
+        return store.acquire(batch_id, run_id, owner)
 
 
 class Heartbeat:

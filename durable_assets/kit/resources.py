@@ -7,13 +7,21 @@ tables through the instance, so they follow it to Postgres with no configuration
 
 from __future__ import annotations
 
-from dagster import ConfigurableResource, InitResourceContext
+from collections.abc import Callable
+
+from dagster import ConfigurableResource, DagsterInstance, InitResourceContext
 from pydantic import Field, PrivateAttr
 
 from durable_assets.errors import FencedOutError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.leases import DEFAULT_LEASE_TTL_S, Heartbeat, Lease, LeaseStore
+from durable_assets.kit.leases import (
+    DEFAULT_LEASE_TTL_S,
+    Heartbeat,
+    Lease,
+    LeaseStore,
+    acquire_unless_live_run,
+)
 from durable_assets.kit.ledger import Ledger
 from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore, event_log_sink
 
@@ -51,6 +59,16 @@ class IdempotencyLedger(ConfigurableResource):
         return self.provider_key_retention_hours * 3600.0
 
 
+def run_ended(instance: DagsterInstance | None) -> Callable[[str], bool]:
+    """Whether Dagster has recorded a run's end (for :func:`acquire_unless_live_run`)."""
+
+    def ended(run_id: str) -> bool:
+        run = instance.get_run_by_id(run_id) if instance is not None else None
+        return run is not None and run.is_finished
+
+    return ended
+
+
 class BatchRuntime(ConfigurableResource):
     """The run's lease, cancel and fence checks, and progress reporting for one batch."""
 
@@ -77,7 +95,7 @@ class BatchRuntime(ConfigurableResource):
             return
         leases = LeaseStore(self._db, ttl_s=self.lease_ttl_seconds)
         # Raises LeaseHeldError when another live worker owns the batch: two workers never overlap.
-        self._lease = leases.acquire(self._batch_id, run.run_id)
+        self._lease = acquire_unless_live_run(leases, self._batch_id, run.run_id, run_ended(context.instance))
         self._heartbeat = Heartbeat(leases, self._lease).start()
         self._reporter = ProgressReporter(
             ProgressStore(self._db),

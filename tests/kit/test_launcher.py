@@ -25,3 +25,13 @@ def test_a_starting_run_gets_a_grace_period_then_fails_without_a_lease() -> None
     # Another run took the batch over: this one is an orphan.
     late = health_from_lease("r", _lease("other", 1e12), 0, STARTUP_GRACE_S + 1)
     assert late.status == WorkerStatus.FAILED and "other" in (late.msg or "")
+
+
+def test_a_run_that_is_no_batch_is_never_failed_for_want_of_a_lease() -> None:
+    """The retention job takes no lease; monitoring must not fail it after the grace period."""
+    from dagster import DagsterRun
+
+    from durable_assets.kit.launcher import LeaseAwareRunLauncher
+
+    run = DagsterRun(job_name="retention", run_id="r-1", tags={})
+    assert LeaseAwareRunLauncher().check_run_worker_health(run).status == WorkerStatus.RUNNING

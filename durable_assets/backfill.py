@@ -1,0 +1,56 @@
+"""Backfill daily refund batches for a range of days, exactly as the daily schedule would name them.
+
+Each day runs in this process, one after another, like ``job run`` (this process is the worker):
+a day whose batch already succeeded is skipped, one that exists but did not finish is resumed from
+its last committed step, a missing one is started with the schedule's input for that day. Running
+the same backfill twice therefore refunds nothing twice and finishes what the first left undone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date, timedelta
+
+from dagster import DagsterInstance, DagsterRunStatus
+
+from durable_assets.errors import DurableError, UsageError
+from durable_assets.refunds.schedules import daily_batch_id, daily_invoice_config
+from durable_assets.runner import resume_batch, start_batch
+from durable_assets.status import batch_runs, batch_status
+
+#: A longer range is almost certainly a typo in a year; split it deliberately if it is not.
+MAX_DAYS = 366
+
+
+def days_between(first: date, last: date) -> list[date]:
+    if last < first:
+        raise UsageError(f"--to {last} is before --from {first}")
+    n = (last - first).days + 1
+    if n > MAX_DAYS:
+        raise UsageError(f"{n} days requested; backfill at most {MAX_DAYS} at a time")
+    return [first + timedelta(days=i) for i in range(n)]
+
+
+def backfill_days(instance: DagsterInstance, days: list[date], say: Callable[[str], None]) -> bool:
+    """Run or resume each day's batch; True when every day ends succeeded."""
+    ok = True
+    for day in days:
+        batch_id = daily_batch_id(day)
+        runs = batch_runs(instance, batch_id)
+        if runs and runs[-1].status == DagsterRunStatus.SUCCESS:
+            say(f"{batch_id}: already succeeded")
+            continue
+        try:
+            if runs:
+                resume_batch(instance, batch_id)
+            else:
+                source = daily_invoice_config(day)
+                start_batch(instance, batch_id, invoices=source.get("path"))
+        except DurableError as exc:
+            say(f"{batch_id}: {exc}")
+            ok = False
+            continue
+        state = batch_status(instance, batch_id, include_steps=False)["status"]
+        say(f"{batch_id}: {state}")
+        ok = ok and state == "succeeded"
+    return ok

@@ -1,0 +1,198 @@
+"""Asset checks that guard money, shown beside each batch's materializations in the Dagster UI.
+
+The refund step already fails closed before its first request (guardrails) and holds odd answers for
+review; these checks verify the *outcome* afterwards, from outside the code that produced it. The
+three on ``issued_refunds`` are blocking: if one fails, the batch's run stops before reconciliation
+and customer notices, so no customer is told about money whose books do not balance. Each reads
+stored frames (no provider call) except the duplicate-key check, which asks the provider once per
+refunded charge — the same order of cost as reconciliation.
+"""
+
+# No `from __future__ import annotations`: Dagster reads these annotations at definition time.
+import warnings
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pandas as pd
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetIn,
+    MetadataValue,
+    PreviewWarning,
+    asset_check,
+)
+
+from durable_assets.errors import ProviderResponseMismatchError
+from durable_assets.kit.effects import call_with_retries
+from durable_assets.refunds import schema as s
+from durable_assets.refunds.assets import BATCHES, issued_refunds, reconciled_refunds
+from durable_assets.refunds.resources import PaymentGateway, RefundLimits
+
+# A check must be partitioned like its asset so it reads this batch's frame, not every batch's.
+# Dagster marks that as preview; the warning would otherwise print on every `job` command.
+warnings.filterwarnings(
+    "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=PreviewWarning
+)
+
+#: Examples listed in a failed check's metadata; enough to start an investigation, never the whole batch.
+EXAMPLES = 10
+
+
+def _sample(values: Any) -> MetadataValue:
+    return MetadataValue.json([str(v) for v in list(values)[:EXAMPLES]])
+
+
+@asset_check(
+    asset=issued_refunds,
+    partitions_def=BATCHES,
+    blocking=True,
+    additional_ins={"refund_candidates": AssetIn("refund_candidates")},
+)
+def refunds_match_candidates(
+    issued_refunds: pd.DataFrame, refund_candidates: pd.DataFrame
+) -> AssetCheckResult:
+    """Every approved refund candidate has exactly one outcome, for exactly the approved amount.
+
+    ERROR (blocks notices) when a candidate is missing, duplicated or refunded with another amount
+    or currency; WARN when refunds are held for review (a person must look, nothing else is wrong).
+    """
+    want = refund_candidates[[s.INVOICE_ID, "refund_cents", s.CURRENCY]].rename(
+        columns={"refund_cents": "amount_cents"}
+    )
+    got = issued_refunds[[s.INVOICE_ID, "amount_cents", s.CURRENCY, "status"]]
+    merged = want.merge(got, on=s.INVOICE_ID, how="outer", suffixes=("_approved", "_issued"), indicator=True)
+    missing = merged.loc[merged["_merge"] == "left_only", s.INVOICE_ID]
+    unexpected = merged.loc[merged["_merge"] == "right_only", s.INVOICE_ID]
+    duplicated = got.loc[got[s.INVOICE_ID].duplicated(), s.INVOICE_ID]
+    both = merged[merged["_merge"] == "both"]
+    wrong = both.loc[
+        (both["amount_cents_approved"] != both["amount_cents_issued"])
+        | (both[f"{s.CURRENCY}_approved"] != both[f"{s.CURRENCY}_issued"]),
+        s.INVOICE_ID,
+    ]
+    refunded = got[got["status"] == "refunded"]
+    held = got.loc[got["status"] != "refunded", s.INVOICE_ID]
+    broken = len(missing) + len(unexpected) + len(duplicated) + len(wrong)
+    metadata: dict[str, Any] = {
+        "approved": len(want),
+        "refunded": len(refunded),
+        "approved_cents": int(want["amount_cents"].sum()),
+        "refunded_cents": int(refunded["amount_cents"].sum()),
+        "held_for_review": len(held),
+        "missing": len(missing),
+        "unexpected": len(unexpected),
+        "duplicated": len(duplicated),
+        "wrong_amount_or_currency": len(wrong),
+    }
+    for name, ids in (("missing", missing), ("unexpected", unexpected), ("wrong", wrong), ("held", held)):
+        if len(ids):
+            metadata[f"examples_{name}"] = _sample(ids)
+    if broken:
+        return AssetCheckResult(passed=False, severity=AssetCheckSeverity.ERROR, metadata=metadata)
+    return AssetCheckResult(passed=not len(held), severity=AssetCheckSeverity.WARN, metadata=metadata)
+
+
+@asset_check(asset=issued_refunds, partitions_def=BATCHES, blocking=True)
+def refunds_within_batch_ceiling(issued_refunds: pd.DataFrame, limits: RefundLimits) -> AssetCheckResult:
+    """What was actually refunded stays within the per-batch ceilings (``RefundLimits``).
+
+    The refund step refuses an over-ceiling batch before its first request; this re-checks the
+    result, so a bug in that guard, or limits lowered since, cannot go unnoticed.
+    """
+    refunded = issued_refunds[issued_refunds["status"] == "refunded"]
+    by_currency = {str(k): int(v) for k, v in refunded.groupby(s.CURRENCY)["amount_cents"].sum().items()}
+    over = {cur: cents for cur, cents in by_currency.items() if cents > limits.max_amount_per_batch_cents}
+    too_many = len(refunded) > limits.max_refunds_per_batch
+    return AssetCheckResult(
+        passed=not over and not too_many,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={
+            "refunds": len(refunded),
+            "max_refunds_per_batch": limits.max_refunds_per_batch,
+            "refunded_by_currency_cents": MetadataValue.json(by_currency),
+            "max_amount_per_batch_cents": limits.max_amount_per_batch_cents,
+            "currencies_over_ceiling": MetadataValue.json(over),
+        },
+    )
+
+
+@asset_check(
+    asset=issued_refunds,
+    partitions_def=BATCHES,
+    blocking=True,
+    additional_ins={"refund_candidates": AssetIn("refund_candidates")},
+)
+def no_duplicate_refunds_at_provider(
+    issued_refunds: pd.DataFrame, refund_candidates: pd.DataFrame, payments: PaymentGateway
+) -> AssetCheckResult:
+    """The provider holds exactly one refund per idempotency key, and it is the one we recorded.
+
+    Two refunds with one key would mean exactly-once was broken somewhere (a provider that forgot a
+    key, a second system sending our keys): money paid twice. The provider is asked, per refunded
+    charge, for every refund carrying the key in its metadata (``find_refund_by_key`` reads all
+    pages and reports duplicates). Our own records are checked for repeated keys and refund IDs too.
+    """
+    refunded = issued_refunds[issued_refunds["status"] == "refunded"]
+    repeated_keys = refunded.loc[refunded["idempotency_key"].duplicated(), "idempotency_key"]
+    repeated_ids = refunded.loc[refunded["provider_id"].duplicated(), "provider_id"]
+    gateway = payments.gateway
+    limiter, backoff = payments.limiter(), payments.backoff()
+    charges = refund_candidates.set_index(s.INVOICE_ID)[s.CHARGE_ID].astype(str)
+
+    def probe(row: Mapping[str, Any]) -> str | None:
+        key = str(row["idempotency_key"])
+        charge_id = charges.get(row[s.INVOICE_ID])
+        if charge_id is None:
+            return f"{key}: refunded invoice {row[s.INVOICE_ID]} is not a refund candidate"
+        try:
+            found = call_with_retries(
+                lambda: {"refund": gateway.find_refund_by_key(charge_id=str(charge_id), idempotency_key=key)},
+                limiter,
+                backoff,
+            )["refund"]
+        except ProviderResponseMismatchError:
+            return f"{key}: several refunds at the provider"
+        if found is None:
+            return f"{key}: no refund at the provider"
+        if found.id != row["provider_id"]:
+            return f"{key}: provider refund {found.id}, we recorded {row['provider_id']}"
+        return None
+
+    with ThreadPoolExecutor(max_workers=payments.concurrency) as pool:
+        problems = [p for p in pool.map(probe, refunded.to_dict("records")) if p]
+    passed = not problems and not len(repeated_keys) and not len(repeated_ids)
+    metadata: dict[str, Any] = {
+        "refunds_checked": len(refunded),
+        "provider_problems": len(problems),
+        "repeated_keys_in_our_records": len(repeated_keys),
+        "repeated_refund_ids_in_our_records": len(repeated_ids),
+    }
+    if problems:
+        metadata["examples"] = _sample(problems)
+    return AssetCheckResult(passed=passed, severity=AssetCheckSeverity.ERROR, metadata=metadata)
+
+
+@asset_check(asset=reconciled_refunds, partitions_def=BATCHES)
+def provider_agrees_with_our_records(reconciled_refunds: pd.DataFrame) -> AssetCheckResult:
+    """Every refund read back from the provider matches what we recorded (amount, currency, status).
+
+    Not blocking: mismatched refunds already get no customer notice; this makes them visible.
+    """
+    mismatched = reconciled_refunds[reconciled_refunds["reconciliation"] == "mismatch"]
+    metadata: dict[str, Any] = {
+        "matched": int((reconciled_refunds["reconciliation"] == "matched").sum()),
+        "mismatched": len(mismatched),
+    }
+    if len(mismatched):
+        metadata["examples"] = _sample(mismatched[s.INVOICE_ID])
+    return AssetCheckResult(passed=not len(mismatched), severity=AssetCheckSeverity.ERROR, metadata=metadata)
+
+
+ALL_CHECKS = [
+    refunds_match_candidates,
+    refunds_within_batch_ceiling,
+    no_duplicate_refunds_at_provider,
+    provider_agrees_with_our_records,
+]

@@ -1,0 +1,131 @@
+"""The daily refund schedule: one batch per day however often its tick is evaluated, and backfill."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter, build_schedule_context
+from dagster._core.scheduler.instigation import TickStatus
+from dagster._core.test_utils import create_test_daemon_workspace_context, freeze_time, load_remote_repo
+from dagster._core.workspace.load_target import ModuleTarget
+from dagster._scheduler.scheduler import launch_scheduled_runs
+
+from durable_assets.definitions import defs
+from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.refunds.schedules import DAILY_SCHEDULE, daily_batch_id
+from durable_assets.runner import start_batch
+
+from .conftest import REPO, job_cli
+
+TICK = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
+BATCH = "daily-2026-11-29"
+
+
+class SimulatedDaemonCrash(Exception):
+    pass
+
+
+def _tick_once(context: object, at: datetime, crash_after_launch: bool = False) -> None:
+    flags = {DAILY_SCHEDULE: {"RUN_LAUNCHED": SimulatedDaemonCrash("daemon died mid-tick")}}
+    list(
+        launch_scheduled_runs(
+            context,  # type: ignore[arg-type]
+            logging.getLogger("test-scheduler"),
+            at,
+            {},
+            max_tick_retries=1,  # a tick that failed mid-way is evaluated again, as the daemon does
+            debug_crash_flags=flags if crash_after_launch else None,  # type: ignore[arg-type]
+        )
+    )
+
+
+def test_schedule_ships_stopped_and_names_the_batch_after_the_day() -> None:
+    sched = defs.resolve_schedule_def(DAILY_SCHEDULE)
+    assert sched.default_status.value == "STOPPED"
+    assert sched.cron_schedule == "0 2 * * *" and sched.execution_timezone == "UTC"
+    assert daily_batch_id(date(2026, 11, 29)) == BATCH
+
+
+def test_tick_evaluated_twice_by_the_daemon_creates_one_batch(dagster_home: Path) -> None:
+    """The scheduler's own tick logic: the daemon dies after launching the run, then re-does the tick."""
+    target = ModuleTarget(
+        module_name="durable_assets.definitions",
+        attribute="defs",
+        working_directory=str(REPO),
+        location_name="durable_assets",
+    )
+    with (
+        DagsterInstance.get() as instance,
+        create_test_daemon_workspace_context(target, instance) as context,
+    ):
+        remote = load_remote_repo(context, "__repository__").get_schedule(DAILY_SCHEDULE)
+        with freeze_time(TICK - timedelta(hours=1)):
+            instance.start_schedule(remote)
+        at = TICK + timedelta(seconds=30)
+        with freeze_time(at):
+            _tick_once(context, at, crash_after_launch=True)
+            [interrupted] = instance.get_ticks(remote.get_remote_origin_id(), remote.selector_id)
+            # The run was launched, but the tick never recorded it: exactly the state a re-do must handle.
+            assert interrupted.status == TickStatus.FAILURE and not interrupted.run_ids
+            assert len(instance.get_runs(RunsFilter(tags={BATCH_TAG: BATCH}))) == 1
+            _tick_once(context, at)  # the daemon evaluates the same tick again
+            _tick_once(context, at)  # and a later iteration finds nothing left to do
+
+        runs = instance.get_runs(RunsFilter(tags={"dagster/schedule_name": DAILY_SCHEDULE}))
+        assert len(runs) == 1, [r.tags for r in runs]
+        run = runs[0]
+        assert run.tags[BATCH_TAG] == BATCH and run.tags["dagster/partition"] == BATCH
+        assert run.tags["dagster/run_key"] == BATCH
+        assert run.status == DagsterRunStatus.QUEUED  # submitted to the run queue, as in production
+        assert instance.get_dynamic_partitions("batches") == [BATCH]
+        ticks = instance.get_ticks(remote.get_remote_origin_id(), remote.selector_id)
+        assert len(ticks) == 1 and ticks[0].status in (TickStatus.SUCCESS, TickStatus.SKIPPED)
+
+    # The CLI sees the scheduled batch like any other.
+    status = job_cli("status", "--id", BATCH, "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["run_ids"] == [run.run_id]
+
+
+def test_a_day_whose_batch_already_ran_is_skipped_not_started_again(dagster_home: Path) -> None:
+    """Evaluations by hand ("Test schedule" in the UI) or after a CLI run of the same ID start nothing."""
+    sched = defs.resolve_schedule_def(DAILY_SCHEDULE)
+    repo = defs.get_repository_def()
+    with DagsterInstance.get() as instance:
+        first = sched.evaluate_tick(build_schedule_context(instance, TICK, repository_def=repo))
+        again = sched.evaluate_tick(build_schedule_context(instance, TICK, repository_def=repo))
+        assert [r.run_key for r in first.run_requests or []] == [BATCH]
+        assert [r.run_key for r in again.run_requests or []] == [BATCH]  # nothing ran yet: same request
+        assert instance.get_dynamic_partitions("batches") == [BATCH]  # added once
+
+        run = start_batch(instance, BATCH, size=40)
+        assert run.status == DagsterRunStatus.SUCCESS
+        after = sched.evaluate_tick(build_schedule_context(instance, TICK, repository_def=repo))
+        assert not after.run_requests
+        assert after.skip_message and BATCH in after.skip_message and "job status" in after.skip_message
+
+
+def test_backfill_runs_each_day_once_and_is_idempotent(dagster_home: Path) -> None:
+    first = job_cli("backfill", "--from", "2026-11-01", "--to", "2026-11-02", timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert "daily-2026-11-01: succeeded" in first.stdout and "daily-2026-11-02: succeeded" in first.stdout
+    again = job_cli("backfill", "--from", "2026-11-01", "--to", "2026-11-02", timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("already succeeded") == 2
+    with DagsterInstance.get() as instance:
+        for bid in ("daily-2026-11-01", "daily-2026-11-02"):
+            assert len(instance.get_runs(RunsFilter(tags={BATCH_TAG: bid}))) == 1
+
+
+@pytest.mark.parametrize(
+    ("first", "last"),
+    [("2026-11-02", "2026-11-01"), ("2026-13-01", "2026-12-01"), ("2024-01-01", "2026-01-01")],
+)
+def test_backfill_rejects_bad_ranges_as_usage_errors(first: str, last: str, dagster_home: Path) -> None:
+    result = job_cli("backfill", "--from", first, "--to", last)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,347 @@
+"""The Dagster UI path, driven like a person would: headless Debian Chromium against `dagster dev`.
+
+The real webserver, daemon and code server run on a temporary instance whose dagster.yaml is the
+one we ship (lease-aware launcher, run monitoring, run retries). A batch is launched from the
+launchpad (adding its partition there), runs to success and is screenshotted; a second batch
+fails at its last step and is re-executed from failure through the run page's menu, without any
+refund being sent again; a third has its run worker SIGKILLed, and the daemon fails the run and
+retries it from failure to success, each refund once at the provider. Screenshots land in
+tests/artifacts/ (gitignored); paths are printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pandas as pd
+import pytest
+
+from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.leases import LeaseStore
+from durable_assets.payments.store import PaymentStore
+
+from ..conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = REPO / "tests" / "artifacts"
+LOCATION = "durable_assets"
+JOB = "refund_batch"
+#: Queue pickup + worker start + a 1000-invoice batch on a loaded 2-core machine, with margin.
+RUN_DEADLINE_S = 240.0
+#: What scripts/ui.sh runs, on a free port.
+DAGSTER_DEV = [str(REPO / ".venv" / "bin" / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1"]
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.5) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class DagsterUi:
+    url: str
+    home: Path
+    log: Path
+
+    def gql(self, query: str, **variables: Any) -> dict[str, Any]:
+        response = httpx.post(
+            f"{self.url}/graphql", json={"query": query, "variables": variables}, timeout=30
+        )
+        response.raise_for_status()
+        body = response.json()
+        assert "errors" not in body, body
+        return dict(body["data"])
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        data = self.gql(
+            "query($id: ID!) { runOrError(runId: $id) { ... on Run { runId status parentRunId "
+            "tags { key value } stepStats { stepKey status } } } }",
+            id=run_id,
+        )
+        return dict(data["runOrError"])
+
+    def messages(self, run_id: str) -> list[str]:
+        """The run's engine and run-level events: why it failed, and what the daemon decided."""
+        data = self.gql(
+            "query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { __typename "
+            "... on MessageEvent { message } } } } }",
+            id=run_id,
+        )
+        events = data["logsForRun"].get("events", [])
+        return [
+            f"{e['__typename']}: {e.get('message', '')[:300]}"
+            for e in events
+            if "Step" not in e["__typename"]
+        ]
+
+    def wait_for_run(self, run_id: str, *statuses: str) -> dict[str, Any]:
+        def finished() -> dict[str, Any] | None:
+            run = self.run(run_id)
+            if run["status"] in ("SUCCESS", "FAILURE", "CANCELED") and run["status"] not in statuses:
+                raise AssertionError(f"run {run_id} ended {run['status']}: {run['stepStats']}\n{self.tail()}")
+            return run if run["status"] in statuses else None
+
+        return wait_until(finished, RUN_DEADLINE_S, f"run {run_id} to reach {statuses}")
+
+    def location_loaded(self) -> bool:
+        try:
+            data = self.gql(
+                "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "
+                "locationOrLoadError { __typename } } } } }"
+            )
+        except httpx.HTTPError:
+            return False
+        entries = data["workspaceOrError"]["locationEntries"]
+        return any(
+            e["name"] == LOCATION
+            and e["loadStatus"] == "LOADED"
+            and e["locationOrLoadError"]["__typename"] == "RepositoryLocation"
+            for e in entries
+        )
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagsterUi]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing; scripts/setup.sh installs Debian's chromium")
+    root = tmp_path_factory.mktemp("ui")
+    home = root / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")  # the config we ship
+    port = _free_port()
+    log = root / "dagster-dev.log"
+    env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(REPO)}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [*DAGSTER_DEV, "-p", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: webserver, daemon, code servers, workers
+        )
+    app = DagsterUi(f"http://127.0.0.1:{port}", home, log)
+    try:
+        wait_until(
+            lambda: proc.poll() is not None or app.location_loaded(), 180, "dagster dev to load the code"
+        )
+        assert proc.poll() is None, app.tail()
+        yield app
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the whole group (SIGINT may be ignored when pytest runs in the background);
+    SIGKILL whatever is left after 30 s, so no code server or worker outlives the test."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except (subprocess.TimeoutExpired, ProcessLookupError):
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    # The UI's one-time "join the community" dialog would cover the page; mark it seen.
+    context.add_init_script("window.localStorage.setItem('communityNux', JSON.stringify('1'))")
+    context.set_default_timeout(30_000)
+    pg = context.new_page()
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+def _screenshot(page: Any, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
+
+
+def _run_id_from(page: Any) -> str:
+    page.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=60_000)
+    match = re.search(r"/runs/([0-9a-f-]{36})", page.url)
+    assert match, page.url
+    return match.group(1)
+
+
+def launch_batch_from_launchpad(page: Any, ui: DagsterUi, batch_id: str) -> str:
+    """Job page → Materialize all ▾ → Open launchpad → Add new partition → Materialize."""
+    page.goto(f"{ui.url}/locations/{LOCATION}/jobs/{JOB}")
+    materialize_all = page.get_by_role("button", name="Materialize all…")
+    materialize_all.wait_for()
+    page.locator("button:right-of(:text('Materialize all…'))").first.click()
+    page.get_by_role("menuitem", name="Open launchpad").click()
+    launchpad = page.get_by_role("dialog").filter(has_text="Launchpad")
+    launchpad.get_by_role("button", name="Add new partition").click()
+    add = page.get_by_role("dialog").filter(has_text="Add a partition")
+    add.get_by_placeholder("name").fill(batch_id)
+    add.get_by_role("button", name="Save").click()
+    # The new partition is selected, and the default config needs no typing.
+    launchpad.get_by_text(f"partition: {batch_id}").wait_for()
+    launchpad.get_by_text("No errors").wait_for()
+    launchpad.get_by_role("button", name="Materialize").click()
+    return _run_id_from(page)
+
+
+def test_launch_a_batch_from_the_launchpad_and_watch_it_succeed(ui: DagsterUi, page: Any) -> None:
+    run_id = launch_batch_from_launchpad(page, ui, "ui-batch")
+    run = ui.wait_for_run(run_id, "SUCCESS")
+    assert {"key": "dagster/partition", "value": "ui-batch"} in run["tags"]
+    assert {s["stepKey"] for s in run["stepStats"] if s["status"] == "SUCCESS"} >= {
+        "invoices",
+        "issued_refunds",
+        "batch_report",
+        "issued_refunds_no_duplicate_refunds_at_provider",
+    }
+    page.reload()
+    page.get_by_text("Success", exact=True).first.wait_for()
+    _screenshot(page, "ui-batch-succeeded")
+
+    # The refund metadata is on the materialization, for this batch's partition.
+    page.goto(f"{ui.url}/assets/issued_refunds?partition=ui-batch")
+    page.get_by_text("refunds_issued").first.wait_for()
+    page.get_by_text("requests_sent").first.wait_for()
+    _screenshot(page, "ui-issued-refunds-metadata")
+
+
+def test_a_failed_batch_re_executed_from_failure_in_the_ui_completes(ui: DagsterUi, page: Any) -> None:
+    batch = "ui-fix"
+    # Deterministic fault after every refund was issued: a directory sits where the report goes.
+    blocker = ui.home / "batches" / batch / "refund_report.csv"
+    blocker.mkdir(parents=True)
+    failed_id = launch_batch_from_launchpad(page, ui, batch)
+    failed = ui.wait_for_run(failed_id, "FAILURE")
+    steps = {s["stepKey"]: s["status"] for s in failed["stepStats"]}
+    assert steps["batch_report"] == "FAILURE" and steps["customer_notices"] == "SUCCESS", steps
+    with PaymentStore(str(ui.home / "payments.db")) as store:
+        refunds_before = store.stats()["refunds_created"]
+    assert refunds_before > 0
+
+    blocker.rmdir()  # the operator fixes the cause...
+    page.goto(f"{ui.url}/runs/{failed_id}")
+    page.get_by_role("button", name=re.compile("Re-execute all")).wait_for()
+    page.locator("button:right-of(:text('Re-execute all'))").first.click()
+    page.get_by_role("menuitem", name="From failure").click()  # ...and re-executes from failure
+    page.wait_for_url(lambda url: failed_id not in url and "/runs/" in url, timeout=60_000)
+    retry_id = _run_id_from(page)
+    retry = ui.wait_for_run(retry_id, "SUCCESS")
+
+    assert retry["parentRunId"] == failed_id
+    executed = {s["stepKey"] for s in retry["stepStats"]}
+    assert executed == {"batch_report"}, executed  # committed steps were not run again
+    with PaymentStore(str(ui.home / "payments.db")) as store:
+        assert store.stats()["refunds_created"] == refunds_before  # no refund sent twice
+    assert (ui.home / "batches" / batch / "refund_report.csv").is_file()
+    page.reload()
+    page.get_by_text("Success", exact=True).first.wait_for()
+    _screenshot(page, "ui-reexecuted-from-failure")
+
+
+def test_a_killed_worker_is_failed_by_the_daemon_and_retried_to_success(ui: DagsterUi, page: Any) -> None:
+    """README's walkthrough: launch from the UI, SIGKILL the run worker, the daemon takes it from there."""
+    batch = "ui-kill"
+    run_id = launch_batch_from_launchpad(page, ui, batch)
+    leases = LeaseStore(DurableDatabase(f"sqlite:///{ui.home / 'durable.db'}"))
+
+    def worker_pid() -> int | None:
+        lease = leases.get(batch)
+        return int(lease.owner.rsplit(":", 1)[1]) if lease and lease.run_id == run_id else None
+
+    # The worker takes the batch's lease as the run starts, before step 1 (5 s of charges) ends.
+    pid = wait_until(worker_pid, RUN_DEADLINE_S, "the run worker to take the batch's lease", interval=0.1)
+    os.kill(pid, signal.SIGKILL)
+    ui.wait_for_run(run_id, "FAILURE")
+
+    def retry_id() -> str | None:
+        return _tag(ui.run(run_id), "dagster/auto_retry_run_id")
+
+    try:
+        retried = wait_until(retry_id, RUN_DEADLINE_S, "run retries to re-execute")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{ui.run(run_id)['tags']}\n{ui.messages(run_id)}\n{ui.tail()}") from None
+    retry = ui.wait_for_run(retried, "SUCCESS")
+    assert retry["parentRunId"] == run_id and _tag(retry, "dagster/retry_number") == "1"
+
+    issued = pd.read_pickle(ui.home / "storage" / "issued_refunds" / batch)
+    assert len(issued) and (issued["status"] == "refunded").all()
+    with PaymentStore(str(ui.home / "payments.db")) as store:
+        at_provider = Counter(_all_refund_keys(store))
+    assert {k: at_provider[k] for k in issued["idempotency_key"]} == dict.fromkeys(
+        issued["idempotency_key"], 1
+    )
+
+
+def _tag(run: dict[str, Any], key: str) -> str | None:
+    return next((t["value"] for t in run["tags"] if t["key"] == key), None)
+
+
+def _all_refund_keys(store: PaymentStore) -> list[str]:
+    keys: list[str] = []
+    after: str | None = None
+    while True:
+        page = store.list_refunds(limit=100, starting_after=after)
+        keys += [r["metadata"].get("idempotency_key", "") for r in page["data"]]
+        if not page["has_more"]:
+            return keys
+        after = page["data"][-1]["id"]
