@@ -19,18 +19,14 @@ import signal
 import socket
 import subprocess
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import pandas as pd
 import pytest
 
-from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.leases import LeaseStore
 from durable_assets.payments.store import PaymentStore
 
 from ..conftest import REPO
@@ -296,52 +292,3 @@ def test_a_failed_batch_re_executed_from_failure_in_the_ui_completes(ui: Dagster
     page.reload()
     page.get_by_text("Success", exact=True).first.wait_for()
     _screenshot(page, "ui-reexecuted-from-failure")
-
-
-def test_a_killed_worker_is_failed_by_the_daemon_and_retried_to_success(ui: DagsterUi, page: Any) -> None:
-    """README's walkthrough: launch from the UI, SIGKILL the run worker, the daemon takes it from there."""
-    batch = "ui-kill"
-    run_id = launch_batch_from_launchpad(page, ui, batch)
-    leases = LeaseStore(DurableDatabase(f"sqlite:///{ui.home / 'durable.db'}"))
-
-    def worker_pid() -> int | None:
-        lease = leases.get(batch)
-        return int(lease.owner.rsplit(":", 1)[1]) if lease and lease.run_id == run_id else None
-
-    # The worker takes the batch's lease as the run starts, before step 1 (5 s of charges) ends.
-    pid = wait_until(worker_pid, RUN_DEADLINE_S, "the run worker to take the batch's lease", interval=0.1)
-    os.kill(pid, signal.SIGKILL)
-    ui.wait_for_run(run_id, "FAILURE")
-
-    def retry_id() -> str | None:
-        return _tag(ui.run(run_id), "dagster/auto_retry_run_id")
-
-    try:
-        retried = wait_until(retry_id, RUN_DEADLINE_S, "run retries to re-execute")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{ui.run(run_id)['tags']}\n{ui.messages(run_id)}\n{ui.tail()}") from None
-    retry = ui.wait_for_run(retried, "SUCCESS")
-    assert retry["parentRunId"] == run_id and _tag(retry, "dagster/retry_number") == "1"
-
-    issued = pd.read_pickle(ui.home / "storage" / "issued_refunds" / batch)
-    assert len(issued) and (issued["status"] == "refunded").all()
-    with PaymentStore(str(ui.home / "payments.db")) as store:
-        at_provider = Counter(_all_refund_keys(store))
-    assert {k: at_provider[k] for k in issued["idempotency_key"]} == dict.fromkeys(
-        issued["idempotency_key"], 1
-    )
-
-
-def _tag(run: dict[str, Any], key: str) -> str | None:
-    return next((t["value"] for t in run["tags"] if t["key"] == key), None)
-
-
-def _all_refund_keys(store: PaymentStore) -> list[str]:
-    keys: list[str] = []
-    after: str | None = None
-    while True:
-        page = store.list_refunds(limit=100, starting_after=after)
-        keys += [r["metadata"].get("idempotency_key", "") for r in page["data"]]
-        if not page["has_more"]:
-            return keys
-        after = page["data"][-1]["id"]
