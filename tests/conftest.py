@@ -24,6 +24,17 @@ def _pg_available() -> bool:
         return False
 
 
+@pytest.fixture(autouse=True)
+def _reap_job_processes() -> Iterator[None]:
+    """Leave nothing behind: kill (by id) the `job` processes a test started, and their groups."""
+    from tests.crash.helpers import JobProcess
+
+    before = len(JobProcess.spawned)
+    yield
+    for p in JobProcess.spawned[before:]:
+        p.reap_group()
+
+
 @pytest.fixture
 def dagster_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "dagster_home"

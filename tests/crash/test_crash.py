@@ -51,15 +51,6 @@ PG_CRASH_POINTS = int(os.environ.get("DURABLE_PG_CRASH_POINTS", str(max(CRASH_PO
 CRASH_SEED = 20261129
 
 
-@pytest.fixture(autouse=True)
-def _reap_workers() -> Iterator[None]:
-    """Leave nothing behind: kill (by id) the workers this test started and their process groups."""
-    before = len(JobProcess.spawned)
-    yield
-    for p in JobProcess.spawned[before:]:
-        p.reap_group()
-
-
 @pytest.fixture
 def simulator(tmp_path: Path) -> Iterator[Callable[..., Simulator]]:
     started: list[Simulator] = []

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from durable_assets.kit.resources import BATCH_TAG
 from .helpers import (
     DagsterDev,
     Expected,
-    JobProcess,
     Simulator,
     assert_batch_complete,
     assert_refunded_exactly_once,
@@ -31,14 +29,6 @@ from .helpers import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _reap_workers() -> Iterator[None]:
-    before = len(JobProcess.spawned)
-    yield
-    for p in JobProcess.spawned[before:]:
-        p.reap_group()
 
 
 def _parent(pid: int) -> int:

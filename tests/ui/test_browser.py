@@ -16,13 +16,11 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -30,6 +28,7 @@ import pytest
 from durable_assets.payments.store import PaymentStore
 
 from ..conftest import REPO
+from ..crash.helpers import free_port, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -50,25 +49,6 @@ JOB = "refund_batch"
 RUN_DEADLINE_S = 240.0
 #: What scripts/ui.sh runs, on a free port.
 DAGSTER_DEV = [str(REPO / ".venv" / "bin" / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1"]
-
-T = TypeVar("T")
-
-
-def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.5) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -115,7 +95,7 @@ class DagsterUi:
                 raise AssertionError(f"run {run_id} ended {run['status']}: {run['stepStats']}\n{self.tail()}")
             return run if run["status"] in statuses else None
 
-        return wait_until(finished, RUN_DEADLINE_S, f"run {run_id} to reach {statuses}")
+        return wait_until(finished, RUN_DEADLINE_S, interval=0.5, what=f"run {run_id} to reach {statuses}")
 
     def location_loaded(self) -> bool:
         try:
@@ -145,7 +125,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagsterUi]:
     home = root / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")  # the config we ship
-    port = _free_port()
+    port = free_port()
     log = root / "dagster-dev.log"
     env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(REPO)}
     with open(log, "w") as out:
@@ -160,7 +140,10 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagsterUi]:
     app = DagsterUi(f"http://127.0.0.1:{port}", home, log)
     try:
         wait_until(
-            lambda: proc.poll() is not None or app.location_loaded(), 180, "dagster dev to load the code"
+            lambda: proc.poll() is not None or app.location_loaded(),
+            180,
+            interval=0.5,
+            what="dagster dev to load the code",
         )
         assert proc.poll() is None, app.tail()
         yield app

@@ -3,24 +3,16 @@ by the run-status sensors of a real `dagster dev`, once per URL, verified by the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from dagster._core.definitions.run_request import InstigatorType
 
-from ..crash.helpers import DagsterDev, JobProcess, instance_reader, job_env, make_home, wait_until
+from ..crash.helpers import DagsterDev, instance_reader, job_env, make_home, wait_until
 from .receiver import Receiver
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _reap_workers() -> Iterator[None]:
-    before = len(JobProcess.spawned)
-    yield
-    for p in JobProcess.spawned[before:]:
-        p.reap_group()
 
 
 def test_daemon_sensors_deliver_a_ui_launched_batch_once_per_url(

@@ -7,7 +7,7 @@ really arrived; the outbox is read from the instance's database afterwards.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,14 +29,6 @@ from ..crash.helpers import (
 from .receiver import Receiver
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _reap_workers() -> Iterator[None]:
-    before = len(JobProcess.spawned)
-    yield
-    for p in JobProcess.spawned[before:]:
-        p.reap_group()
 
 
 def _env(home: Path, secret: str, *urls: str, **extra: object) -> dict[str, str]:
