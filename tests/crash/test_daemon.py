@@ -9,6 +9,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dagster import DagsterRunStatus, RunsFilter
@@ -31,6 +32,19 @@ from .helpers import (
 pytestmark = pytest.mark.slow
 
 
+def _diagnose(instance: Any, run_id: str) -> str:
+    """What the run's tags and engine events say, for a failure message."""
+    from dagster import DagsterEventType
+
+    run = instance.get_run_by_id(run_id)
+    events = instance.all_logs(run_id, of_type={DagsterEventType.ENGINE_EVENT, DagsterEventType.RUN_FAILURE})
+    lines = [f"run {run_id}: {run.status if run else None} tags={dict(run.tags) if run else None}"]
+    for e in events:
+        kind = e.dagster_event.event_type_value if e.dagster_event else ""
+        lines.append(f"  {kind}: {e.message[:300]}")
+    return "\n".join(lines)
+
+
 def _parent(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat.rsplit(")", 1)[1].split()[1])
@@ -39,8 +53,10 @@ def _parent(pid: int) -> int:
 def test_daemon_fails_dead_worker_and_retries_from_failure(home: Path, tmp_path: Path) -> None:
     batch, size, ttl = "daemon-path", 400, 2.0
     expected = Expected.of(batch, size)
-    sim = Simulator(tmp_path / "simulator.db", latency_ms=30)
-    env = job_env(home, payments_url=sim.url, lease_ttl_s=ttl, DURABLE_CONCURRENCY=4)
+    # ~120 refunds at 100 ms, 2 at a time: the refund step lasts seconds, so the kill lands inside it
+    # even when the machine is slow to notice the first refund.
+    sim = Simulator(tmp_path / "simulator.db", latency_ms=100)
+    env = job_env(home, payments_url=sim.url, lease_ttl_s=ttl, DURABLE_CONCURRENCY=2)
     dev = DagsterDev(home, env, tmp_path)
     try:
         with instance_reader(home) as reader:
@@ -72,19 +88,28 @@ def test_daemon_fails_dead_worker_and_retries_from_failure(home: Path, tmp_path:
             try:
                 os.kill(worker, signal.SIGKILL)
                 killed_at = time.monotonic()
-                wait_until(
-                    lambda: run_status() == DagsterRunStatus.FAILURE,
-                    timeout=60,
-                    what="monitoring to fail the run",
-                )
+                try:
+                    wait_until(
+                        lambda: run_status() == DagsterRunStatus.FAILURE,
+                        timeout=90,
+                        what="monitoring to fail the run",
+                    )
+                except AssertionError as exc:
+                    raise AssertionError(
+                        f"{exc}\n{_diagnose(instance, first_run)}\n{dev.proc.tail()}"
+                    ) from None
                 detected = time.monotonic() - killed_at
             finally:
                 os.kill(code_server, signal.SIGCONT)
-            retries = wait_until(
-                lambda: instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": first_run})),
-                timeout=60,
-                what="run retries to re-execute the run",
-            )
+            at_kill = reader.status(batch)
+            try:
+                retries = wait_until(
+                    lambda: instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": first_run})),
+                    timeout=120,
+                    what="run retries to re-execute the run",
+                )
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{_diagnose(instance, first_run)}\n{dev.proc.tail()}") from None
             retried = time.monotonic() - killed_at
             wait_until(
                 lambda: (st := reader.status(batch)) is not None and st["status"] == "succeeded",
@@ -100,6 +125,7 @@ def test_daemon_fails_dead_worker_and_retries_from_failure(home: Path, tmp_path:
         assert failed is not None and failed.tags.get(WORKER_LOST_TAG) == "lease_expired"
         assert failed.tags.get(BATCH_TAG) == batch, "the launcher tags UI-launched runs with their batch"
         assert retries[0].tags.get(BATCH_TAG) == batch
+        assert at_kill is not None and at_kill["steps"][3]["status"] == "in_progress", at_kill["steps"]
         assert status is not None
         assert_batch_complete(status, home, batch)
         assert [s["executions"] for s in status["steps"]][:4] == [1, 1, 1, 2], status["steps"]
