@@ -86,6 +86,7 @@ def test_daemon_fails_dead_worker_and_retries_from_failure(home: Path, tmp_path:
             code_server = _parent(worker)
             os.kill(code_server, signal.SIGSTOP)
             try:
+                at_kill = reader.status(batch)
                 os.kill(worker, signal.SIGKILL)
                 killed_at = time.monotonic()
                 try:
@@ -101,7 +102,6 @@ def test_daemon_fails_dead_worker_and_retries_from_failure(home: Path, tmp_path:
                 detected = time.monotonic() - killed_at
             finally:
                 os.kill(code_server, signal.SIGCONT)
-            at_kill = reader.status(batch)
             try:
                 retries = wait_until(
                     lambda: instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": first_run})),
