@@ -279,12 +279,22 @@ def test_ledger_keys_outlive_batches_and_go_on_their_own_horizon(
                 key("recent-finished", "finished", 100),  # older than its batch, younger than a year
             ],
         )
+        conn.execute(
+            kit_db.effect_subjects.insert(),
+            [
+                {"scope": "refund", "subject": f"charge:{name}", "key": name, "created_at": t - 400 * DAY_S}
+                for name in ("old-finished", "old-unknown-outcome", "recent-finished")
+            ],
+        )
     add_batch(instance, "ok-31d", ("success", 31))
     report = prune_batches(instance, policy=RetentionPolicy(), archive_dir=str(tmp_path / "a")).as_dict()
     assert [b["id"] for b in report["batches"]] == ["ok-31d"] and report["ledger_keys_pruned"] == 2
     with db.engine.connect() as conn:
         left = set(conn.execute(sa.select(kit_db.idempotency.c.key)).scalars())
     assert left == {"old-unknown-outcome", "recent-finished"}
+    with db.engine.connect() as conn:
+        subjects = set(conn.execute(sa.select(kit_db.effect_subjects.c.key)).scalars())
+    assert subjects == left  # a subject goes with the key that claimed it, never before
 
 
 def test_batch_held_by_a_live_worker_is_left_alone(dagster_home: Path, tmp_path: Path) -> None:

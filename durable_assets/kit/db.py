@@ -41,6 +41,18 @@ idempotency = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
 )
 
+effect_subjects = sa.Table(
+    "durable_effect_subjects",
+    metadata,
+    # At most one idempotency key per business subject (e.g. "a refund of charge X for reason R"),
+    # whatever rows, batches or workers name it: keys come from one identity (the invoice), the
+    # subject from another (the charge), and the money follows the subject.
+    sa.Column("scope", sa.String(64), primary_key=True),
+    sa.Column("subject", sa.String(255), primary_key=True),
+    sa.Column("key", sa.String(255), nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
 leases = sa.Table(
     "durable_leases",
     metadata,

@@ -97,6 +97,8 @@ class EffectReport:
     sent: int = 0
     replayed: int = 0
     looked_up: int = 0
+    #: Intents never sent because another key had already claimed their subject (held for review).
+    subject_taken: int = 0
 
 
 class _Counter:
@@ -184,8 +186,15 @@ class EffectRunner:
         report.results.update(claim.finished)
         report.review.update(claim.review)
         report.replayed += len(claim.finished) + len(claim.review)
-        if claim.finished or claim.review:
-            settled(len(claim.finished) + len(claim.review))
+        for key, taken in claim.taken.items():
+            report.review[key] = {
+                "subject_taken": taken.subject,
+                "holder_key": taken.holder_key,
+                "holder_params": dict(taken.holder_params),
+            }
+        report.subject_taken += len(claim.taken)
+        if claim.finished or claim.review or claim.taken:
+            settled(len(claim.finished) + len(claim.review) + len(claim.taken))
         held_keys = set(claim.held_elsewhere)
         held.extend(i for i in chunk if i.key in held_keys)
         by_key = {i.key: i for i in chunk}

@@ -11,6 +11,11 @@ The design follows Stripe's idempotency keys and Brandur Leach's "atomic phases"
 A key whose result is recorded is never sent again; one with only an intent is retried with the
 same key. The same key with other parameters stops the step (:class:`IdempotencyKeyMismatchError`).
 Claims (owner run, fence, expiry) make sure two live workers never both believe they own a key.
+
+An intent may also name its *subject*, the thing the effect acts on when that differs from what the
+key is derived from (a refund's key comes from the invoice, but the money comes off the charge).
+The first key to claim a subject keeps it for good; another key naming the same subject is never
+sent and comes back in :attr:`Claim.taken`, in the same transaction that commits the intents.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from durable_assets.errors import IdempotencyKeyMismatchError
-from durable_assets.kit.db import DurableDatabase, idempotency, now
+from durable_assets.kit.db import DurableDatabase, effect_subjects, idempotency, now
 
 STARTED = "started"
 FINISHED = "finished"
@@ -43,6 +48,8 @@ class Intent:
 
     key: str
     params: Mapping[str, Any]
+    #: What the effect acts on, when at most one key may ever act on it (see the module docstring).
+    subject: str | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -58,6 +65,15 @@ class LedgerEntry:
     created_at: float
 
 
+@dataclass(frozen=True)
+class SubjectTaken:
+    """An intent whose subject another key claimed first; it is never sent."""
+
+    subject: str
+    holder_key: str
+    holder_params: Mapping[str, Any]
+
+
 @dataclass
 class Claim:
     """What :meth:`Ledger.claim` found: results to reuse, keys this worker now owns, keys others hold."""
@@ -66,6 +82,7 @@ class Claim:
     review: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     owned: list[LedgerEntry] = field(default_factory=list)
     held_elsewhere: list[str] = field(default_factory=list)
+    taken: dict[str, SubjectTaken] = field(default_factory=dict)
 
 
 class Ledger:
@@ -85,9 +102,60 @@ class Ledger:
         if not intents:
             return Claim()
         t = now()
-        by_key = {i.key: i for i in intents}
-        if len(by_key) != len(intents):
+        if len({i.key for i in intents}) != len(intents):
             raise IdempotencyKeyMismatchError(f"duplicate idempotency keys in one {scope!r} chunk")
+        with self.db.transaction() as conn:
+            taken = self._claim_subjects(conn, scope, intents, t)
+            claim = self._claim_keys(conn, scope, [i for i in intents if i.key not in taken], owner, fence, t)
+        claim.taken = taken
+        return claim
+
+    def _claim_subjects(
+        self, conn: sa.Connection, scope: str, intents: Sequence[Intent], t: float
+    ) -> dict[str, SubjectTaken]:
+        """Claim every free subject for its intent's key; report intents whose subject is another key's.
+
+        Within one call the smallest key wins a shared subject, so the outcome does not depend on
+        the order rows arrived in.
+        """
+        wanted: dict[str, str] = {}
+        for i in sorted(intents, key=lambda i: i.key):
+            if i.subject is not None:
+                wanted.setdefault(i.subject, i.key)
+        if not wanted:
+            return {}
+        sc = effect_subjects.c
+        rows = [
+            {"scope": scope, "subject": subject, "key": key, "created_at": t}
+            for subject, key in sorted(wanted.items())
+        ]
+        conn.execute(self.db.insert_ignore(effect_subjects), rows)
+        found = conn.execute(
+            sa.select(sc.subject, sc.key).where(sc.scope == scope, sc.subject.in_(sorted(wanted)))
+        )
+        holders: dict[str, str] = {row.subject: row.key for row in found}
+        losers = {
+            i.key: (i.subject, holders[i.subject])
+            for i in intents
+            if i.subject is not None and holders[i.subject] != i.key
+        }
+        if not losers:
+            return {}
+        c = idempotency.c
+        holder_keys = sorted({holder for _sub, holder in losers.values()})
+        stored = conn.execute(sa.select(c.key, c.params).where(c.scope == scope, c.key.in_(holder_keys)))
+        params: dict[str, Mapping[str, Any]] = {row.key: json.loads(row.params) for row in stored}
+        params.update({i.key: i.params for i in intents if i.key in holder_keys})  # a holder in this call
+        return {
+            key: SubjectTaken(sub, holder, params.get(holder, {})) for key, (sub, holder) in losers.items()
+        }
+
+    def _claim_keys(
+        self, conn: sa.Connection, scope: str, intents: Sequence[Intent], owner: str, fence: int, t: float
+    ) -> Claim:
+        if not intents:
+            return Claim()
+        by_key = {i.key: i for i in intents}
         rows = [
             {
                 "scope": scope,
@@ -106,38 +174,34 @@ class Ledger:
         ]
         keys = sorted(by_key)
         c = idempotency.c
-        with self.db.transaction() as conn:
-            conn.execute(self.db.insert_ignore(idempotency), rows)
-            if self.db.is_postgres:
-                # Lock in key order so two workers claiming overlapping chunks cannot deadlock.
-                conn.execute(
-                    sa.select(c.key)
-                    .where(c.scope == scope, c.key.in_(keys))
-                    .order_by(c.key)
-                    .with_for_update()
-                )
+        conn.execute(self.db.insert_ignore(idempotency), rows)
+        if self.db.is_postgres:
+            # Lock in key order so two workers claiming overlapping chunks cannot deadlock.
             conn.execute(
-                idempotency.update()
-                .where(c.scope == scope, c.key.in_(keys), c.recovery_point == STARTED)
-                .where(
-                    sa.or_(
-                        c.claimed_by.is_(None),
-                        c.claimed_by == owner,
-                        c.claim_fence < fence,
-                        c.claim_expires_at < t,
-                    )
-                )
-                .values(claimed_by=owner, claim_fence=fence, claim_expires_at=t + self.claim_ttl_s)
+                sa.select(c.key).where(c.scope == scope, c.key.in_(keys)).order_by(c.key).with_for_update()
             )
-            found = conn.execute(sa.select(idempotency).where(c.scope == scope, c.key.in_(keys))).all()
-            for row in found:
-                if row.fingerprint != by_key[row.key].fingerprint:
-                    raise IdempotencyKeyMismatchError(
-                        f"idempotency key {row.key!r} ({scope}) was first used with other parameters "
-                        f"({row.params}); refusing to send "
-                        f"{json.dumps(by_key[row.key].params, default=str)}. "
-                        "Fix the input so the business identity is unique, or review the earlier request."
-                    )
+        conn.execute(
+            idempotency.update()
+            .where(c.scope == scope, c.key.in_(keys), c.recovery_point == STARTED)
+            .where(
+                sa.or_(
+                    c.claimed_by.is_(None),
+                    c.claimed_by == owner,
+                    c.claim_fence < fence,
+                    c.claim_expires_at < t,
+                )
+            )
+            .values(claimed_by=owner, claim_fence=fence, claim_expires_at=t + self.claim_ttl_s)
+        )
+        found = conn.execute(sa.select(idempotency).where(c.scope == scope, c.key.in_(keys))).all()
+        for row in found:
+            if row.fingerprint != by_key[row.key].fingerprint:
+                raise IdempotencyKeyMismatchError(
+                    f"idempotency key {row.key!r} ({scope}) was first used with other parameters "
+                    f"({row.params}); refusing to send "
+                    f"{json.dumps(by_key[row.key].params, default=str)}. "
+                    "Fix the input so the business identity is unique, or review the earlier request."
+                )
         claim = Claim()
         for row in found:
             if row.recovery_point == FINISHED:

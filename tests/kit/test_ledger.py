@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+from typing import Any
 
 import pytest
 
@@ -76,3 +77,54 @@ def test_two_processes_never_both_own_a_key(durable_db_url: str) -> None:
         p.join(timeout=60)
     owned = [k for _owner, keys in results for k in keys]
     assert len(owned) == len(set(owned)) == 200
+
+
+def test_a_subject_is_claimed_by_the_first_key_for_good(durable_db_url: str) -> None:
+    """Issue #14.3: keys per invoice, money per charge — a second key on one charge is never sent."""
+    ledger = _ledger(durable_db_url)
+    first = ledger.claim(
+        "refund",
+        [
+            Intent("k-b", {"invoice_id": "B"}, subject="charge:ch_1:overcharge"),
+            Intent("k-a", {"invoice_id": "A"}, subject="charge:ch_1:overcharge"),
+            Intent("k-c", {"invoice_id": "C"}, subject="charge:ch_1:duplicate_charge"),
+        ],
+        owner="batch-1",
+    )
+    # Within one call the smallest key wins, whatever order the rows came in.
+    assert sorted(e.key for e in first.owned) == ["k-a", "k-c"]
+    assert set(first.taken) == {"k-b"} and first.taken["k-b"].holder_key == "k-a"
+    assert first.taken["k-b"].holder_params == {"invoice_id": "A"}
+    assert [e.key for e in ledger.entries("refund", ["k-b"])] == []  # never even an intent
+
+    # A later batch naming the charge through another invoice: taken, not sent.
+    later = ledger.claim(
+        "refund", [Intent("k-z", {"invoice_id": "Z"}, subject="charge:ch_1:overcharge")], owner="b2"
+    )
+    assert later.owned == [] and later.taken["k-z"].holder_key == "k-a"
+    # The holder itself is unaffected (a resume of batch 1 re-claims its own key).
+    again = ledger.claim(
+        "refund", [Intent("k-a", {"invoice_id": "A"}, subject="charge:ch_1:overcharge")], owner="batch-1"
+    )
+    assert [e.key for e in again.owned] == ["k-a"] and again.taken == {}
+
+
+def _claim_subject(url: str, key: str, barrier: Any, out: Any) -> None:
+    ledger = _ledger(url)
+    barrier.wait()
+    claim = ledger.claim("refund", [Intent(key, {"k": key}, subject="charge:ch_9:overcharge")], owner=key)
+    out.put((key, [e.key for e in claim.owned]))
+
+
+def test_concurrent_workers_never_both_own_one_subject(durable_db_url: str) -> None:
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(4), ctx.Queue()
+    procs = [
+        ctx.Process(target=_claim_subject, args=(durable_db_url, f"k{i}", barrier, out)) for i in range(4)
+    ]
+    for p in procs:
+        p.start()
+    owned = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert sum(len(keys) for _key, keys in owned) == 1, owned
