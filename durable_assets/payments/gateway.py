@@ -102,6 +102,8 @@ class RefundGateway(Protocol):
 
     def find_refund_by_key(self, *, charge_id: str, idempotency_key: str) -> Refund | None: ...
 
+    def list_charge_refunds(self, charge_id: str) -> list[Refund]: ...
+
 
 # --- request building ----------------------------------------------------------------------------
 
@@ -311,10 +313,9 @@ class _GatewayBase(ABC):
         _expect(body, "refund", refund.id, refund_id)
         return refund
 
-    def find_refund_by_key(self, *, charge_id: str, idempotency_key: str) -> Refund | None:
-        """Reads every page, so a second refund with the same key (a broken exactly-once
-        guarantee) is reported instead of silently picking one."""
-        matches: list[Refund] = []
+    def list_charge_refunds(self, charge_id: str) -> list[Refund]:
+        """Every refund of a charge, all pages read (a cursor that does not advance is an error)."""
+        found: list[Refund] = []
         seen: set[str] = set()
         starting_after: str | None = None
         while True:
@@ -325,10 +326,15 @@ class _GatewayBase(ABC):
                 if refund.id in seen:  # a cursor that does not advance would loop forever
                     raise _mismatch(f"refund {refund.id} twice while paginating", page)
                 seen.add(refund.id)
-            matches += [refund for refund in refunds if refund.idempotency_key == idempotency_key]
+            found += refunds
             if not has_more or not refunds:
-                break
+                return found
             starting_after = refunds[-1].id
+
+    def find_refund_by_key(self, *, charge_id: str, idempotency_key: str) -> Refund | None:
+        """Reads every page, so a second refund with the same key (a broken exactly-once
+        guarantee) is reported instead of silently picking one."""
+        matches = [r for r in self.list_charge_refunds(charge_id) if r.idempotency_key == idempotency_key]
         if len(matches) > 1:
             ids = ", ".join(refund.id for refund in matches)
             raise ProviderResponseMismatchError(

@@ -43,8 +43,8 @@ from durable_assets.kit.ledger import Intent, LedgerEntry
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.refunds import schema as s
-from durable_assets.refunds.frames import frame_digest, write_csv_atomically
-from durable_assets.refunds.keys import charge_key, notice_key, refund_key
+from durable_assets.refunds.frames import frame_digest, typed, write_csv_atomically
+from durable_assets.refunds.keys import charge_key, notice_key, refund_key, refund_subject
 from durable_assets.refunds.policy import compute_refund_candidates, summarize
 from durable_assets.refunds.resources import CustomerMailbox, PaymentGateway, RefundLimits
 from durable_assets.refunds.synthetic import synthetic_invoices
@@ -342,6 +342,7 @@ def issued_refunds(
                 "currency": str(row.currency),
                 "reason": str(row.reason),
             },
+            subject=refund_subject(str(row.charge_id), str(row.reason)),
         )
         for row in refund_candidates.itertuples(index=False)
     ]
@@ -349,14 +350,15 @@ def issued_refunds(
         context, runtime, ledger, payments, "refund", create_refund, verify=verify_refund, lookup=lookup
     )
     report = runner.run(intents)
-    out = _outcome_frame(intents, report, id_field="id")
-    refunded = out[out["status"] == "refunded"]
+    out = _outcome_frame(intents, report)
+    refunded = out[out["status"] == s.RefundOutcome.REFUNDED]
     return _result(
         out,
         {
             "refunds_issued": len(refunded),
             "refunded_cents": int(refunded["amount_cents"].sum()),
-            "held_for_review": int((out["status"] == "held_for_review").sum()),
+            "held_for_review": int((out["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
+            "already_refunded_for_charge": report.subject_taken,
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
             "reconciled_by_lookup": report.looked_up,
@@ -374,34 +376,36 @@ def _refund_dict(refund: Any) -> dict[str, Any]:
     }
 
 
-def _outcome_frame(intents: list[Intent], report: EffectReport, id_field: str) -> pd.DataFrame:
+def _outcome_frame(intents: list[Intent], report: EffectReport) -> pd.DataFrame:
+    """One row per refund intent: refunded, or held for review with a note a person can act on."""
     rows = []
     for i in intents:
         done = report.results.get(i.key)
-        review = report.review.get(i.key)
         rows.append(
             {
                 s.INVOICE_ID: i.params["invoice_id"],
+                s.CHARGE_ID: i.params["charge_id"],
                 "idempotency_key": i.key,
-                "provider_id": (done or {}).get(id_field, ""),
-                "amount_cents": int(i.params.get("amount", 0)),
-                s.CURRENCY: i.params.get("currency", ""),
-                "reason": i.params.get("reason", ""),
-                "status": "refunded" if done else "held_for_review",
-                "review_note": "" if done else str(review),
+                "provider_id": (done or {}).get("id", ""),
+                "amount_cents": int(i.params["amount"]),
+                s.CURRENCY: i.params["currency"],
+                "reason": i.params["reason"],
+                "status": s.RefundOutcome.REFUNDED if done else s.RefundOutcome.HELD_FOR_REVIEW,
+                "review_note": "" if done else _review_note(i, report.review.get(i.key)),
             }
         )
-    columns = [
-        s.INVOICE_ID,
-        "idempotency_key",
-        "provider_id",
-        "amount_cents",
-        s.CURRENCY,
-        "reason",
-        "status",
-        "review_note",
-    ]
-    return pd.DataFrame(rows, columns=columns)
+    return typed(pd.DataFrame(rows, columns=list(s.OUTCOME_DTYPES)), s.OUTCOME_DTYPES)
+
+
+def _review_note(intent: Intent, review: Mapping[str, Any] | None) -> str:
+    if review and "subject_taken" in review:
+        holder = review.get("holder_params") or {}
+        return (
+            f"charge {intent.params['charge_id']} was already refunded for {intent.params['reason']} "
+            f"through invoice {holder.get('invoice_id', '?')} (key {review['holder_key']}); "
+            "a charge is refunded at most once per reason"
+        )
+    return str(review)
 
 
 @asset(partitions_def=BATCHES, group_name="payouts", retry_policy=TRANSIENT_RETRY)
@@ -418,23 +422,22 @@ def reconciled_refunds(
     flagged ``mismatch`` (and gets no customer notice) instead of being trusted.
     """
     gateway = payments.gateway
-    refunded = issued_refunds[issued_refunds["status"] == "refunded"]
-    limiter = payments.limiter()
-
-    backoff = payments.backoff()
+    refunded = issued_refunds[issued_refunds["status"] == s.RefundOutcome.REFUNDED]
+    limiter, backoff = payments.limiter(), payments.backoff()
 
     def fetch(refund_id: str) -> Mapping[str, Any]:
         return call_with_retries(lambda: _refund_dict(gateway.retrieve_refund(refund_id)), limiter, backoff)
 
     with ThreadPoolExecutor(max_workers=payments.concurrency) as pool:
         answers = list(pool.map(fetch, refunded["provider_id"]))
-    out = issued_refunds.copy()
+    out = typed(issued_refunds, s.OUTCOME_DTYPES)
     out["reconciliation"] = "not_refunded"
     matches = [
         a["amount"] == amt and a["currency"] == cur and a["status"] in ("succeeded", "pending")
         for a, amt, cur in zip(answers, refunded["amount_cents"], refunded[s.CURRENCY], strict=True)
     ]
     out.loc[refunded.index, "reconciliation"] = ["matched" if m else "mismatch" for m in matches]
+    out = typed(out, s.RECONCILED_DTYPES)
     runtime.report(_progress(context, len(refunded), len(refunded)), force=True)
     return _result(
         out,
@@ -489,13 +492,16 @@ def customer_notices(
         for row in matched.itertuples(index=False)
     ]
     report = _effects(context, runtime, ledger, payments, "notice", send).run(intents)
-    out = pd.DataFrame(
-        {
-            s.INVOICE_ID: [i.params["invoice_id"] for i in intents],
-            "recipient": [i.params["to"] for i in intents],
-            "message_id": [i.key for i in intents],
-            "sent": [i.key in report.results for i in intents],
-        }
+    out = typed(
+        pd.DataFrame(
+            {
+                s.INVOICE_ID: [i.params["invoice_id"] for i in intents],
+                "recipient": [i.params["to"] for i in intents],
+                "message_id": [i.key for i in intents],
+                "sent": [i.key in report.results for i in intents],
+            }
+        ),
+        s.NOTICE_DTYPES,
     )
     return _result(out, {"notices_sent": report.sent, "notices_reused_from_ledger": report.replayed})
 
@@ -513,14 +519,15 @@ def batch_report(
 
     Written as CSV with spreadsheet formulas neutralised (invoice fields come from outside).
     """
-    report = reconciled_refunds.merge(
-        customer_notices[[s.INVOICE_ID, "sent"]].rename(columns={"sent": "notice_sent"}),
+    notices = typed(customer_notices, s.NOTICE_DTYPES)
+    report = typed(reconciled_refunds, s.RECONCILED_DTYPES).merge(
+        notices[[s.INVOICE_ID, "sent"]].rename(columns={"sent": "notice_sent"}),
         on=s.INVOICE_ID,
         how="left",
     )
     report["notice_sent"] = report["notice_sent"].fillna(False).astype(bool)
     path = write_csv_atomically(report, _batch_dir(context) / "refund_report.csv")
-    refunded = report[report["status"] == "refunded"]
+    refunded = report[report["status"] == s.RefundOutcome.REFUNDED]
     totals = refunded.groupby(s.CURRENCY)["amount_cents"].sum()
     return _result(
         report,
@@ -528,7 +535,7 @@ def batch_report(
             "report_file": MetadataValue.path(str(path)),
             "valid_invoices": len(validated_invoices),
             "refunds": len(refunded),
-            "held_for_review": int((report["status"] == "held_for_review").sum()),
+            "held_for_review": int((report["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
             "notices_sent": int(report["notice_sent"].sum()),
             "refunded_by_currency_cents": MetadataValue.json({str(k): int(v) for k, v in totals.items()}),
         },

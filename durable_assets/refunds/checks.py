@@ -4,8 +4,8 @@ The refund step already fails closed before its first request (guardrails) and h
 review; these checks verify the *outcome* afterwards, from outside the code that produced it. The
 three on ``issued_refunds`` are blocking: if one fails, the batch's run stops before reconciliation
 and customer notices, so no customer is told about money whose books do not balance. Each reads
-stored frames (no provider call) except the duplicate-key check, which asks the provider once per
-refunded charge — the same order of cost as reconciliation.
+stored frames (no provider call) except the duplicate check, which lists each refunded charge's
+refunds at the provider — the same order of cost as reconciliation.
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
@@ -24,7 +24,6 @@ from dagster import (
     asset_check,
 )
 
-from durable_assets.errors import ProviderResponseMismatchError
 from durable_assets.kit.effects import call_with_retries
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.assets import BATCHES, issued_refunds, reconciled_refunds
@@ -72,8 +71,8 @@ def refunds_match_candidates(
         | (both[f"{s.CURRENCY}_approved"] != both[f"{s.CURRENCY}_issued"]),
         s.INVOICE_ID,
     ]
-    refunded = got[got["status"] == "refunded"]
-    held = got.loc[got["status"] != "refunded", s.INVOICE_ID]
+    refunded = got[got["status"] == s.RefundOutcome.REFUNDED]
+    held = got.loc[got["status"] != s.RefundOutcome.REFUNDED, s.INVOICE_ID]
     broken = len(missing) + len(unexpected) + len(duplicated) + len(wrong)
     metadata: dict[str, Any] = {
         "approved": len(want),
@@ -101,7 +100,7 @@ def refunds_within_batch_ceiling(issued_refunds: pd.DataFrame, limits: RefundLim
     The refund step refuses an over-ceiling batch before its first request; this re-checks the
     result, so a bug in that guard, or limits lowered since, cannot go unnoticed.
     """
-    refunded = issued_refunds[issued_refunds["status"] == "refunded"]
+    refunded = issued_refunds[issued_refunds["status"] == s.RefundOutcome.REFUNDED]
     by_currency = {str(k): int(v) for k, v in refunded.groupby(s.CURRENCY)["amount_cents"].sum().items()}
     over = {cur: cents for cur, cents in by_currency.items() if cents > limits.max_amount_per_batch_cents}
     too_many = len(refunded) > limits.max_refunds_per_batch
@@ -127,47 +126,54 @@ def refunds_within_batch_ceiling(issued_refunds: pd.DataFrame, limits: RefundLim
 def no_duplicate_refunds_at_provider(
     issued_refunds: pd.DataFrame, refund_candidates: pd.DataFrame, payments: PaymentGateway
 ) -> AssetCheckResult:
-    """The provider holds exactly one refund per idempotency key, and it is the one we recorded.
+    """The provider holds exactly one refund per idempotency key, and at most one per charge and reason.
 
     Two refunds with one key would mean exactly-once was broken somewhere (a provider that forgot a
-    key, a second system sending our keys): money paid twice. The provider is asked, per refunded
-    charge, for every refund carrying the key in its metadata (``find_refund_by_key`` reads all
-    pages and reports duplicates). Our own records are checked for repeated keys and refund IDs too.
+    key, a second system sending our keys); two of our refunds of one charge for one reason — from
+    another invoice row, or an earlier batch — would mean the charge was paid back twice. Either is
+    money paid twice. Every refund of each refunded charge is read from the provider (all pages);
+    our own records are checked for repeated keys, refund IDs and charge-reason pairs too.
     """
-    refunded = issued_refunds[issued_refunds["status"] == "refunded"]
+    refunded = issued_refunds[issued_refunds["status"] == s.RefundOutcome.REFUNDED]
     repeated_keys = refunded.loc[refunded["idempotency_key"].duplicated(), "idempotency_key"]
     repeated_ids = refunded.loc[refunded["provider_id"].duplicated(), "provider_id"]
+    charges = refund_candidates.set_index(s.INVOICE_ID)[s.CHARGE_ID].astype(str)
+    charge_of = refunded[s.INVOICE_ID].map(charges)
+    repeated_charges = refunded.loc[
+        pd.DataFrame({"c": charge_of, "r": refunded["reason"]}).duplicated(), s.INVOICE_ID
+    ]
     gateway = payments.gateway
     limiter, backoff = payments.limiter(), payments.backoff()
-    charges = refund_candidates.set_index(s.INVOICE_ID)[s.CHARGE_ID].astype(str)
 
-    def probe(row: Mapping[str, Any]) -> str | None:
+    def probe(row: Mapping[str, Any]) -> list[str]:
         key = str(row["idempotency_key"])
         charge_id = charges.get(row[s.INVOICE_ID])
         if charge_id is None:
-            return f"{key}: refunded invoice {row[s.INVOICE_ID]} is not a refund candidate"
-        try:
-            found = call_with_retries(
-                lambda: {"refund": gateway.find_refund_by_key(charge_id=str(charge_id), idempotency_key=key)},
-                limiter,
-                backoff,
-            )["refund"]
-        except ProviderResponseMismatchError:
-            return f"{key}: several refunds at the provider"
-        if found is None:
-            return f"{key}: no refund at the provider"
-        if found.id != row["provider_id"]:
-            return f"{key}: provider refund {found.id}, we recorded {row['provider_id']}"
-        return None
+            return [f"{key}: refunded invoice {row[s.INVOICE_ID]} is not a refund candidate"]
+        at_provider = call_with_retries(
+            lambda: {"refunds": gateway.list_charge_refunds(str(charge_id))}, limiter, backoff
+        )["refunds"]
+        ours = [r for r in at_provider if r.idempotency_key == key]
+        same_reason = [r for r in at_provider if r.durable_reason == row["reason"]]
+        problems = []
+        if len(ours) != 1:
+            problems.append(f"{key}: {len(ours)} refunds with this key at the provider")
+        elif ours[0].id != row["provider_id"]:
+            problems.append(f"{key}: provider refund {ours[0].id}, we recorded {row['provider_id']}")
+        if len(same_reason) > 1:
+            ids = ", ".join(r.id for r in same_reason)
+            problems.append(f"charge {charge_id}: {len(same_reason)} refunds for {row['reason']} ({ids})")
+        return problems
 
     with ThreadPoolExecutor(max_workers=payments.concurrency) as pool:
-        problems = [p for p in pool.map(probe, refunded.to_dict("records")) if p]
-    passed = not problems and not len(repeated_keys) and not len(repeated_ids)
+        problems = [p for found in pool.map(probe, refunded.to_dict("records")) for p in found]
+    passed = not problems and not len(repeated_keys) and not len(repeated_ids) and not len(repeated_charges)
     metadata: dict[str, Any] = {
         "refunds_checked": len(refunded),
         "provider_problems": len(problems),
         "repeated_keys_in_our_records": len(repeated_keys),
         "repeated_refund_ids_in_our_records": len(repeated_ids),
+        "repeated_charge_reasons_in_our_records": len(repeated_charges),
     }
     if problems:
         metadata["examples"] = _sample(problems)

@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
 
 _FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+_EMPTY_BY_DTYPE: dict[str, str | int | bool] = {"str": "", "int64": 0, "bool": False}
 _PLAIN_NUMBER = r"^[-+]?\d+(\.\d+)?$"
+
+
+def typed(df: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:
+    """Exactly the declared columns with the declared dtypes, however many rows (zero included).
+
+    A column a checkpoint written by an older release lacks is added empty, so a batch started
+    before an upgrade still resumes.
+    """
+    out = df.copy()
+    for name, dtype in dtypes.items():
+        if name not in out.columns:
+            out[name] = _EMPTY_BY_DTYPE[dtype]
+    return out[list(dtypes)].astype(dict(dtypes))
 
 
 def frame_digest(df: pd.DataFrame) -> str:

@@ -24,3 +24,12 @@ def notice_key(invoice_id: str, reason: str) -> str:
 
 def charge_key(invoice_id: str) -> str:
     return f"charge-{_digest('charge', invoice_id)}"
+
+
+def refund_subject(charge_id: str, reason: str) -> str:
+    """What a refund acts on: the charge, once per reason, whichever invoice or batch asks.
+
+    Keys stay per invoice (the contract's business identity); the ledger lets only the first key
+    that names this subject ever send, so a charge is never refunded twice for one reason.
+    """
+    return f"charge:{charge_id}:{reason}"

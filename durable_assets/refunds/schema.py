@@ -112,6 +112,7 @@ class QuarantineReason(StrEnum):
     MISSING_CUSTOMER_ID = "missing_customer_id"
     INVALID_EMAIL = "invalid_email"
     MISSING_CHARGE_ID = "missing_charge_id"
+    SHARED_CHARGE_ID = "shared_charge_id"
     UNKNOWN_CURRENCY = "unknown_currency"
     NON_NUMERIC_AMOUNT = "non_numeric_amount"  # per column
     NEGATIVE_AMOUNT = "negative_amount"  # per column
@@ -163,3 +164,40 @@ CANDIDATE_DTYPES: Final[dict[str, str]] = {
     "explanation": "str",
 }
 CANDIDATE_COLUMNS: Final[tuple[str, ...]] = tuple(CANDIDATE_DTYPES)
+
+# --- the frames the later steps store -------------------------------------------------------------
+# Declared, not inferred: pandas infers ``float64`` or ``object`` for a column built from zero rows,
+# and a later merge of two such frames fails. A nightly batch with nothing to refund is normal, so
+# every stored frame has the same dtypes whether it holds zero rows or a million.
+
+
+class RefundOutcome(StrEnum):
+    """What became of one approved refund candidate."""
+
+    REFUNDED = "refunded"
+    HELD_FOR_REVIEW = "held_for_review"
+
+
+#: One row per refund candidate after step 4 (``issued_refunds``).
+OUTCOME_DTYPES: Final[dict[str, str]] = {
+    INVOICE_ID: "str",
+    CHARGE_ID: "str",
+    "idempotency_key": "str",
+    "provider_id": "str",
+    "amount_cents": "int64",
+    CURRENCY: "str",
+    "reason": "str",
+    "status": "str",
+    "review_note": "str",
+}
+
+#: Step 5 (``reconciled_refunds``) adds what the provider says about each refund.
+RECONCILED_DTYPES: Final[dict[str, str]] = {**OUTCOME_DTYPES, "reconciliation": "str"}
+
+#: One row per customer notice of step 6 (``customer_notices``).
+NOTICE_DTYPES: Final[dict[str, str]] = {
+    INVOICE_ID: "str",
+    "recipient": "str",
+    "message_id": "str",
+    "sent": "bool",
+}

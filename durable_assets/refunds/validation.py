@@ -292,7 +292,8 @@ def validate_invoices(raw: pd.DataFrame, *, require_charge_id: bool = True) -> V
 
     Checks, each a quarantine reason (see ``docs/input-and-policy.md``): non-empty and unique
     ``invoice_id`` (*every* copy of a duplicated id is quarantined — we cannot tell which is right),
-    non-empty ``customer_id``, email shape, ``charge_id`` presence, accepted currency, each amount is a
+    non-empty ``customer_id``, email shape, ``charge_id`` presence and uniqueness (every row naming a
+    charge that another row names is quarantined), accepted currency, each amount is a
     plain decimal, non-negative and fits int64 cents, ``already_refunded <= amount_charged``, timestamps
     parse as ISO 8601, ``service_period`` present and ``YYYY-MM``, no U+FFFD / control characters in
     any field.
@@ -328,6 +329,10 @@ def validate_invoices(raw: pd.DataFrame, *, require_charge_id: bool = True) -> V
         add(R.MISSING_CHARGE_ID, _bools(col[s.CHARGE_ID] == ""))
     else:
         add(R.MISSING_CHARGE_ID, np.zeros(n, dtype=bool))
+    # A charge pays one invoice. Rows that name the same charge contradict each other, and every
+    # refund is a refund *of the charge*: refunding per row would pay one charge back several times.
+    charge_id = col[s.CHARGE_ID]
+    add(R.SHARED_CHARGE_ID, _bools(charge_id.duplicated(keep=False) & (charge_id != "")))
     currency = col[s.CURRENCY].str.lower()
     add(R.UNKNOWN_CURRENCY, ~_bools(currency.isin(s.ACCEPTED_CURRENCIES)))
 

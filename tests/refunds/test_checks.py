@@ -55,8 +55,7 @@ def test_a_second_refund_under_one_key_at_the_provider_fails_and_blocks_notices(
     with DagsterInstance.get() as instance:
         assert _run(instance, "dup").success
         issued = pd.read_pickle(dagster_home / "storage" / "issued_refunds" / "dup")
-        candidates = pd.read_pickle(dagster_home / "storage" / "refund_candidates" / "dup")
-        row = issued.merge(candidates, on="invoice_id").query("reason_x == 'overcharge'").iloc[0]
+        row = issued.query("reason == 'overcharge'").iloc[0]
         # Someone else paid out under our key (e.g. a provider that forgot the key): money paid twice.
         store = PaymentStore(str(dagster_home / "payments.db"))
         store.create_refund(
@@ -76,6 +75,26 @@ def test_a_second_refund_under_one_key_at_the_provider_fails_and_blocks_notices(
         assert dup.metadata["provider_problems"].value == 1
         materialized = {m.asset_key.path[-1] for m in again.get_asset_materialization_events()}
         assert materialized == {"issued_refunds"}  # reconciliation and notices were blocked
+
+
+def test_a_second_refund_of_one_charge_for_one_reason_fails_the_check(dagster_home: Path) -> None:
+    """Issue #14.3: another key (another invoice, an earlier system) refunding the charge again."""
+    with DagsterInstance.get() as instance:
+        assert _run(instance, "twice").success
+        issued = pd.read_pickle(dagster_home / "storage" / "issued_refunds" / "twice")
+        row = issued.query("reason == 'overcharge'").iloc[0]
+        store = PaymentStore(str(dagster_home / "payments.db"))
+        store.create_refund(
+            charge=row["charge_id"],
+            amount=1,
+            metadata={"idempotency_key": "refund-from-elsewhere", "durable_reason": "overcharge"},
+        )
+        store.close()
+        again = _run(instance, "twice", selection=AssetSelection.assets(issued_refunds).downstream())
+        assert not again.success
+        dup = _evaluations(again)["no_duplicate_refunds_at_provider"]
+        assert not dup.passed and dup.metadata["provider_problems"].value == 1
+        assert "refunds for overcharge" in str(dup.metadata["examples"].value)
 
 
 def _frames() -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -30,8 +30,11 @@ GOOD: dict[str, str] = {
 
 
 def frame(*rows: dict[str, Any]) -> pd.DataFrame:
-    """Raw string frame; each row is GOOD with overrides and a distinct invoice id unless given."""
-    records = [{**GOOD, s.INVOICE_ID: f"INV-{i + 1}", **row} for i, row in enumerate(rows)]
+    """Raw string frame; each row is GOOD with overrides and a distinct invoice and charge unless given."""
+    records = [
+        {**GOOD, s.INVOICE_ID: f"INV-{i + 1}", s.CHARGE_ID: f"ch_{i + 1}", **row}
+        for i, row in enumerate(rows)
+    ]
     return pd.DataFrame(records, columns=list(s.INPUT_COLUMNS), dtype="str")
 
 
@@ -177,6 +180,13 @@ def test_each_bad_value_is_quarantined_with_its_reason(overrides: dict[str, str]
 )
 def test_edge_values_that_are_valid(overrides: dict[str, str]) -> None:
     assert reasons_of(**overrides) == ""
+
+
+def test_every_row_naming_a_shared_charge_is_quarantined() -> None:
+    """Issue #14.3: a charge pays one invoice; rows that share one could refund it once per row."""
+    result = validate_invoices(frame({}, {s.CHARGE_ID: "ch_x"}, {s.CHARGE_ID: "ch_x"}, {s.CHARGE_ID: "ch_x"}))
+    assert list(result.valid[s.INVOICE_ID]) == ["INV-1"]
+    assert list(result.quarantined[s.REASONS]) == ["shared_charge_id"] * 3
 
 
 def test_missing_charge_id_is_allowed_when_not_required() -> None:
