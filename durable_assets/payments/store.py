@@ -35,6 +35,8 @@ JsonObject = dict[str, Any]
 #: Stripe's refund reasons a client may send (``expired_uncaptured_charge`` is Stripe-set only).
 REFUND_REASONS = frozenset({"duplicate", "fraudulent", "requested_by_customer"})
 MAX_LIST_LIMIT = 100
+#: How many refunds a charge object embeds in its ``refunds`` list (Stripe's default page size).
+EMBEDDED_REFUNDS = 10
 #: Stripe's ceiling for a single amount in minor units (USD 999,999.99).
 MAX_AMOUNT = 99_999_999
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
@@ -274,6 +276,16 @@ class PaymentStore:
         }
         return self._idempotent(_REFUNDS, idempotency_key, params, lambda conn: _insert_refund(conn, params))
 
+    def retrieve_charge(self, charge_id: str) -> JsonObject:
+        """The charge as it is now (refunded amounts and its newest refunds included)."""
+        with self._read() as conn:
+            row = conn.execute(f"{_CHARGE_SELECT} WHERE id = ?", (charge_id,)).fetchone()
+            if row is None:
+                raise StripeApiError(
+                    404, "invalid_request_error", "resource_missing", f"No such charge: '{charge_id}'", "id"
+                )
+            return _charge_body(conn, row)
+
     def retrieve_refund(self, refund_id: str) -> JsonObject:
         with self._read() as conn:
             row = conn.execute(f"{_REFUND_SELECT} WHERE id = ?", (refund_id,)).fetchone()
@@ -284,30 +296,50 @@ class PaymentStore:
         return _refund_body(row)
 
     def list_refunds(
-        self, *, limit: int = 10, starting_after: str | None = None, charge: str | None = None
+        self,
+        *,
+        limit: int = 10,
+        starting_after: str | None = None,
+        ending_before: str | None = None,
+        charge: str | None = None,
     ) -> JsonObject:
-        """Newest first, cursor-paginated like Stripe, so clients can page with ``starting_after``."""
+        """Newest first, cursor-paginated like Stripe.
+
+        ``starting_after=X`` is the page of older refunds right after X; ``ending_before=X`` the
+        page of newer ones right before it, still newest first, with ``has_more`` telling whether
+        even newer ones exist (so a client pages backwards until it is false).
+        """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
             raise invalid_request(
                 f"Invalid limit: must be an integer between 1 and {MAX_LIST_LIMIT}.",
                 code="parameter_invalid_integer",
                 param="limit",
             )
+        if starting_after is not None and ending_before is not None:
+            raise invalid_request(
+                "You may only specify one of these parameters: ending_before, starting_after.",
+                param="ending_before",
+            )
         with self._read() as conn:
             if charge is not None:
                 _require_charge(conn, charge, param="charge")
-            cursor = None if starting_after is None else _refund_seq(conn, starting_after)
-            rows = conn.execute(
-                f"{_REFUND_SELECT} WHERE (?1 IS NULL OR charge = ?1) AND (?2 IS NULL OR seq < ?2)"
-                " ORDER BY seq DESC LIMIT ?3",
-                (charge, cursor, limit + 1),
-            ).fetchall()
-        return {
-            "object": "list",
-            "data": [_refund_body(row) for row in rows[:limit]],
-            "has_more": len(rows) > limit,
-            "url": "/v1/refunds",
-        }
+            if ending_before is not None:
+                newer_than = _refund_seq(conn, ending_before, param="ending_before")
+                rows = conn.execute(
+                    f"{_REFUND_SELECT} WHERE (?1 IS NULL OR charge = ?1) AND seq > ?2"
+                    " ORDER BY seq ASC LIMIT ?3",
+                    (charge, newer_than, limit + 1),
+                ).fetchall()
+                page = list(reversed(rows[:limit]))
+            else:
+                cursor = None if starting_after is None else _refund_seq(conn, starting_after)
+                rows = conn.execute(
+                    f"{_REFUND_SELECT} WHERE (?1 IS NULL OR charge = ?1) AND (?2 IS NULL OR seq < ?2)"
+                    " ORDER BY seq DESC LIMIT ?3",
+                    (charge, cursor, limit + 1),
+                ).fetchall()
+                page = rows[:limit]
+        return _list_body([_refund_body(row) for row in page], len(rows) > limit, "/v1/refunds")
 
     # --- operations ------------------------------------------------------------------------------
 
@@ -517,7 +549,7 @@ def _insert_charge(conn: sqlite3.Connection, params: JsonObject) -> JsonObject:
             int(time.time()),
         ),
     )
-    return _charge_body(conn.execute(f"{_CHARGE_SELECT} WHERE id = ?", (charge_id,)).fetchone())
+    return _charge_body(conn, conn.execute(f"{_CHARGE_SELECT} WHERE id = ?", (charge_id,)).fetchone())
 
 
 def _insert_refund(conn: sqlite3.Connection, params: JsonObject) -> JsonObject:
@@ -573,37 +605,93 @@ def _require_charge(conn: sqlite3.Connection, charge_id: str, *, param: str) -> 
     return int(row[0]), int(row[1]), str(row[2])
 
 
-def _refund_seq(conn: sqlite3.Connection, refund_id: str) -> int:
+def _refund_seq(conn: sqlite3.Connection, refund_id: str, *, param: str = "starting_after") -> int:
     row = conn.execute("SELECT seq FROM refunds WHERE id = ?", (refund_id,)).fetchone()
     if row is None:
         raise StripeApiError(
-            404,
-            "invalid_request_error",
-            "resource_missing",
-            f"No such refund: '{refund_id}'",
-            "starting_after",
+            404, "invalid_request_error", "resource_missing", f"No such refund: '{refund_id}'", param
         )
     return int(row[0])
 
 
-def _charge_body(row: tuple[Any, ...]) -> JsonObject:
+# The bodies carry every field of Stripe's objects (checked against Stripe's published schema in
+# tests/payments/test_stripe_schemas.py), so a client reading any of them works here as at Stripe.
+# What the simulator has no notion of (balance transactions, payment methods, Connect, Radar) is
+# null, as Stripe answers for a charge that never involved them.
+
+
+def _charge_body(conn: sqlite3.Connection, row: tuple[Any, ...]) -> JsonObject:
     charge_id, amount, refunded, currency, customer, description, metadata, created = row
+    refund_rows = conn.execute(
+        f"{_REFUND_SELECT} WHERE charge = ? ORDER BY seq DESC LIMIT ?", (charge_id, EMBEDDED_REFUNDS + 1)
+    ).fetchall()
+    refunds = _list_body(
+        [_refund_body(refund) for refund in refund_rows[:EMBEDDED_REFUNDS]],
+        len(refund_rows) > EMBEDDED_REFUNDS,
+        f"/v1/charges/{charge_id}/refunds",
+    )
     return {
         "id": charge_id,
         "object": "charge",
         "amount": amount,
         "amount_captured": amount,
         "amount_refunded": refunded,
+        "application": None,
+        "application_fee": None,
+        "application_fee_amount": None,
+        "balance_transaction": None,
+        "billing_details": {
+            "address": {
+                "city": None,
+                "country": None,
+                "line1": None,
+                "line2": None,
+                "postal_code": None,
+                "state": None,
+            },
+            "email": None,
+            "name": None,
+            "phone": None,
+            "tax_id": None,
+        },
+        "calculated_statement_descriptor": None,
         "captured": True,
         "created": created,
         "currency": currency,
         "customer": customer,
         "description": description,
+        "disputed": False,
+        "failure_balance_transaction": None,
+        "failure_code": None,
+        "failure_message": None,
+        "fraud_details": {},
         "livemode": False,
         "metadata": json.loads(metadata),
+        "on_behalf_of": None,
+        "outcome": {
+            "network_status": "approved_by_network",
+            "reason": None,
+            "risk_level": "normal",
+            "seller_message": "Payment complete.",
+            "type": "authorized",
+        },
         "paid": True,
+        "payment_intent": None,
+        "payment_method": None,
+        "payment_method_details": None,
+        "receipt_email": None,
+        "receipt_number": None,
+        "receipt_url": None,
         "refunded": refunded == amount,
+        "refunds": refunds,
+        "review": None,
+        "shipping": None,
+        "source_transfer": None,
+        "statement_descriptor": None,
+        "statement_descriptor_suffix": None,
         "status": "succeeded",
+        "transfer_data": None,
+        "transfer_group": None,
     }
 
 
@@ -613,13 +701,23 @@ def _refund_body(row: tuple[Any, ...]) -> JsonObject:
         "id": refund_id,
         "object": "refund",
         "amount": amount,
+        "balance_transaction": None,
         "charge": charge,
         "created": created,
         "currency": currency,
+        "destination_details": None,
         "metadata": json.loads(metadata),
+        "payment_intent": None,
         "reason": reason,
+        "receipt_number": None,
+        "source_transfer_reversal": None,
         "status": status,
+        "transfer_reversal": None,
     }
+
+
+def _list_body(data: list[JsonObject], has_more: bool, url: str) -> JsonObject:
+    return {"object": "list", "data": data, "has_more": has_more, "url": url}
 
 
 def _new_id(prefix: str) -> str:
