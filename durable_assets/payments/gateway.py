@@ -575,7 +575,7 @@ def gateway_from_settings(payments_url: str | None, api_key: str | None, embedde
     if not api_key:
         raise UsageError(
             "DURABLE_PAYMENTS_URL is set but STRIPE_API_KEY is not: set the provider's API key "
-            "(any non-empty value for the simulator), "
+            "(for the simulator, any sk_test_ key unless it was started with --api-key), "
             "or unset DURABLE_PAYMENTS_URL to use the embedded provider."
         )
     return StripeGateway(payments_url, api_key)

@@ -8,10 +8,14 @@ pipeline's exactly-once claims are tested against them rather than against a pol
 
 All business rules live in :class:`PaymentStore`; this module only translates HTTP.
 
-Routes (everything under ``/v1`` needs ``Authorization: Bearer <non-empty>``):
+Routes (everything under ``/v1`` needs an API key the simulator accepts, sent as Stripe takes it:
+``Authorization: Bearer KEY`` or HTTP Basic with the key as user, ``curl -u KEY:``; the keys given
+with ``--api-key``, else any ``sk_test_`` key):
 
 * ``POST /v1/charges``, ``POST /v1/refunds`` (form-encoded like Stripe, ``Idempotency-Key``)
-* ``GET /v1/refunds/{id}``, ``GET /v1/refunds?limit=&starting_after=&charge=``
+* ``GET /v1/refunds/{id}``, ``GET /v1/refunds?limit=&starting_after=&ending_before=&charge=``
+* ``expand[]`` on all of them (``expand[]=charge`` on a refund, ``expand[]=data.charge`` on a list);
+  expansion is applied to the answer, so an idempotent replay is expanded afresh
 * ``GET /_sim/stats`` and ``GET /healthz`` (no auth, no faults)
 
 Order of checks for a ``/v1`` request: route (404), auth (401), refund request counted in
@@ -19,15 +23,18 @@ Order of checks for a ``/v1`` request: route (404), auth (401), refund request c
 (500), processing, lost response. 401 and 429 answers are immediate: a real edge rejects them
 before any work. Unauthenticated requests are not counted.
 
-``Retry-After`` on 429 is in seconds and may be fractional (``"0.05"``): at the rates used in
-tests a whole-second value would either stall clients or lie. RFC 9110 allows only integers,
-so strict clients should round up.
+``Retry-After`` on 429 is a whole number of seconds, rounded up and at least 1, because RFC 9110
+allows only integers there and strict clients reject anything else; a client that waits that long
+always finds a token in the bucket.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
+import math
 import random
 import re
 import secrets
@@ -36,7 +43,7 @@ import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -59,6 +66,9 @@ _IDLE_KEEPALIVE_S = 60.0
 _DRAIN_TIMEOUT_S = 5.0
 _NESTED = re.compile(r"^([A-Za-z_]+)\[(.*)\]$")
 _INTEGER = re.compile(r"^-?[0-9]+$")
+#: Accepted when no ``--api-key`` is given: any test-mode secret key, like the one in Stripe's docs.
+TEST_KEY_PREFIX = "sk_test_"
+_KEY_PREFIXES = tuple(f"{kind}_{mode}_" for kind in ("sk", "rk", "pk") for mode in ("test", "live"))
 
 
 # --- configuration -------------------------------------------------------------------------------
@@ -82,6 +92,30 @@ class Faults:
                 raise UsageError(f"--{name.replace('_', '-')} must be between 0 and 1, got {rate}.")
         if self.rate_limit is not None and self.rate_limit <= 0:
             raise UsageError(f"--rate-limit must be > 0 requests/s, got {self.rate_limit}.")
+
+
+@dataclass(frozen=True)
+class ApiKeys:
+    """Which API keys the simulator accepts: the ``--api-key`` values, or any ``sk_test_`` key.
+
+    Stripe answers 401 for a key it does not know; accepting anything would let a client whose
+    ``STRIPE_API_KEY`` is wrong pass every test here and fail on its first call to Stripe.
+    """
+
+    keys: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, keys: Iterable[str]) -> ApiKeys:
+        accepted = frozenset(keys)
+        for key in accepted:
+            if not key or any(character.isspace() or character == ":" for character in key):
+                raise UsageError(f"--api-key must be non-empty, without spaces or ':', got {key!r}.")
+        return cls(accepted)
+
+    def accepts(self, key: str) -> bool:
+        if self.keys:
+            return key in self.keys
+        return key.startswith(TEST_KEY_PREFIX) and len(key) > len(TEST_KEY_PREFIX)
 
 
 class TokenBucket:
@@ -108,8 +142,8 @@ class TokenBucket:
 
 
 def format_retry_after(seconds: float) -> str:
-    """Millisecond precision without trailing zeros: ``0.05``, ``2``; never ``0``."""
-    return f"{max(seconds, 0.001):.3f}".rstrip("0").rstrip(".")
+    """Whole seconds rounded up (RFC 9110 delta-seconds): ``0.05`` -> ``1``, ``2.0`` -> ``2``; never 0."""
+    return str(max(1, math.ceil(seconds)))
 
 
 # --- server --------------------------------------------------------------------------------------
@@ -127,9 +161,15 @@ class SimulatorServer(ThreadingHTTPServer):
     request_queue_size = 1024
 
     def __init__(
-        self, address: tuple[str, int], store: PaymentStore, faults: Faults, seed: int | None
+        self,
+        address: tuple[str, int],
+        store: PaymentStore,
+        faults: Faults,
+        seed: int | None,
+        api_keys: ApiKeys | None = None,
     ) -> None:
         self.store = store
+        self.api_keys = api_keys or ApiKeys()
         self._faults = faults
         self._bucket = _bucket_for(faults)
         self._rng = random.Random(seed)
@@ -227,12 +267,14 @@ def build_server(
     lost_response_rate: float = 0.0,
     rate_limit: float | None = None,
     seed: int | None = None,
+    api_keys: Iterable[str] = (),
 ) -> SimulatorServer:
     """Binds (``port=0`` picks a free port; read it from ``server.port``) without serving yet.
 
     Run it with ``server.serve_forever()`` (in a thread for tests), stop it with
-    ``server.shutdown()`` then ``server.server_close()``.
+    ``server.shutdown()`` then ``server.server_close()``. ``api_keys`` empty: any ``sk_test_`` key.
     """
+    keys = ApiKeys.of(api_keys)
     faults = Faults(
         latency_ms=latency_ms,
         error_rate=error_rate,
@@ -241,7 +283,7 @@ def build_server(
     )
     store = PaymentStore(db_path)
     try:
-        return SimulatorServer((host, port), store, faults, seed)
+        return SimulatorServer((host, port), store, faults, seed, keys)
     except BaseException:
         store.close()
         raise
@@ -257,6 +299,7 @@ def serve(
     lost_response_rate: float = 0.0,
     rate_limit: float | None = None,
     seed: int | None = None,
+    api_keys: Iterable[str] = (),
 ) -> None:
     """Serves until interrupted; one line on stderr says where, nothing per request."""
     server = build_server(
@@ -268,6 +311,7 @@ def serve(
         lost_response_rate=lost_response_rate,
         rate_limit=rate_limit,
         seed=seed,
+        api_keys=api_keys,
     )
     print(f"payment simulator listening on {server.url} (db: {db_path})", file=sys.stderr, flush=True)
     try:
@@ -294,6 +338,7 @@ class _Params:
 
     values: dict[str, str]
     metadata: dict[str, str] | None
+    expand: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -378,8 +423,8 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         route = _match_route(self.command, path)
         if route is None:
             self._send(_unrecognized(self.command, path))
-        elif not _has_bearer_token(self.headers.get("Authorization")):
-            self._send(_unauthorized())
+        elif (rejection := self._authenticate()) is not None:
+            self._send(rejection)
         else:
             if route.counts_refund_request:  # received, even if a fault answers it below
                 self.server.store.record_refund_request()
@@ -387,6 +432,15 @@ class SimulatorHandler(BaseHTTPRequestHandler):
                 self._send(_rate_limited(wait))
             else:
                 self._handle_admitted(route, encoded_params)
+
+    def _authenticate(self) -> _Response | None:
+        """``None`` when the request carries an accepted key, else Stripe's 401 for its case."""
+        key = api_key_from(self.headers.get("Authorization"))
+        if not key:
+            return _unauthorized(_MISSING_KEY)
+        if not self.server.api_keys.accepts(key):
+            return _unauthorized(f"Invalid API Key provided: {mask_api_key(key)}")
+        return None
 
     def _handle_admitted(self, route: _Route, encoded_params: str) -> None:
         """Holds the key's in-flight mark across latency and processing, as Stripe does.
@@ -473,7 +527,8 @@ def _run_route(store: PaymentStore, route: _Route, encoded_params: str, key: str
 
 def _create_charge(store: PaymentStore, params: _Params, key: str | None, _: str) -> StoreResult:
     _reject_unknown(params, {"amount", "currency", "customer", "description", "source"})
-    return store.create_charge_result(
+    _check_expand("charge", params.expand)
+    result = store.create_charge_result(
         amount=_required_int(params, "amount"),
         currency=_required_str(params, "currency"),
         customer=params.values.get("customer"),
@@ -481,32 +536,121 @@ def _create_charge(store: PaymentStore, params: _Params, key: str | None, _: str
         metadata=params.metadata,
         idempotency_key=key,
     )
+    return replace(result, body=_expanded(store, result.body, params.expand))
 
 
 def _create_refund(store: PaymentStore, params: _Params, key: str | None, _: str) -> StoreResult:
     _reject_unknown(params, {"charge", "amount", "reason"})
-    return store.create_refund_result(
+    _check_expand("refund", params.expand)  # before anything is committed, as at Stripe
+    result = store.create_refund_result(
         charge=_required_str(params, "charge"),
         amount=_optional_int(params, "amount"),
         reason=params.values.get("reason") or None,
         metadata=params.metadata,
         idempotency_key=key,
     )
+    return replace(result, body=_expanded(store, result.body, params.expand))
 
 
 def _retrieve_refund(store: PaymentStore, params: _Params, _key: str | None, refund_id: str) -> JsonObject:
     _reject_unknown(params, set(), allow_metadata=False)
-    return store.retrieve_refund(refund_id)
+    _check_expand("refund", params.expand)
+    return _expanded(store, store.retrieve_refund(refund_id), params.expand)
 
 
 def _list_refunds(store: PaymentStore, params: _Params, _key: str | None, _: str) -> JsonObject:
-    _reject_unknown(params, {"limit", "starting_after", "charge"}, allow_metadata=False)
+    _reject_unknown(params, {"limit", "starting_after", "ending_before", "charge"}, allow_metadata=False)
+    _check_expand("list", params.expand)
     limit = _optional_int(params, "limit")
-    return store.list_refunds(
+    page = store.list_refunds(
         limit=10 if limit is None else limit,
         starting_after=params.values.get("starting_after") or None,
+        ending_before=params.values.get("ending_before") or None,
         charge=params.values.get("charge") or None,
     )
+    return _expanded(store, page, params.expand)
+
+
+# --- expansion -----------------------------------------------------------------------------------
+# Stripe's ``expand[]``: a field holding an ID is replaced by the object it names, on request.
+# For each object, the fields Stripe lets a client expand, and what the simulator serves there:
+# "charge" (it expands it), None (always null here, so expanding it changes nothing, as at Stripe),
+# or a reason it cannot (the simulator has no such objects; a silent ID would break the client).
+
+_CANNOT_EXPAND = "the simulator serves no {field} objects"
+_EXPANDABLE: dict[str, dict[str, str | None]] = {
+    "refund": {
+        "charge": "charge",
+        "balance_transaction": None,
+        "failure_balance_transaction": None,
+        "payment_intent": None,
+        "source_transfer_reversal": None,
+        "transfer_reversal": None,
+    },
+    "charge": {
+        "refunds": None,  # the list is always embedded
+        "customer": _CANNOT_EXPAND,
+        "application": None,
+        "application_fee": None,
+        "balance_transaction": None,
+        "failure_balance_transaction": None,
+        "on_behalf_of": None,
+        "payment_intent": None,
+        "review": None,
+        "source_transfer": None,
+        "transfer": None,
+    },
+}
+_LIST_ITEMS = "refund"  # the only list served is of refunds
+
+
+def _check_expand(kind: str, paths: tuple[str, ...]) -> None:
+    """Rejects, before any work, a path Stripe would reject or the simulator cannot honour."""
+    for path in paths:
+        _check_expand_path(kind, path.split("."), path)
+
+
+def _check_expand_path(kind: str, fields: list[str], path: str) -> None:
+    if kind == "list":
+        if fields[0] != "data" or len(fields) < 2:
+            raise _cannot_expand(path, fields[0])
+        _check_expand_path(_LIST_ITEMS, fields[1:], path)
+        return
+    field, rest = fields[0], fields[1:]
+    expandable = _EXPANDABLE[kind]
+    if field not in expandable:
+        raise _cannot_expand(path, field)
+    target = expandable[field]
+    if target == "charge" and rest:
+        _check_expand_path("charge", rest, path)
+    elif target is not None and target != "charge":
+        raise invalid_request(
+            f"The payment simulator cannot expand {path}: {target.format(field=field)}.", param="expand"
+        )
+
+
+def _cannot_expand(path: str, field: str) -> StripeApiError:
+    where = "" if path == field else f" in {path}"
+    return invalid_request(f"This property cannot be expanded ({field}){where}.", param="expand")
+
+
+def _expanded(store: PaymentStore, body: JsonObject, paths: tuple[str, ...]) -> JsonObject:
+    """A copy of ``body`` with the (already checked) paths expanded."""
+    for path in paths:
+        body = _expand_path(store, body, path.split("."))
+    return body
+
+
+def _expand_path(store: PaymentStore, body: JsonObject, fields: list[str]) -> JsonObject:
+    if body.get("object") == "list":
+        return {**body, "data": [_expand_path(store, item, fields[1:]) for item in body["data"]]}
+    field, rest = fields[0], fields[1:]
+    value = body.get(field)
+    if isinstance(value, str) and _EXPANDABLE[str(body["object"])].get(field) == "charge":
+        value = store.retrieve_charge(value)
+    if rest and isinstance(value, dict):
+        value = _expand_path(store, value, rest)
+    return body if value is body.get(field) else {**body, field: value}
 
 
 # --- parameter parsing ---------------------------------------------------------------------------
@@ -516,9 +660,12 @@ def _parse_params(encoded: str) -> _Params:
     """Decodes Stripe's bracket notation; only ``metadata`` may be nested in this API subset."""
     values: dict[str, str] = {}
     metadata: dict[str, str] | None = None
+    expand: list[str] = []
     for name, value in parse_qsl(encoded, keep_blank_values=True):
         nested = _NESTED.match(name)
-        if nested and nested.group(1) == "metadata":
+        if nested and nested.group(1) == "expand" and (nested.group(2) == "" or nested.group(2).isdigit()):
+            expand.append(value)  # curl's expand[]=x and the SDK's expand[0]=x
+        elif nested and nested.group(1) == "metadata":
             metadata = {**(metadata or {}), nested.group(2): value}
         elif name == "metadata" and value == "":
             metadata = metadata or {}
@@ -526,7 +673,7 @@ def _parse_params(encoded: str) -> _Params:
             raise _unknown_parameter(nested.group(1) if nested else name)
         else:
             values[name] = value
-    return _Params(values, metadata)
+    return _Params(values, metadata, tuple(dict.fromkeys(path for path in expand if path)))
 
 
 def _reject_unknown(params: _Params, allowed: set[str], *, allow_metadata: bool = True) -> None:
@@ -564,9 +711,26 @@ def _optional_int(params: _Params, name: str) -> int | None:
     return int(value)
 
 
-def _has_bearer_token(header: str | None) -> bool:
-    scheme, _, token = (header or "").strip().partition(" ")
-    return scheme.lower() == "bearer" and bool(token.strip())
+def api_key_from(header: str | None) -> str:
+    """The key of ``Bearer KEY``, or of HTTP Basic with the key as user (``curl -u KEY:``); else ``""``."""
+    scheme, _, credentials = (header or "").strip().partition(" ")
+    credentials = credentials.strip()
+    if scheme.lower() == "bearer":
+        return credentials
+    if scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return ""
+        return decoded.partition(":")[0]
+    return ""
+
+
+def mask_api_key(key: str) -> str:
+    """Stripe's way of naming a wrong key: the mode prefix and the last four characters only."""
+    prefix = next((prefix for prefix in _KEY_PREFIXES if key.startswith(prefix)), "")
+    rest = key[len(prefix) :]
+    return prefix + "*" * max(len(rest) - 4, 0) + rest[-4:]
 
 
 # --- responses -----------------------------------------------------------------------------------
@@ -596,15 +760,19 @@ def _unrecognized(method: str, path: str) -> _Response:
     return _Response(404, {"error": {"type": "invalid_request_error", "message": message}})
 
 
-def _unauthorized() -> _Response:
-    message = (
-        "You did not provide an API key. Provide it in the Authorization header using Bearer auth "
-        "(e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."
-    )
+_MISSING_KEY = (
+    "You did not provide an API key. You need to provide your API key in the Authorization header, "
+    "using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY'). See "
+    "https://stripe.com/docs/api#authentication for details, or we can help at https://support.stripe.com/."
+)
+
+
+def _unauthorized(message: str) -> _Response:
+    """Stripe's 401: an ``invalid_request_error`` without code, and a Basic challenge."""
     return _Response(
         401,
         {"error": {"type": "invalid_request_error", "message": message}},
-        {"WWW-Authenticate": 'Bearer realm="Stripe"', "Stripe-Should-Retry": "false"},
+        {"WWW-Authenticate": 'Basic realm="Stripe"', "Stripe-Should-Retry": "false"},
     )
 
 

@@ -14,7 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
+import stripe
 
+from durable_assets.cli import build_parser
 from durable_assets.errors import (
     IdempotencyKeyInFlightError,
     IdempotencyKeyMismatchError,
@@ -29,7 +31,7 @@ from durable_assets.payments.gateway import (
     StripeGateway,
     gateway_from_settings,
 )
-from durable_assets.payments.simulator import SimulatorServer, build_server
+from durable_assets.payments.simulator import SimulatorServer, build_server, format_retry_after
 
 API_KEY = "sk_test_simulator"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -199,9 +201,14 @@ def test_rate_limit_headers_and_body(sim: SimulatorServer, http: httpx.Client) -
     response = http.get("/v1/refunds", headers=AUTH)
 
     assert response.status_code == 429
-    assert 1.0 < float(response.headers["Retry-After"]) <= 2.0
+    assert response.headers["Retry-After"] == "2"  # whole seconds (RFC 9110), rounded up
     assert response.headers["Stripe-Should-Retry"] == "true"
     assert response.json()["error"]["code"] == "rate_limit"
+
+
+def test_retry_after_is_whole_seconds_rounded_up() -> None:
+    waits = (0.0, 0.001, 0.05, 1.0, 1.2, 2.0)
+    assert [format_retry_after(wait) for wait in waits] == ["1", "1", "1", "1", "2", "2"]
 
 
 def test_missing_api_key_is_401(sim: SimulatorServer, http: httpx.Client) -> None:
@@ -212,8 +219,57 @@ def test_missing_api_key_is_401(sim: SimulatorServer, http: httpx.Client) -> Non
 
     assert response.status_code == 401
     assert response.json()["error"]["type"] == "invalid_request_error"
+    assert response.json()["error"]["message"].startswith("You did not provide an API key.")
     assert rejected.value.http_status == 401
     assert http.get("/healthz").status_code == 200
+
+
+def test_unknown_api_key_is_401_and_counts_nothing(sim: SimulatorServer, http: httpx.Client) -> None:
+    """By default any test-mode secret key passes; anything else is unknown, as at Stripe."""
+    wrong = http.post("/v1/refunds", data={"charge": "ch_x"}, headers={"Authorization": "Bearer nope1234"})
+    live = http.get("/v1/refunds", headers={"Authorization": "Bearer sk_live_abcdefgh"})
+
+    with pytest.raises(ProviderRejectedError) as rejected:
+        _refund(StripeGateway(sim.url, "rk_test_1234567890"), "ch_x", "r1")
+
+    assert wrong.status_code == live.status_code == 401
+    assert wrong.json() == {
+        "error": {"type": "invalid_request_error", "message": "Invalid API Key provided: ****1234"}
+    }
+    assert live.json()["error"]["message"] == "Invalid API Key provided: sk_live_****efgh"
+    assert wrong.headers["WWW-Authenticate"] == 'Basic realm="Stripe"'
+    assert rejected.value.http_status == 401
+    assert sim.store.stats()["refund_requests"] == 0
+
+
+def test_api_key_option_accepts_only_the_given_keys(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["provider", "serve", "--api-key", "sk_test_a", "--api-key", "key_b"])
+    server = build_server("127.0.0.1", 0, str(tmp_path / "keys.db"), api_keys=args.api_keys)
+    thread = _start(server)
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            statuses = {
+                key: client.get("/v1/refunds", headers={"Authorization": f"Bearer {key}"}).status_code
+                for key in ("sk_test_a", "key_b", "sk_test_other")
+            }
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    assert statuses == {"sk_test_a": 200, "key_b": 200, "sk_test_other": 401}
+    with pytest.raises(UsageError):
+        build_server("127.0.0.1", 0, str(tmp_path / "bad.db"), api_keys=["has space"])
+
+
+def test_http_basic_with_the_key_as_user(sim: SimulatorServer, http: httpx.Client) -> None:
+    """``curl -u sk_test_x:``, the form in Stripe's docs."""
+    accepted = http.get("/v1/refunds", auth=(API_KEY, ""))
+    unknown = http.get("/v1/refunds", auth=("nope", ""))
+    malformed = http.get("/v1/refunds", headers={"Authorization": "Basic !!!"})
+
+    assert accepted.status_code == 200 and accepted.json()["object"] == "list"
+    assert (unknown.status_code, malformed.status_code) == (401, 401)
 
 
 def test_find_refund_by_key_pages_through_all_refunds(sim: SimulatorServer) -> None:
@@ -369,3 +425,93 @@ def test_gateway_from_settings(tmp_path: Path) -> None:
     assert isinstance(gateway_from_settings("http://127.0.0.1:12111", "sk_test", ""), StripeGateway)
     with pytest.raises(UsageError):
         gateway_from_settings("http://127.0.0.1:12111", None, "")
+
+
+# --- Stripe's object fields, pagination and expansion --------------------------------------------
+
+
+@pytest.fixture
+def client(sim: SimulatorServer) -> stripe.StripeClient:
+    """The bare SDK, to read fields the gateway does not map."""
+    return stripe.StripeClient(
+        API_KEY,
+        base_addresses={"api": sim.url},
+        max_network_retries=0,
+        http_client=stripe.RequestsClient(timeout=10),
+    )
+
+
+def test_every_field_reads_through_the_sdk(client: stripe.StripeClient) -> None:
+    charge = client.v1.charges.create(params={"amount": 1000, "currency": "usd"})
+    refund = client.v1.refunds.create(params={"charge": charge.id, "amount": 300})
+
+    assert charge.billing_details.address is not None and charge.billing_details.address.city is None
+    assert (charge.disputed, charge.refunds.object, charge.refunds.data) == (False, "list", [])
+    assert charge.refunds.url == f"/v1/charges/{charge.id}/refunds"
+    assert charge.outcome is not None and charge.outcome.type == "authorized"
+    assert [
+        refund.balance_transaction,
+        refund.payment_intent,
+        refund.receipt_number,
+        refund.transfer_reversal,
+        refund.source_transfer_reversal,
+        refund.destination_details,
+    ] == [None] * 6
+
+
+def test_expand_charge_on_refunds(client: stripe.StripeClient, http: httpx.Client) -> None:
+    charge = client.v1.charges.create(params={"amount": 1000, "currency": "usd"})
+    created = http.post(
+        "/v1/refunds",
+        data={"charge": charge.id, "amount": "100", "expand[]": "charge"},
+        headers={**AUTH, "Idempotency-Key": "x1"},
+    ).json()
+    retrieved = client.v1.refunds.retrieve(created["id"], params={"expand": ["charge", "payment_intent"]})
+    listed = client.v1.refunds.list(params={"charge": charge.id, "expand": ["data.charge"]})
+    plain = client.v1.refunds.retrieve(created["id"])
+
+    assert created["charge"]["object"] == "charge" and created["charge"]["amount_refunded"] == 100
+    assert [r["id"] for r in created["charge"]["refunds"]["data"]] == [created["id"]]
+    assert isinstance(retrieved.charge, stripe.Charge) and retrieved.charge.id == charge.id
+    assert retrieved.payment_intent is None  # expandable, and null here: expanding changes nothing
+    assert isinstance(listed.data[0].charge, stripe.Charge)
+    assert plain.charge == charge.id
+
+
+def test_expand_that_cannot_be_honoured_is_400_before_anything_happens(
+    sim: SimulatorServer, client: stripe.StripeClient, http: httpx.Client
+) -> None:
+    charge = client.v1.charges.create(params={"amount": 1000, "currency": "usd", "customer": "cus_1"})
+    unknown = http.post("/v1/refunds", data={"charge": charge.id, "expand[0]": "color"}, headers=AUTH)
+    customer = http.post(
+        "/v1/charges", data={"amount": "1", "currency": "usd", "expand[]": "customer"}, headers=AUTH
+    )
+    list_item = http.get("/v1/refunds", params={"expand[]": "charge"}, headers=AUTH)
+
+    assert unknown.status_code == customer.status_code == list_item.status_code == 400
+    assert unknown.json()["error"] == {
+        "type": "invalid_request_error",
+        "message": "This property cannot be expanded (color).",
+        "param": "expand",
+    }
+    assert "customer" in customer.json()["error"]["message"]
+    assert sim.store.stats()["refunds_created"] == 0
+
+
+def test_ending_before_pages_back_towards_the_newest(client: stripe.StripeClient, http: httpx.Client) -> None:
+    charge = client.v1.charges.create(params={"amount": 1000, "currency": "usd"})
+    ids = [client.v1.refunds.create(params={"charge": charge.id, "amount": 10}).id for _ in range(5)]
+    newest_first = ids[::-1]
+
+    def page(**params: str) -> tuple[list[str], bool]:
+        body = http.get("/v1/refunds", params={"limit": "2", **params}, headers=AUTH).json()
+        return [refund["id"] for refund in body["data"]], body["has_more"]
+
+    assert page(ending_before=ids[0]) == (newest_first[2:4], True)
+    assert page(ending_before=newest_first[2]) == (newest_first[0:2], False)
+    assert page(ending_before=newest_first[0]) == ([], False)
+    assert page(starting_after=newest_first[1]) == (newest_first[2:4], True)
+    both = http.get("/v1/refunds", params={"ending_before": ids[0], "starting_after": ids[1]}, headers=AUTH)
+    missing = http.get("/v1/refunds", params={"ending_before": "re_nope"}, headers=AUTH)
+    assert both.status_code == 400
+    assert (missing.status_code, missing.json()["error"]["param"]) == (404, "ending_before")
