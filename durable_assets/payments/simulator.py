@@ -14,6 +14,7 @@ with ``--api-key``, else any ``sk_test_`` key):
 
 * ``POST /v1/charges``, ``POST /v1/refunds`` (form-encoded like Stripe, ``Idempotency-Key``)
 * ``GET /v1/refunds/{id}``, ``GET /v1/refunds?limit=&starting_after=&ending_before=&charge=``
+* ``GET /v1/charges/{id}`` and ``GET /v1/charges/{id}/refunds`` (the URL of a charge's refund list)
 * ``expand[]`` on all of them (``expand[]=charge`` on a refund, ``expand[]=data.charge`` on a list);
   expansion is applied to the answer, so an idempotent replay is expanded afresh
 * ``GET /_sim/stats`` and ``GET /healthz`` (no auth, no faults)
@@ -511,6 +512,13 @@ def _match_route(method: str, path: str) -> _Route | None:
     prefix = "/v1/refunds/"
     if method == "GET" and path.startswith(prefix) and "/" not in path[len(prefix) :]:
         return _Route("refunds.retrieve", _retrieve_refund, path_id=unquote(path[len(prefix) :]))
+    prefix = "/v1/charges/"
+    if method == "GET" and path.startswith(prefix):
+        charge_id, slash, rest = path[len(prefix) :].partition("/")
+        if charge_id and not slash:
+            return _Route("charges.retrieve", _retrieve_charge, path_id=unquote(charge_id))
+        if charge_id and rest == "refunds":  # the URL of a charge's embedded refund list
+            return _Route("charges.refunds", _list_charge_refunds, path_id=unquote(charge_id))
     return None
 
 
@@ -558,15 +566,30 @@ def _retrieve_refund(store: PaymentStore, params: _Params, _key: str | None, ref
     return _expanded(store, store.retrieve_refund(refund_id), params.expand)
 
 
+def _retrieve_charge(store: PaymentStore, params: _Params, _key: str | None, charge_id: str) -> JsonObject:
+    _reject_unknown(params, set(), allow_metadata=False)
+    _check_expand("charge", params.expand)
+    return _expanded(store, store.retrieve_charge(charge_id), params.expand)
+
+
 def _list_refunds(store: PaymentStore, params: _Params, _key: str | None, _: str) -> JsonObject:
     _reject_unknown(params, {"limit", "starting_after", "ending_before", "charge"}, allow_metadata=False)
+    return _refund_page(store, params, params.values.get("charge") or None)
+
+
+def _list_charge_refunds(store: PaymentStore, params: _Params, _key: str | None, charge: str) -> JsonObject:
+    _reject_unknown(params, {"limit", "starting_after", "ending_before"}, allow_metadata=False)
+    return {**_refund_page(store, params, charge), "url": f"/v1/charges/{charge}/refunds"}
+
+
+def _refund_page(store: PaymentStore, params: _Params, charge: str | None) -> JsonObject:
     _check_expand("list", params.expand)
     limit = _optional_int(params, "limit")
     page = store.list_refunds(
         limit=10 if limit is None else limit,
         starting_after=params.values.get("starting_after") or None,
         ending_before=params.values.get("ending_before") or None,
-        charge=params.values.get("charge") or None,
+        charge=charge,
     )
     return _expanded(store, page, params.expand)
 

@@ -515,3 +515,23 @@ def test_ending_before_pages_back_towards_the_newest(client: stripe.StripeClient
     missing = http.get("/v1/refunds", params={"ending_before": "re_nope"}, headers=AUTH)
     assert both.status_code == 400
     assert (missing.status_code, missing.json()["error"]["param"]) == (404, "ending_before")
+
+
+def test_a_charge_and_its_refund_list_by_their_urls(client: stripe.StripeClient) -> None:
+    """``charge.refunds.url`` is served, so the SDK can page a charge's refunds as at Stripe."""
+    charge = client.v1.charges.create(params={"amount": 1000, "currency": "usd"})
+    ids = [client.v1.refunds.create(params={"charge": charge.id, "amount": 10}).id for _ in range(3)]
+    other = client.v1.charges.create(params={"amount": 1000, "currency": "usd"})
+    client.v1.refunds.create(params={"charge": other.id, "amount": 10})
+
+    retrieved = client.v1.charges.retrieve(charge.id)
+    first_page = client.v1.charges.retrieve(charge.id).refunds
+    paged = client.v1.refunds.list(params={"charge": charge.id, "limit": 2})
+    by_url = [refund.id for refund in retrieved.refunds.auto_paging_iter()]
+
+    assert (retrieved.amount_refunded, retrieved.refunded) == (30, False)
+    assert [refund.id for refund in first_page.data] == ids[::-1] and first_page.has_more is False
+    assert by_url == ids[::-1]
+    assert [refund.id for refund in paged.auto_paging_iter()] == ids[::-1]
+    with pytest.raises(stripe.InvalidRequestError):
+        client.v1.charges.retrieve("ch_missing")

@@ -72,7 +72,9 @@ def validator(component: str) -> jsonschema_rs.Draft202012Validator:
     )
 
 
-VALIDATORS = {name: validator(name) for name in ("charge", "refund", "refund_list", "error")}
+VALIDATORS = {
+    name: validator(name) for name in ("charge", "refund", "refund_list", "charge_refund_list", "error")
+}
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ def schema_errors(answer: Answer) -> list[str]:
     if answer.status >= 400:
         component = "error"
     elif isinstance(answer.body, dict) and answer.body.get("object") == "list":
-        component = "refund_list"
+        component = "charge_refund_list" if answer.path.startswith("/v1/charges/") else "refund_list"
     else:
         component = str(answer.body.get("object")) if isinstance(answer.body, dict) else "?"
     if component not in VALIDATORS:
@@ -148,6 +150,9 @@ def exercise(sim: SimulatorServer, http: httpx.Client) -> None:
         {"expand[]": "data.charge"},
     ):
         http.get("/v1/refunds", params=params, headers=AUTH)
+        http.get(f"/v1/charges/{charge['id']}/refunds", params=params, headers=AUTH)
+    http.get(f"/v1/charges/{charge['id']}", headers=AUTH)
+    http.get(f"/v1/charges/{charge['id']}?expand[]=refunds&expand[]=balance_transaction", headers=AUTH)
 
     # errors: validation, missing objects, idempotency, auth, routing, cursors, expansion
     post("/v1/refunds", {"charge": charge["id"], "color": "red"})
@@ -158,6 +163,8 @@ def exercise(sim: SimulatorServer, http: httpx.Client) -> None:
     post("/v1/charges", {"amount": "1", "currency": "usd", "expand[]": "customer"})
     post("/v1/charges", {"amount": "x", "currency": "usd"})
     http.get("/v1/refunds/re_missing", headers=AUTH)
+    http.get("/v1/charges/ch_missing", headers=AUTH)
+    http.get("/v1/charges/ch_missing/refunds", headers=AUTH)
     http.get("/v1/refunds", params={"starting_after": "re_missing"}, headers=AUTH)
     http.get("/v1/refunds", params={"limit": "1000"}, headers=AUTH)
     http.get("/v1/refunds")
