@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -260,6 +262,34 @@ def test_api_key_option_accepts_only_the_given_keys(tmp_path: Path) -> None:
     assert statuses == {"sk_test_a": 200, "key_b": 200, "sk_test_other": 401}
     with pytest.raises(UsageError):
         build_server("127.0.0.1", 0, str(tmp_path / "bad.db"), api_keys=["has space"])
+
+
+def test_job_provider_serve_takes_api_keys(tmp_path: Path) -> None:
+    """The real command, so the option reaches the server and not only the parser."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-c", "from durable_assets.cli import main; raise SystemExit(main())"]
+    options = ["--port", str(port), "--db", str(tmp_path / "cli.db"), "--api-key", "rk_test_cli"]
+    server = subprocess.Popen([*command, "provider", "serve", *options], stderr=subprocess.PIPE, text=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+
+            def up() -> bool:
+                try:
+                    return client.get("/healthz").status_code == 200
+                except httpx.TransportError:
+                    return server.poll() is not None  # exited: the assertions below say why
+
+            _wait_for(up, timeout_s=30)
+            accepted = client.get("/v1/refunds", auth=("rk_test_cli", ""))
+            default_key = client.get("/v1/refunds", headers=AUTH)
+    finally:
+        server.terminate()
+        _, stderr = server.communicate(timeout=10)
+
+    assert (accepted.status_code, default_key.status_code) == (200, 401), stderr
+    assert default_key.json()["error"]["message"].startswith("Invalid API Key provided: sk_test_")
 
 
 def test_http_basic_with_the_key_as_user(sim: SimulatorServer, http: httpx.Client) -> None:
