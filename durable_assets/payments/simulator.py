@@ -25,8 +25,8 @@ Order of checks for a ``/v1`` request: route (404), auth (401), refund request c
 before any work. Unauthenticated requests are not counted.
 
 ``Retry-After`` on 429 is a whole number of seconds, rounded up and at least 1, because RFC 9110
-allows only integers there and strict clients reject anything else; a client that waits that long
-always finds a token in the bucket.
+allows only integers there and strict clients reject anything else; rounding up keeps the promise
+that a token is back in the bucket by then (unless another client takes it first).
 """
 
 from __future__ import annotations
