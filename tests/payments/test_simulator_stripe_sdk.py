@@ -116,7 +116,13 @@ def test_charge_and_refund_round_trip(sim: SimulatorServer, gateway: StripeGatew
         "r1",
     )
     assert gateway.retrieve_refund(refund.id) == refund
-    assert gateway.stats() == {"refund_requests": 1, "refunds_created": 1, "idempotent_replays": 0}
+    assert gateway.stats() == {
+        "refund_requests": 1,
+        "refunds_created": 1,
+        "idempotent_replays": 0,
+        "customers_created": 0,
+        "balance_transactions_created": 0,
+    }
 
 
 def test_replay_returns_the_same_refund(gateway: StripeGateway) -> None:
@@ -126,7 +132,13 @@ def test_replay_returns_the_same_refund(gateway: StripeGateway) -> None:
     second = _refund(gateway, charge_id, "r1")
 
     assert second == first
-    assert gateway.stats() == {"refund_requests": 2, "refunds_created": 1, "idempotent_replays": 1}
+    assert gateway.stats() == {
+        "refund_requests": 2,
+        "refunds_created": 1,
+        "idempotent_replays": 1,
+        "customers_created": 0,
+        "balance_transactions_created": 0,
+    }
 
 
 def test_same_key_different_amount_is_a_mismatch(gateway: StripeGateway) -> None:
@@ -153,7 +165,13 @@ def test_second_request_with_an_in_flight_key_gets_409(sim: SimulatorServer, gat
     sim.configure(latency_ms=0)
 
     assert _refund(gateway, charge_id, "r1") == first[0]
-    assert gateway.stats() == {"refund_requests": 3, "refunds_created": 1, "idempotent_replays": 1}
+    assert gateway.stats() == {
+        "refund_requests": 3,
+        "refunds_created": 1,
+        "idempotent_replays": 1,
+        "customers_created": 0,
+        "balance_transactions_created": 0,
+    }
 
 
 def test_lost_response_then_retry_with_same_key(sim: SimulatorServer, gateway: StripeGateway) -> None:
@@ -168,7 +186,13 @@ def test_lost_response_then_retry_with_same_key(sim: SimulatorServer, gateway: S
 
     assert lost.value.http_status is None
     assert committed is not None and retried == committed
-    assert gateway.stats() == {"refund_requests": 2, "refunds_created": 1, "idempotent_replays": 1}
+    assert gateway.stats() == {
+        "refund_requests": 2,
+        "refunds_created": 1,
+        "idempotent_replays": 1,
+        "customers_created": 0,
+        "balance_transactions_created": 0,
+    }
 
 
 def test_injected_500_processes_nothing(sim: SimulatorServer, gateway: StripeGateway) -> None:
@@ -181,7 +205,13 @@ def test_injected_500_processes_nothing(sim: SimulatorServer, gateway: StripeGat
     _refund(gateway, charge_id, "r1")
 
     assert failed.value.http_status == 500
-    assert gateway.stats() == {"refund_requests": 2, "refunds_created": 1, "idempotent_replays": 0}
+    assert gateway.stats() == {
+        "refund_requests": 2,
+        "refunds_created": 1,
+        "idempotent_replays": 0,
+        "customers_created": 0,
+        "balance_transactions_created": 0,
+    }
 
 
 def test_rate_limit_answers_429_with_retry_after(sim: SimulatorServer, gateway: StripeGateway) -> None:
@@ -193,7 +223,13 @@ def test_rate_limit_answers_429_with_retry_after(sim: SimulatorServer, gateway: 
 
     assert limited.value.http_status == 429
     assert limited.value.retry_after is not None and 1.0 < limited.value.retry_after <= 2.0
-    assert gateway.stats() == {"refund_requests": 1, "refunds_created": 0, "idempotent_replays": 0}
+    assert gateway.stats() == {
+        "refund_requests": 1,
+        "refunds_created": 0,
+        "idempotent_replays": 0,
+        "customers_created": 0,
+        "balance_transactions_created": 0,
+    }
 
 
 def test_rate_limit_headers_and_body(sim: SimulatorServer, http: httpx.Client) -> None:
