@@ -7,15 +7,17 @@ validates every simulator answer against. Only that trimmed data is committed, n
 Input: a git clone (or bare mirror) of https://github.com/stripe/openapi. The spec is read with
 ``git show COMMIT:openapi/spec3.json``; without ``--commit``, the newest commit on HEAD whose
 spec blob can be read is used (a partial clone or a snapshot may lack the newest, largest blobs).
-The components kept are charge, refund and error, with the sub-objects they embed inline, and
-the refund lists of ``GET /v1/refunds`` and ``GET /v1/charges/{charge}/refunds``. Every other
+The components kept are charge, refund, customer, customer_balance_transaction and error, with the
+sub-objects they embed inline, and the lists of ``GET /v1/refunds``,
+``GET /v1/charges/{charge}/refunds``, ``GET /v1/customers`` and
+``GET /v1/customers/{customer}/balance_transactions``. Every other
 ``$ref`` (objects reached only through an expandable ID, or sub-objects the simulator always
 answers as null) is replaced by a stub that *rejects* any value: a response that starts to carry
 such an object fails validation until the component is added here, instead of passing against
 nothing.
 
 Stripe's newer API versions add fields faster than a pinned spec shows them, so the field names of
-the charge and refund examples in ``openapi/fixtures3.json`` at ``--fixtures-commit`` (default
+the served objects' examples in ``openapi/fixtures3.json`` at ``--fixtures-commit`` (default
 HEAD) are recorded too; the test checks the simulator's fields against both.
 
     python scripts/trim_stripe_schemas.py --git-dir PATH/TO/stripe-openapi [--commit SHA]
@@ -45,13 +47,18 @@ KEEP = (
     "address",
     "charge_fraud_details",
     "charge_outcome",
+    "customer",
+    "customer_balance_transaction",
+    "invoice_setting_customer_setting",
 )
 #: List objects are inline in their paths; they are kept under these names.
 LISTS = {
     "refund_list": ("/v1/refunds", "get"),
     "charge_refund_list": ("/v1/charges/{charge}/refunds", "get"),
+    "customer_list": ("/v1/customers", "get"),
+    "customer_balance_transaction_list": ("/v1/customers/{customer}/balance_transactions", "get"),
 }
-FIXTURE_OBJECTS = ("charge", "refund")
+FIXTURE_OBJECTS = ("charge", "refund", "customer", "customer_balance_transaction")
 _REF_PREFIX = "#/components/schemas/"
 
 

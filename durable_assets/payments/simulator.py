@@ -15,9 +15,17 @@ with ``--api-key``, else any ``sk_test_`` key):
 * ``POST /v1/charges``, ``POST /v1/refunds`` (form-encoded like Stripe, ``Idempotency-Key``)
 * ``GET /v1/refunds/{id}``, ``GET /v1/refunds?limit=&starting_after=&ending_before=&charge=``
 * ``GET /v1/charges/{id}`` and ``GET /v1/charges/{id}/refunds`` (the URL of a charge's refund list)
-* ``expand[]`` on all of them (``expand[]=charge`` on a refund, ``expand[]=data.charge`` on a list);
-  expansion is applied to the answer, so an idempotent replay is expanded afresh
+* ``POST /v1/customers`` (``email``, ``name``, ``metadata[...]``, ``Idempotency-Key``),
+  ``GET /v1/customers/{id}``, ``GET /v1/customers?limit=&starting_after=&ending_before=&email=``
+* ``POST /v1/customers/{id}/balance_transactions`` (``amount``, ``currency``, ``description``,
+  ``metadata[...]``, ``Idempotency-Key``) and ``GET /v1/customers/{id}/balance_transactions``
+* ``expand[]`` on all of them (``expand[]=charge`` on a refund, ``expand[]=customer`` on a balance
+  transaction, ``expand[]=data.charge`` on a list); expansion is applied to the answer, so an
+  idempotent replay is expanded afresh
 * ``GET /_sim/stats`` and ``GET /healthz`` (no auth, no faults)
+
+Every fault applies to every ``/v1`` route alike; a lost response drops the answer of any POST
+after its work is committed.
 
 Order of checks for a ``/v1`` request: route (404), auth (401), refund request counted in
 ``refund_requests``, rate limit (429), in-flight idempotency key (409), latency, injected error
@@ -519,6 +527,29 @@ def _match_route(method: str, path: str) -> _Route | None:
             return _Route("charges.retrieve", _retrieve_charge, path_id=unquote(charge_id))
         if charge_id and rest == "refunds":  # the URL of a charge's embedded refund list
             return _Route("charges.refunds", _list_charge_refunds, path_id=unquote(charge_id))
+    return _match_customer_route(method, path)
+
+
+def _match_customer_route(method: str, path: str) -> _Route | None:
+    if path == "/v1/customers":
+        if method == "POST":
+            return _Route("customers", _create_customer)
+        if method == "GET":
+            return _Route("customers.list", _list_customers)
+        return None
+    prefix = "/v1/customers/"
+    if not path.startswith(prefix):
+        return None
+    customer_id, slash, rest = path[len(prefix) :].partition("/")
+    customer_id = unquote(customer_id)
+    if not customer_id:
+        return None
+    if method == "GET" and not slash:
+        return _Route("customers.retrieve", _retrieve_customer, path_id=customer_id)
+    if rest == "balance_transactions" and method == "POST":
+        return _Route("customers.balance_transactions", _create_balance_transaction, path_id=customer_id)
+    if rest == "balance_transactions" and method == "GET":
+        return _Route("customers.balance_transactions.list", _list_balance_transactions, path_id=customer_id)
     return None
 
 
@@ -583,22 +614,82 @@ def _list_charge_refunds(store: PaymentStore, params: _Params, _key: str | None,
 
 
 def _refund_page(store: PaymentStore, params: _Params, charge: str | None) -> JsonObject:
-    _check_expand("list", params.expand)
+    _check_list_expand("refund", params.expand)
+    page = store.list_refunds(**_page_params(params), charge=charge)
+    return _expanded(store, page, params.expand)
+
+
+def _page_params(params: _Params) -> dict[str, Any]:
+    """``limit``, ``starting_after`` and ``ending_before`` as every list route takes them."""
     limit = _optional_int(params, "limit")
-    page = store.list_refunds(
-        limit=10 if limit is None else limit,
-        starting_after=params.values.get("starting_after") or None,
-        ending_before=params.values.get("ending_before") or None,
-        charge=charge,
+    return {
+        "limit": 10 if limit is None else limit,
+        "starting_after": params.values.get("starting_after") or None,
+        "ending_before": params.values.get("ending_before") or None,
+    }
+
+
+def _create_customer(store: PaymentStore, params: _Params, key: str | None, _: str) -> StoreResult:
+    _reject_unknown(params, {"email", "name"})
+    _check_expand("customer", params.expand)
+    result = store.create_customer(
+        email=params.values.get("email") or None,
+        name=params.values.get("name") or None,
+        metadata=params.metadata,
+        idempotency_key=key,
     )
+    return replace(result, body=_expanded(store, result.body, params.expand))
+
+
+def _retrieve_customer(store: PaymentStore, params: _Params, _key: str | None, customer: str) -> JsonObject:
+    _reject_unknown(params, set(), allow_metadata=False)
+    _check_expand("customer", params.expand)
+    return _expanded(store, store.retrieve_customer(customer), params.expand)
+
+
+def _list_customers(store: PaymentStore, params: _Params, _key: str | None, _: str) -> JsonObject:
+    _reject_unknown(params, {"limit", "starting_after", "ending_before", "email"}, allow_metadata=False)
+    _check_list_expand("customer", params.expand)
+    page = store.list_customers(**_page_params(params), email=params.values.get("email") or None)
+    return _expanded(store, page, params.expand)
+
+
+def _create_balance_transaction(
+    store: PaymentStore, params: _Params, key: str | None, customer: str
+) -> StoreResult:
+    _reject_unknown(params, {"amount", "currency", "description"})
+    _check_expand("customer_balance_transaction", params.expand)
+    result = store.create_balance_transaction(
+        customer,
+        amount=_required_int(params, "amount"),
+        currency=_required_str(params, "currency"),
+        description=params.values.get("description") or None,
+        metadata=params.metadata,
+        idempotency_key=key,
+    )
+    return replace(result, body=_expanded(store, result.body, params.expand))
+
+
+def _list_balance_transactions(
+    store: PaymentStore, params: _Params, _key: str | None, customer: str
+) -> JsonObject:
+    _reject_unknown(params, {"limit", "starting_after", "ending_before"}, allow_metadata=False)
+    _check_list_expand("customer_balance_transaction", params.expand)
+    page = store.list_balance_transactions(customer, **_page_params(params))
     return _expanded(store, page, params.expand)
 
 
 # --- expansion -----------------------------------------------------------------------------------
 # Stripe's ``expand[]``: a field holding an ID is replaced by the object it names, on request.
 # For each object, the fields Stripe lets a client expand, and what the simulator serves there:
-# "charge" (it expands it), None (always null here, so expanding it changes nothing, as at Stripe),
-# or a reason it cannot (the simulator has no such objects; a silent ID would break the client).
+# an object kind it retrieves ("charge", "customer"), None (always null or already embedded here,
+# so expanding it changes nothing, as at Stripe), or a reason it cannot (the simulator has no such
+# objects; a silent ID would break the client).
+
+_RETRIEVE: dict[str, Callable[[PaymentStore, str], JsonObject]] = {
+    "charge": PaymentStore.retrieve_charge,
+    "customer": PaymentStore.retrieve_customer,
+}
 
 _CANNOT_EXPAND = "the simulator serves no {field} objects"
 _EXPANDABLE: dict[str, dict[str, str | None]] = {
@@ -623,8 +714,25 @@ _EXPANDABLE: dict[str, dict[str, str | None]] = {
         "source_transfer": None,
         "transfer": None,
     },
+    "customer": {
+        "address": None,
+        "default_source": None,
+        "discount": None,
+        "invoice_settings": None,
+        "shipping": None,
+        "test_clock": None,
+        # included only when expanded, and the simulator has none of them to include
+        "sources": _CANNOT_EXPAND,
+        "subscriptions": _CANNOT_EXPAND,
+        "tax": _CANNOT_EXPAND,
+        "tax_ids": _CANNOT_EXPAND,
+    },
+    "customer_balance_transaction": {
+        "customer": "customer",
+        "credit_note": None,
+        "invoice": None,
+    },
 }
-_LIST_ITEMS = "refund"  # the only list served is of refunds
 
 
 def _check_expand(kind: str, paths: tuple[str, ...]) -> None:
@@ -633,20 +741,24 @@ def _check_expand(kind: str, paths: tuple[str, ...]) -> None:
         _check_expand_path(kind, path.split("."), path)
 
 
-def _check_expand_path(kind: str, fields: list[str], path: str) -> None:
-    if kind == "list":
+def _check_list_expand(items: str, paths: tuple[str, ...]) -> None:
+    """A list's paths start with ``data.``, then continue in its items (of kind ``items``)."""
+    for path in paths:
+        fields = path.split(".")
         if fields[0] != "data" or len(fields) < 2:
             raise _cannot_expand(path, fields[0])
-        _check_expand_path(_LIST_ITEMS, fields[1:], path)
-        return
+        _check_expand_path(items, fields[1:], path)
+
+
+def _check_expand_path(kind: str, fields: list[str], path: str) -> None:
     field, rest = fields[0], fields[1:]
     expandable = _EXPANDABLE[kind]
     if field not in expandable:
         raise _cannot_expand(path, field)
     target = expandable[field]
-    if target == "charge" and rest:
-        _check_expand_path("charge", rest, path)
-    elif target is not None and target != "charge":
+    if target in _RETRIEVE and rest:
+        _check_expand_path(target, rest, path)
+    elif target is not None and target not in _RETRIEVE:
         raise invalid_request(
             f"The payment simulator cannot expand {path}: {target.format(field=field)}.", param="expand"
         )
@@ -669,8 +781,9 @@ def _expand_path(store: PaymentStore, body: JsonObject, fields: list[str]) -> Js
         return {**body, "data": [_expand_path(store, item, fields[1:]) for item in body["data"]]}
     field, rest = fields[0], fields[1:]
     value = body.get(field)
-    if isinstance(value, str) and _EXPANDABLE[str(body["object"])].get(field) == "charge":
-        value = store.retrieve_charge(value)
+    target = _EXPANDABLE[str(body["object"])].get(field)
+    if isinstance(value, str) and target in _RETRIEVE:
+        value = _RETRIEVE[target](store, value)
     if rest and isinstance(value, dict):
         value = _expand_path(store, value, rest)
     return body if value is body.get(field) else {**body, field: value}

@@ -9,7 +9,7 @@ expandable field) stays an ``anyOf``, and extensions (``x-expansionResources`` .
 that reject any value, so serving one of them fails here until it is added.
 
 The pinned spec is older than Stripe's current API, so the field names of Stripe's current
-charge and refund examples (``x-current-fixtures``) are checked too.
+examples of every served object (``x-current-fixtures``) are checked too.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 NOT_SERVED = {
     "charge": {"source"},  # the deprecated Sources API; charges here have no payment source
     "refund": {"customer", "customer_account", "payment_method"},  # newer than what the pipeline reads
+    "customer": set(),
+    # newer than the pinned spec; the simulator has no checkout sessions or customer accounts
+    "customer_balance_transaction": {"checkout_session", "customer_account"},
 }
 #: Fields the simulator serves that are newer than the pinned spec (present in current examples).
 NEWER_THAN_SPEC = {"refund": {"destination_details"}}
@@ -72,9 +75,9 @@ def validator(component: str) -> jsonschema_rs.Draft202012Validator:
     )
 
 
-VALIDATORS = {
-    name: validator(name) for name in ("charge", "refund", "refund_list", "charge_refund_list", "error")
-}
+LISTS = ("refund_list", "charge_refund_list", "customer_list", "customer_balance_transaction_list")
+OBJECTS = ("charge", "refund", "customer", "customer_balance_transaction")
+VALIDATORS = {name: validator(name) for name in (*OBJECTS, *LISTS, "error")}
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def schema_errors(answer: Answer) -> list[str]:
     if answer.status >= 400:
         component = "error"
     elif isinstance(answer.body, dict) and answer.body.get("object") == "list":
-        component = "charge_refund_list" if answer.path.startswith("/v1/charges/") else "refund_list"
+        component = list_component(answer.path)
     else:
         component = str(answer.body.get("object")) if isinstance(answer.body, dict) else "?"
     if component not in VALIDATORS:
@@ -98,6 +101,16 @@ def schema_errors(answer: Answer) -> list[str]:
         f"{'/'.join(map(str, error.instance_path))}: {error.message}"
         for error in VALIDATORS[component].iter_errors(answer.body)
     ]
+
+
+def list_component(path: str) -> str:
+    """Which of Stripe's list schemas a list route answers with."""
+    route = path.partition("?")[0]
+    if route.startswith("/v1/charges/"):
+        return "charge_refund_list"
+    if route.startswith("/v1/customers/") and route.endswith("/balance_transactions"):
+        return "customer_balance_transaction_list"
+    return "customer_list" if route == "/v1/customers" else "refund_list"
 
 
 @pytest.fixture
@@ -171,6 +184,8 @@ def exercise(sim: SimulatorServer, http: httpx.Client) -> None:
     http.get("/v1/refunds", headers={"Authorization": "Bearer sk_live_unknown"})
     http.get("/v1/nothing-here", headers=AUTH)
 
+    exercise_customers(post, http)
+
     # faults: injected 500, rate limit (429), an in-flight key (409)
     sim.configure(error_rate=1.0)
     http.get("/v1/refunds", headers=AUTH)
@@ -189,6 +204,60 @@ def exercise(sim: SimulatorServer, http: httpx.Client) -> None:
     sim.configure(latency_ms=0)
 
 
+def exercise_customers(post: Any, http: httpx.Client) -> None:
+    """Customers and their balance transactions: successes, replays, expansions and errors."""
+    meta = {"metadata[legacy_account_id]": "L1"}
+    customer = post("/v1/customers", {"email": "ada@example.com", "name": "Ada", **meta}, "cu1")
+    post("/v1/customers", {"email": "ada@example.com", "name": "Ada", **meta}, "cu1")  # replay
+    other = post("/v1/customers", {})
+    path = f"/v1/customers/{customer['id']}"
+    moves = [
+        post(f"{path}/balance_transactions", {"amount": "-5000", "currency": "usd"}, "bt1"),
+        post(f"{path}/balance_transactions", {"amount": "-5000", "currency": "usd"}, "bt1"),  # replay
+        post(
+            f"{path}/balance_transactions", {"amount": "1200", "currency": "usd", "description": "d", **meta}
+        ),
+        post(
+            f"{path}/balance_transactions", {"amount": "-1", "currency": "usd", "expand[]": "customer"}, "bt2"
+        ),
+    ]
+    for query in ("", "?expand[]=test_clock&expand[]=invoice_settings"):
+        http.get(f"{path}{query}", headers=AUTH)
+    for params in (
+        {},
+        {"limit": "1"},
+        {"email": "ada@example.com"},
+        {"limit": "1", "starting_after": customer["id"]},
+        {"ending_before": customer["id"]},
+        {"expand[]": "data.address"},
+    ):
+        http.get("/v1/customers", params=params, headers=AUTH)
+    for params in (
+        {},
+        {"limit": "1", "starting_after": moves[0]["id"]},
+        {"limit": "1", "ending_before": moves[0]["id"]},
+        {"expand[]": "data.customer"},
+    ):
+        http.get(f"{path}/balance_transactions", params=params, headers=AUTH)
+    http.get(f"/v1/customers/{other['id']}/balance_transactions", headers=AUTH)  # empty list
+
+    # errors: validation, missing customers, the currency rule, idempotency, expansion
+    post("/v1/customers", {"email": "not-an-email"})
+    post("/v1/customers", {"email": "a@b.c", "color": "red"})
+    post("/v1/customers", {"email": "other@b.c"}, "cu1")  # key reused, other params
+    post("/v1/customers", {"expand[]": "tax"})
+    post(f"{path}/balance_transactions", {"amount": "-1", "currency": "eur"})  # balance is in usd
+    post(f"{path}/balance_transactions", {"amount": "0", "currency": "usd"})
+    post(f"{path}/balance_transactions", {"currency": "usd"})
+    post(f"{path}/balance_transactions", {"amount": "-6", "currency": "usd"}, "bt1")
+    post("/v1/customers/cus_missing/balance_transactions", {"amount": "-1", "currency": "usd"})
+    http.get("/v1/customers/cus_missing", headers=AUTH)
+    http.get("/v1/customers/cus_missing/balance_transactions", headers=AUTH)
+    http.get("/v1/customers", params={"starting_after": "cus_missing"}, headers=AUTH)
+    http.get(f"{path}/balance_transactions", params={"ending_before": "cbtxn_missing"}, headers=AUTH)
+    http.get("/v1/customers", params={"expand[]": "data.sources"}, headers=AUTH)
+
+
 def test_every_answer_matches_stripes_schemas(recorded: tuple[SimulatorServer, list[Answer]]) -> None:
     sim, answers = recorded
     with httpx.Client(base_url=sim.url, timeout=10) as http:
@@ -203,7 +272,9 @@ def test_every_answer_matches_stripes_schemas(recorded: tuple[SimulatorServer, l
     }
 
     assert statuses == {200, 400, 401, 404, 409, 429, 500}
-    assert objects == {"charge", "refund", "list"}
+    assert objects == {"charge", "refund", "customer", "customer_balance_transaction", "list"}
+    lists = {list_component(answer.path) for answer in answers if answer.body.get("object") == "list"}
+    assert lists == set(LISTS)
     assert failures == {}
 
 
@@ -233,10 +304,16 @@ def test_fields_match_stripes_schema_and_current_examples(
     with httpx.Client(base_url=sim.url, timeout=10, headers=AUTH) as http:
         charge = http.post("/v1/charges", data={"amount": "100", "currency": "usd"}).json()
         refund = http.post("/v1/refunds", data={"charge": charge["id"]}).json()
+        customer = http.post("/v1/customers", data={"email": "a@b.c"}).json()
+        path = f"/v1/customers/{customer['id']}/balance_transactions"
+        transaction = http.post(path, data={"amount": "-100", "currency": "usd"}).json()
     current = SCHEMAS["x-current-fixtures"]["fields"]
     schemas = SCHEMAS["components"]["schemas"]
+    served_objects = {"charge": charge, "refund": refund, "customer": customer}
+    served_objects["customer_balance_transaction"] = transaction
 
-    for name, served in (("charge", charge), ("refund", refund)):
+    assert set(served_objects) == set(OBJECTS)
+    for name, served in served_objects.items():
         in_spec = set(schemas[name]["properties"])
         assert set(current[name]) - set(served) == NOT_SERVED[name], name
         assert set(served) - in_spec == NEWER_THAN_SPEC.get(name, set()), name
