@@ -46,16 +46,6 @@ def _start(server: ThreadingHTTPServer) -> threading.Thread:
 
 
 @pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimulatorServer]:
-    server = build_server("127.0.0.1", 0, str(tmp_path / "sim.db"), seed=7)
-    thread = _start(server)
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
-
-
-@pytest.fixture
 def gateway(sim: SimulatorServer) -> StripeGateway:
     return StripeGateway(sim.url, API_KEY, timeout_s=10)
 
