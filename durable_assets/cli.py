@@ -83,6 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ps.add_argument("--rate-limit", type=float, default=None, help="requests/s; beyond it 429 + Retry-After")
     ps.add_argument("--seed", type=int, default=None)
+    ps.add_argument(
+        "--api-key",
+        dest="api_keys",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="an API key to accept (repeatable); without it, any sk_test_ key is accepted",
+    )
     return p
 
 
@@ -245,6 +253,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             lost_response_rate=args.lost_response_rate,
             rate_limit=args.rate_limit,
             seed=args.seed,
+            api_keys=args.api_keys,
         )
         return EXIT_OK
     if args.command == "serve":

@@ -2,7 +2,10 @@
 
 from durable_assets.payments.embedded import EmbeddedProvider
 from durable_assets.payments.gateway import (
+    BalanceTransaction,
     Charge,
+    Customer,
+    CustomerGateway,
     EmbeddedGateway,
     Refund,
     RefundGateway,
@@ -13,7 +16,10 @@ from durable_assets.payments.simulator import SimulatorServer, build_server, ser
 from durable_assets.payments.store import PaymentStore, StripeApiError
 
 __all__ = [
+    "BalanceTransaction",
     "Charge",
+    "Customer",
+    "CustomerGateway",
     "EmbeddedGateway",
     "EmbeddedProvider",
     "PaymentStore",

@@ -3,6 +3,10 @@
 Used when ``DURABLE_PAYMENTS_URL`` is unset, so a pipeline runs with nothing to start. It is
 deliberately thin: every rule lives in :class:`PaymentStore`, which the HTTP simulator uses too,
 so switching fronts never changes what a refund request does or how it is counted.
+
+Customers and balance transactions have no forwarding methods here: nothing is counted before
+them, so :class:`~durable_assets.payments.gateway.EmbeddedGateway` calls the store's typed
+methods directly (``provider.store``) rather than through one more layer of the same keywords.
 """
 
 from __future__ import annotations

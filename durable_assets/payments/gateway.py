@@ -1,4 +1,5 @@
-"""The seam the refund step talks to, and its two implementations.
+"""The seam the pipelines talk to (refunds; customers and their balances), and its two
+implementations.
 
 The refund step must not care whether refunds go to the embedded provider or over HTTP to a
 Stripe-compatible API: both gateways share one template (:class:`_GatewayBase`) that builds the
@@ -9,6 +10,10 @@ Everything the provider answers is checked against what was asked (amount, curre
 idempotency key) and anything that does not match raises
 :class:`~durable_assets.errors.ProviderResponseMismatchError`: for money, failing closed is the
 only safe reaction to an answer we do not understand.
+
+Customers (:class:`CustomerGateway`, for the credit migration) are deliberately thinner: each
+gateway method calls its transport directly (the store, or the SDK) with typed arguments and
+hands the answer to one shared check, instead of adding another template layer.
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import requests
 import stripe
+from stripe.params import (
+    CustomerBalanceTransactionCreateParams,
+    CustomerBalanceTransactionListParams,
+    CustomerCreateParams,
+    CustomerListParams,
+)
 
 from durable_assets.errors import (
     DurableError,
@@ -35,7 +46,7 @@ from durable_assets.errors import (
     UsageError,
 )
 from durable_assets.payments.embedded import EmbeddedProvider
-from durable_assets.payments.store import JsonObject, StripeApiError
+from durable_assets.payments.store import JsonObject, PaymentStore, StripeApiError
 
 #: Metadata keys the gateways own; callers may not set them to something else.
 IDEMPOTENCY_KEY_METADATA = "idempotency_key"
@@ -103,6 +114,73 @@ class RefundGateway(Protocol):
     def find_refund_by_key(self, *, charge_id: str, idempotency_key: str) -> Refund | None: ...
 
     def list_charge_refunds(self, charge_id: str) -> list[Refund]: ...
+
+
+@dataclass(frozen=True)
+class Customer:
+    id: str
+    email: str | None
+    name: str | None
+    balance: int
+    currency: str | None
+    metadata: dict[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def idempotency_key(self) -> str | None:
+        return self.metadata.get(IDEMPOTENCY_KEY_METADATA)
+
+
+@dataclass(frozen=True)
+class BalanceTransaction:
+    """A customer balance transaction; ``amount < 0`` is credit owed to the customer (Stripe's sign)."""
+
+    id: str
+    customer_id: str
+    amount: int
+    currency: str
+    ending_balance: int
+    description: str | None
+    type: str
+    metadata: dict[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """Kept in metadata, as for refunds, so a transaction is found again after the provider
+        has forgotten the key."""
+        return self.metadata.get(IDEMPOTENCY_KEY_METADATA)
+
+
+class CustomerGateway(Protocol):
+    """What the credit migration needs from a payment provider. Implementations are thread-safe.
+
+    Creations take an idempotency key, which also goes to the object's ``metadata`` under
+    ``idempotency_key``; lists read every page.
+    """
+
+    def create_customer(
+        self, *, email: str | None, name: str | None, metadata: dict[str, str], idempotency_key: str
+    ) -> Customer: ...
+
+    def retrieve_customer(self, customer_id: str) -> Customer: ...
+
+    def list_customers(self, *, email: str | None = None) -> list[Customer]: ...
+
+    def find_customer(
+        self, *, metadata_key: str, value: str, email: str | None = None
+    ) -> Customer | None: ...
+
+    def create_balance_transaction(
+        self,
+        *,
+        customer_id: str,
+        amount: int,
+        currency: str,
+        description: str | None,
+        metadata: dict[str, str],
+        idempotency_key: str,
+    ) -> BalanceTransaction: ...
+
+    def list_balance_transactions(self, customer_id: str) -> list[BalanceTransaction]: ...
 
 
 # --- request building ----------------------------------------------------------------------------
@@ -242,12 +320,103 @@ def _expect(body: object, what: str, actual: object, expected: object) -> None:
 
 
 def _parse_page(body: object) -> tuple[list[Refund], bool]:
+    items, has_more = _list_items(body)
+    return [parse_refund(item) for item in items], has_more
+
+
+def _list_items(body: object) -> tuple[list[object], bool]:
     data = _object(body, "list")
     items = data.get("data")
     has_more = data.get("has_more")
     if not isinstance(items, list) or not isinstance(has_more, bool):
         raise _mismatch("a malformed list", body)
-    return [parse_refund(item) for item in items], has_more
+    return items, has_more
+
+
+def _optional(body: Mapping[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise _mismatch(f"a malformed {name!r}", body)
+    return value
+
+
+def parse_customer(body: object) -> Customer:
+    data = _object(body, "customer")
+    return Customer(
+        id=_field(data, "id", str),
+        email=_optional(data, "email"),
+        name=_optional(data, "name"),
+        balance=_field(data, "balance", int),
+        currency=_optional(data, "currency"),
+        metadata=_metadata(data),
+    )
+
+
+def parse_balance_transaction(body: object) -> BalanceTransaction:
+    data = _object(body, "customer_balance_transaction")
+    customer = data.get("customer")
+    customer_id = customer.get("id") if isinstance(customer, dict) else customer  # expanded or not
+    if not isinstance(customer_id, str):
+        raise _mismatch("a balance transaction without a valid customer", body)
+    return BalanceTransaction(
+        id=_field(data, "id", str),
+        customer_id=customer_id,
+        amount=_field(data, "amount", int),
+        currency=_field(data, "currency", str),
+        ending_balance=_field(data, "ending_balance", int),
+        description=_optional(data, "description"),
+        type=_field(data, "type", str),
+        metadata=_metadata(data),
+    )
+
+
+def _checked_customer(body: object, *, email: str | None, name: str | None, idempotency_key: str) -> Customer:
+    customer = parse_customer(body)
+    _expect(body, "a customer email of", customer.email, email)
+    _expect(body, "a customer name of", customer.name, name)
+    _expect(body, "a customer key of", customer.idempotency_key, idempotency_key)
+    return customer
+
+
+def _checked_balance_transaction(
+    body: object, *, customer_id: str, amount: int, currency: str, idempotency_key: str
+) -> BalanceTransaction:
+    transaction = parse_balance_transaction(body)
+    _expect(body, "a balance transaction of customer", transaction.customer_id, customer_id)
+    _expect(body, "a balance transaction amount of", transaction.amount, amount)
+    _expect(body, "a balance transaction currency of", transaction.currency, currency)
+    _expect(body, "a balance transaction key of", transaction.idempotency_key, idempotency_key)
+    return transaction
+
+
+class _Identified(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+_I = TypeVar("_I", bound=_Identified)
+
+
+def _every_page(fetch: Callable[[str | None], object], parse: Callable[[object], _I]) -> list[_I]:
+    """Every item of a cursor-paginated list, oldest page last; ``fetch(starting_after)`` gets a page.
+
+    A cursor that does not advance (an item seen twice) would loop forever, so it fails closed.
+    """
+    items: list[_I] = []
+    seen: set[str] = set()
+    starting_after: str | None = None
+    while True:
+        page = fetch(starting_after)
+        raw, has_more = _list_items(page)
+        parsed = [parse(item) for item in raw]
+        for item in parsed:
+            if item.id in seen:
+                raise _mismatch(f"{item.id} twice while paginating", page)
+            seen.add(item.id)
+        items += parsed
+        if not has_more or not parsed:
+            return items
+        starting_after = parsed[-1].id
 
 
 # --- the shared template -------------------------------------------------------------------------
@@ -343,6 +512,26 @@ class _GatewayBase(ABC):
             )
         return matches[0] if matches else None
 
+    def find_customer(self, *, metadata_key: str, value: str, email: str | None = None) -> Customer | None:
+        """The one customer whose ``metadata[metadata_key] == value``, read from the list (narrowed
+        by ``email`` when given). Not Stripe's search: it is eventually consistent, so a customer
+        created a moment ago could be missed and created twice. Two matches fail closed."""
+        matches = [
+            customer
+            for customer in self.list_customers(email=email)
+            if customer.metadata.get(metadata_key) == value
+        ]
+        if len(matches) > 1:
+            ids = ", ".join(customer.id for customer in matches)
+            raise ProviderResponseMismatchError(
+                f"{len(matches)} customers have metadata {metadata_key}={value!r} ({ids}); exactly-once was "
+                "violated upstream. Investigate before moving any balance."
+            )
+        return matches[0] if matches else None
+
+    @abstractmethod
+    def list_customers(self, *, email: str | None = None) -> list[Customer]: ...
+
     # transport, implemented by subclasses; each returns the provider's JSON object as a dict
 
     @abstractmethod
@@ -377,12 +566,81 @@ class EmbeddedGateway(_GatewayBase):
     def __init__(self, path: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> None:
         super().__init__(page_size=page_size)
         self._provider = EmbeddedProvider(path)
+        self._store: PaymentStore = self._provider.store
 
     def stats(self) -> dict[str, int]:
         return self._provider.stats()
 
     def close(self) -> None:
         self._provider.close()
+
+    # customers: straight to the store, which holds every rule
+
+    def create_customer(
+        self, *, email: str | None, name: str | None, metadata: dict[str, str], idempotency_key: str
+    ) -> Customer:
+        owned = with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key})
+        body = _embedded_call(
+            lambda: (
+                self._store.create_customer(
+                    email=email, name=name, metadata=owned, idempotency_key=idempotency_key
+                ).body
+            ),
+            idempotency_key,
+        )
+        return _checked_customer(body, email=email, name=name, idempotency_key=idempotency_key)
+
+    def retrieve_customer(self, customer_id: str) -> Customer:
+        return parse_customer(_embedded_call(lambda: self._store.retrieve_customer(customer_id)))
+
+    def list_customers(self, *, email: str | None = None) -> list[Customer]:
+        def page(starting_after: str | None) -> JsonObject:
+            return _embedded_call(
+                lambda: self._store.list_customers(
+                    limit=self._page_size, starting_after=starting_after, email=email
+                )
+            )
+
+        return _every_page(page, parse_customer)
+
+    def create_balance_transaction(
+        self,
+        *,
+        customer_id: str,
+        amount: int,
+        currency: str,
+        description: str | None,
+        metadata: dict[str, str],
+        idempotency_key: str,
+    ) -> BalanceTransaction:
+        currency = currency.lower()
+        owned = with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key})
+        body = _embedded_call(
+            lambda: (
+                self._store.create_balance_transaction(
+                    customer_id,
+                    amount=amount,
+                    currency=currency,
+                    description=description,
+                    metadata=owned,
+                    idempotency_key=idempotency_key,
+                ).body
+            ),
+            idempotency_key,
+        )
+        return _checked_balance_transaction(
+            body, customer_id=customer_id, amount=amount, currency=currency, idempotency_key=idempotency_key
+        )
+
+    def list_balance_transactions(self, customer_id: str) -> list[BalanceTransaction]:
+        def page(starting_after: str | None) -> JsonObject:
+            return _embedded_call(
+                lambda: self._store.list_balance_transactions(
+                    customer_id, limit=self._page_size, starting_after=starting_after
+                )
+            )
+
+        return _every_page(page, parse_balance_transaction)
 
     def _post_charge(
         self, *, amount: int, currency: str, customer: str, metadata: dict[str, str], idempotency_key: str
@@ -477,6 +735,80 @@ class StripeGateway(_GatewayBase):
             return {str(name): int(value) for name, value in response.json().items()}
         except (requests.RequestException, ValueError, AttributeError) as error:
             raise TransientProviderError(f"Payment simulator stats unavailable: {error}") from error
+
+    # customers: straight to the SDK
+
+    def create_customer(
+        self, *, email: str | None, name: str | None, metadata: dict[str, str], idempotency_key: str
+    ) -> Customer:
+        # Unset fields are left out, not sent as None: the SDK would send an empty value.
+        params: CustomerCreateParams = {
+            "metadata": with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key})
+        }
+        if email is not None:
+            params["email"] = email
+        if name is not None:
+            params["name"] = name
+        body = _sdk_call(
+            lambda: self._client.v1.customers.create(
+                params=params, options={"idempotency_key": idempotency_key}
+            ),
+            idempotency_key,
+        )
+        return _checked_customer(body, email=email, name=name, idempotency_key=idempotency_key)
+
+    def retrieve_customer(self, customer_id: str) -> Customer:
+        return parse_customer(_sdk_call(lambda: self._client.v1.customers.retrieve(customer_id)))
+
+    def list_customers(self, *, email: str | None = None) -> list[Customer]:
+        def page(starting_after: str | None) -> object:
+            params: CustomerListParams = {"limit": self._page_size}
+            if starting_after is not None:
+                params["starting_after"] = starting_after
+            if email is not None:
+                params["email"] = email
+            return _sdk_call(lambda: self._client.v1.customers.list(params=params))
+
+        return _every_page(page, parse_customer)
+
+    def create_balance_transaction(
+        self,
+        *,
+        customer_id: str,
+        amount: int,
+        currency: str,
+        description: str | None,
+        metadata: dict[str, str],
+        idempotency_key: str,
+    ) -> BalanceTransaction:
+        currency = currency.lower()
+        params: CustomerBalanceTransactionCreateParams = {
+            "amount": amount,
+            "currency": currency,
+            "metadata": with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key}),
+        }
+        if description is not None:
+            params["description"] = description
+        body = _sdk_call(
+            lambda: self._client.v1.customers.balance_transactions.create(
+                customer_id, params=params, options={"idempotency_key": idempotency_key}
+            ),
+            idempotency_key,
+        )
+        return _checked_balance_transaction(
+            body, customer_id=customer_id, amount=amount, currency=currency, idempotency_key=idempotency_key
+        )
+
+    def list_balance_transactions(self, customer_id: str) -> list[BalanceTransaction]:
+        def page(starting_after: str | None) -> object:
+            params: CustomerBalanceTransactionListParams = {"limit": self._page_size}
+            if starting_after is not None:
+                params["starting_after"] = starting_after
+            return _sdk_call(
+                lambda: self._client.v1.customers.balance_transactions.list(customer_id, params=params)
+            )
+
+        return _every_page(page, parse_balance_transaction)
 
     def _post_charge(
         self, *, amount: int, currency: str, customer: str, metadata: dict[str, str], idempotency_key: str
@@ -574,14 +906,17 @@ def _one_line(text: str) -> str:
 # --- factory -------------------------------------------------------------------------------------
 
 
-def gateway_from_settings(payments_url: str | None, api_key: str | None, embedded_path: str) -> RefundGateway:
-    """``DURABLE_PAYMENTS_URL`` unset means the embedded provider, per CONTRACT.md."""
+def gateway_from_settings(
+    payments_url: str | None, api_key: str | None, embedded_path: str
+) -> EmbeddedGateway | StripeGateway:
+    """``DURABLE_PAYMENTS_URL`` unset means the embedded provider, per CONTRACT.md. Either gateway
+    is both a :class:`RefundGateway` and a :class:`CustomerGateway`."""
     if not payments_url:
         return EmbeddedGateway(embedded_path)
     if not api_key:
         raise UsageError(
             "DURABLE_PAYMENTS_URL is set but STRIPE_API_KEY is not: set the provider's API key "
-            "(any non-empty value for the simulator), "
+            "(for the simulator, any sk_test_ key unless it was started with --api-key), "
             "or unset DURABLE_PAYMENTS_URL to use the embedded provider."
         )
     return StripeGateway(payments_url, api_key)

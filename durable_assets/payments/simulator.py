@@ -8,26 +8,42 @@ pipeline's exactly-once claims are tested against them rather than against a pol
 
 All business rules live in :class:`PaymentStore`; this module only translates HTTP.
 
-Routes (everything under ``/v1`` needs ``Authorization: Bearer <non-empty>``):
+Routes (everything under ``/v1`` needs an API key the simulator accepts, sent as Stripe takes it:
+``Authorization: Bearer KEY`` or HTTP Basic with the key as user, ``curl -u KEY:``; the keys given
+with ``--api-key``, else any ``sk_test_`` key):
 
 * ``POST /v1/charges``, ``POST /v1/refunds`` (form-encoded like Stripe, ``Idempotency-Key``)
-* ``GET /v1/refunds/{id}``, ``GET /v1/refunds?limit=&starting_after=&charge=``
+* ``GET /v1/refunds/{id}``, ``GET /v1/refunds?limit=&starting_after=&ending_before=&charge=``
+* ``GET /v1/charges/{id}`` and ``GET /v1/charges/{id}/refunds`` (the URL of a charge's refund list)
+* ``POST /v1/customers`` (``email``, ``name``, ``metadata[...]``, ``Idempotency-Key``),
+  ``GET /v1/customers/{id}``, ``GET /v1/customers?limit=&starting_after=&ending_before=&email=``
+* ``POST /v1/customers/{id}/balance_transactions`` (``amount``, ``currency``, ``description``,
+  ``metadata[...]``, ``Idempotency-Key``) and ``GET /v1/customers/{id}/balance_transactions``
+* ``expand[]`` on all of them (``expand[]=charge`` on a refund, ``expand[]=customer`` on a balance
+  transaction, ``expand[]=data.charge`` on a list); expansion is applied to the answer, so an
+  idempotent replay is expanded afresh
 * ``GET /_sim/stats`` and ``GET /healthz`` (no auth, no faults)
+
+Every fault applies to every ``/v1`` route alike; a lost response drops the answer of any POST
+after its work is committed.
 
 Order of checks for a ``/v1`` request: route (404), auth (401), refund request counted in
 ``refund_requests``, rate limit (429), in-flight idempotency key (409), latency, injected error
 (500), processing, lost response. 401 and 429 answers are immediate: a real edge rejects them
 before any work. Unauthenticated requests are not counted.
 
-``Retry-After`` on 429 is in seconds and may be fractional (``"0.05"``): at the rates used in
-tests a whole-second value would either stall clients or lie. RFC 9110 allows only integers,
-so strict clients should round up.
+``Retry-After`` on 429 is a whole number of seconds, rounded up and at least 1, because RFC 9110
+allows only integers there and strict clients reject anything else; rounding up keeps the promise
+that a token is back in the bucket by then (unless another client takes it first).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
+import math
 import random
 import re
 import secrets
@@ -36,7 +52,7 @@ import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -59,6 +75,9 @@ _IDLE_KEEPALIVE_S = 60.0
 _DRAIN_TIMEOUT_S = 5.0
 _NESTED = re.compile(r"^([A-Za-z_]+)\[(.*)\]$")
 _INTEGER = re.compile(r"^-?[0-9]+$")
+#: Accepted when no ``--api-key`` is given: any test-mode secret key, like the one in Stripe's docs.
+TEST_KEY_PREFIX = "sk_test_"
+_KEY_PREFIXES = tuple(f"{kind}_{mode}_" for kind in ("sk", "rk", "pk") for mode in ("test", "live"))
 
 
 # --- configuration -------------------------------------------------------------------------------
@@ -82,6 +101,30 @@ class Faults:
                 raise UsageError(f"--{name.replace('_', '-')} must be between 0 and 1, got {rate}.")
         if self.rate_limit is not None and self.rate_limit <= 0:
             raise UsageError(f"--rate-limit must be > 0 requests/s, got {self.rate_limit}.")
+
+
+@dataclass(frozen=True)
+class ApiKeys:
+    """Which API keys the simulator accepts: the ``--api-key`` values, or any ``sk_test_`` key.
+
+    Stripe answers 401 for a key it does not know; accepting anything would let a client whose
+    ``STRIPE_API_KEY`` is wrong pass every test here and fail on its first call to Stripe.
+    """
+
+    keys: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, keys: Iterable[str]) -> ApiKeys:
+        accepted = frozenset(keys)
+        for key in accepted:
+            if not key or any(character.isspace() or character == ":" for character in key):
+                raise UsageError(f"--api-key must be non-empty, without spaces or ':', got {key!r}.")
+        return cls(accepted)
+
+    def accepts(self, key: str) -> bool:
+        if self.keys:
+            return key in self.keys
+        return key.startswith(TEST_KEY_PREFIX) and len(key) > len(TEST_KEY_PREFIX)
 
 
 class TokenBucket:
@@ -108,8 +151,8 @@ class TokenBucket:
 
 
 def format_retry_after(seconds: float) -> str:
-    """Millisecond precision without trailing zeros: ``0.05``, ``2``; never ``0``."""
-    return f"{max(seconds, 0.001):.3f}".rstrip("0").rstrip(".")
+    """Whole seconds rounded up (RFC 9110 delta-seconds): ``0.05`` -> ``1``, ``2.0`` -> ``2``; never 0."""
+    return str(max(1, math.ceil(seconds)))
 
 
 # --- server --------------------------------------------------------------------------------------
@@ -127,9 +170,15 @@ class SimulatorServer(ThreadingHTTPServer):
     request_queue_size = 1024
 
     def __init__(
-        self, address: tuple[str, int], store: PaymentStore, faults: Faults, seed: int | None
+        self,
+        address: tuple[str, int],
+        store: PaymentStore,
+        faults: Faults,
+        seed: int | None,
+        api_keys: ApiKeys | None = None,
     ) -> None:
         self.store = store
+        self.api_keys = api_keys or ApiKeys()
         self._faults = faults
         self._bucket = _bucket_for(faults)
         self._rng = random.Random(seed)
@@ -227,12 +276,14 @@ def build_server(
     lost_response_rate: float = 0.0,
     rate_limit: float | None = None,
     seed: int | None = None,
+    api_keys: Iterable[str] = (),
 ) -> SimulatorServer:
     """Binds (``port=0`` picks a free port; read it from ``server.port``) without serving yet.
 
     Run it with ``server.serve_forever()`` (in a thread for tests), stop it with
-    ``server.shutdown()`` then ``server.server_close()``.
+    ``server.shutdown()`` then ``server.server_close()``. ``api_keys`` empty: any ``sk_test_`` key.
     """
+    keys = ApiKeys.of(api_keys)
     faults = Faults(
         latency_ms=latency_ms,
         error_rate=error_rate,
@@ -241,7 +292,7 @@ def build_server(
     )
     store = PaymentStore(db_path)
     try:
-        return SimulatorServer((host, port), store, faults, seed)
+        return SimulatorServer((host, port), store, faults, seed, keys)
     except BaseException:
         store.close()
         raise
@@ -257,6 +308,7 @@ def serve(
     lost_response_rate: float = 0.0,
     rate_limit: float | None = None,
     seed: int | None = None,
+    api_keys: Iterable[str] = (),
 ) -> None:
     """Serves until interrupted; one line on stderr says where, nothing per request."""
     server = build_server(
@@ -268,6 +320,7 @@ def serve(
         lost_response_rate=lost_response_rate,
         rate_limit=rate_limit,
         seed=seed,
+        api_keys=api_keys,
     )
     print(f"payment simulator listening on {server.url} (db: {db_path})", file=sys.stderr, flush=True)
     try:
@@ -294,6 +347,7 @@ class _Params:
 
     values: dict[str, str]
     metadata: dict[str, str] | None
+    expand: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -378,8 +432,8 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         route = _match_route(self.command, path)
         if route is None:
             self._send(_unrecognized(self.command, path))
-        elif not _has_bearer_token(self.headers.get("Authorization")):
-            self._send(_unauthorized())
+        elif (rejection := self._authenticate()) is not None:
+            self._send(rejection)
         else:
             if route.counts_refund_request:  # received, even if a fault answers it below
                 self.server.store.record_refund_request()
@@ -387,6 +441,15 @@ class SimulatorHandler(BaseHTTPRequestHandler):
                 self._send(_rate_limited(wait))
             else:
                 self._handle_admitted(route, encoded_params)
+
+    def _authenticate(self) -> _Response | None:
+        """``None`` when the request carries an accepted key, else Stripe's 401 for its case."""
+        key = api_key_from(self.headers.get("Authorization"))
+        if not key:
+            return _unauthorized(_MISSING_KEY)
+        if not self.server.api_keys.accepts(key):
+            return _unauthorized(f"Invalid API Key provided: {mask_api_key(key)}")
+        return None
 
     def _handle_admitted(self, route: _Route, encoded_params: str) -> None:
         """Holds the key's in-flight mark across latency and processing, as Stripe does.
@@ -457,6 +520,36 @@ def _match_route(method: str, path: str) -> _Route | None:
     prefix = "/v1/refunds/"
     if method == "GET" and path.startswith(prefix) and "/" not in path[len(prefix) :]:
         return _Route("refunds.retrieve", _retrieve_refund, path_id=unquote(path[len(prefix) :]))
+    prefix = "/v1/charges/"
+    if method == "GET" and path.startswith(prefix):
+        charge_id, slash, rest = path[len(prefix) :].partition("/")
+        if charge_id and not slash:
+            return _Route("charges.retrieve", _retrieve_charge, path_id=unquote(charge_id))
+        if charge_id and rest == "refunds":  # the URL of a charge's embedded refund list
+            return _Route("charges.refunds", _list_charge_refunds, path_id=unquote(charge_id))
+    return _match_customer_route(method, path)
+
+
+def _match_customer_route(method: str, path: str) -> _Route | None:
+    if path == "/v1/customers":
+        if method == "POST":
+            return _Route("customers", _create_customer)
+        if method == "GET":
+            return _Route("customers.list", _list_customers)
+        return None
+    prefix = "/v1/customers/"
+    if not path.startswith(prefix):
+        return None
+    customer_id, slash, rest = path[len(prefix) :].partition("/")
+    customer_id = unquote(customer_id)
+    if not customer_id:
+        return None
+    if method == "GET" and not slash:
+        return _Route("customers.retrieve", _retrieve_customer, path_id=customer_id)
+    if rest == "balance_transactions" and method == "POST":
+        return _Route("customers.balance_transactions", _create_balance_transaction, path_id=customer_id)
+    if rest == "balance_transactions" and method == "GET":
+        return _Route("customers.balance_transactions.list", _list_balance_transactions, path_id=customer_id)
     return None
 
 
@@ -473,7 +566,8 @@ def _run_route(store: PaymentStore, route: _Route, encoded_params: str, key: str
 
 def _create_charge(store: PaymentStore, params: _Params, key: str | None, _: str) -> StoreResult:
     _reject_unknown(params, {"amount", "currency", "customer", "description", "source"})
-    return store.create_charge_result(
+    _check_expand("charge", params.expand)
+    result = store.create_charge_result(
         amount=_required_int(params, "amount"),
         currency=_required_str(params, "currency"),
         customer=params.values.get("customer"),
@@ -481,32 +575,218 @@ def _create_charge(store: PaymentStore, params: _Params, key: str | None, _: str
         metadata=params.metadata,
         idempotency_key=key,
     )
+    return replace(result, body=_expanded(store, result.body, params.expand))
 
 
 def _create_refund(store: PaymentStore, params: _Params, key: str | None, _: str) -> StoreResult:
     _reject_unknown(params, {"charge", "amount", "reason"})
-    return store.create_refund_result(
+    _check_expand("refund", params.expand)  # before anything is committed, as at Stripe
+    result = store.create_refund_result(
         charge=_required_str(params, "charge"),
         amount=_optional_int(params, "amount"),
         reason=params.values.get("reason") or None,
         metadata=params.metadata,
         idempotency_key=key,
     )
+    return replace(result, body=_expanded(store, result.body, params.expand))
 
 
 def _retrieve_refund(store: PaymentStore, params: _Params, _key: str | None, refund_id: str) -> JsonObject:
     _reject_unknown(params, set(), allow_metadata=False)
-    return store.retrieve_refund(refund_id)
+    _check_expand("refund", params.expand)
+    return _expanded(store, store.retrieve_refund(refund_id), params.expand)
+
+
+def _retrieve_charge(store: PaymentStore, params: _Params, _key: str | None, charge_id: str) -> JsonObject:
+    _reject_unknown(params, set(), allow_metadata=False)
+    _check_expand("charge", params.expand)
+    return _expanded(store, store.retrieve_charge(charge_id), params.expand)
 
 
 def _list_refunds(store: PaymentStore, params: _Params, _key: str | None, _: str) -> JsonObject:
-    _reject_unknown(params, {"limit", "starting_after", "charge"}, allow_metadata=False)
+    _reject_unknown(params, {"limit", "starting_after", "ending_before", "charge"}, allow_metadata=False)
+    return _refund_page(store, params, params.values.get("charge") or None)
+
+
+def _list_charge_refunds(store: PaymentStore, params: _Params, _key: str | None, charge: str) -> JsonObject:
+    _reject_unknown(params, {"limit", "starting_after", "ending_before"}, allow_metadata=False)
+    return {**_refund_page(store, params, charge), "url": f"/v1/charges/{charge}/refunds"}
+
+
+def _refund_page(store: PaymentStore, params: _Params, charge: str | None) -> JsonObject:
+    _check_list_expand("refund", params.expand)
+    page = store.list_refunds(**_page_params(params), charge=charge)
+    return _expanded(store, page, params.expand)
+
+
+def _page_params(params: _Params) -> dict[str, Any]:
+    """``limit``, ``starting_after`` and ``ending_before`` as every list route takes them."""
     limit = _optional_int(params, "limit")
-    return store.list_refunds(
-        limit=10 if limit is None else limit,
-        starting_after=params.values.get("starting_after") or None,
-        charge=params.values.get("charge") or None,
+    return {
+        "limit": 10 if limit is None else limit,
+        "starting_after": params.values.get("starting_after") or None,
+        "ending_before": params.values.get("ending_before") or None,
+    }
+
+
+def _create_customer(store: PaymentStore, params: _Params, key: str | None, _: str) -> StoreResult:
+    _reject_unknown(params, {"email", "name"})
+    _check_expand("customer", params.expand)
+    result = store.create_customer(
+        email=params.values.get("email") or None,
+        name=params.values.get("name") or None,
+        metadata=params.metadata,
+        idempotency_key=key,
     )
+    return replace(result, body=_expanded(store, result.body, params.expand))
+
+
+def _retrieve_customer(store: PaymentStore, params: _Params, _key: str | None, customer: str) -> JsonObject:
+    _reject_unknown(params, set(), allow_metadata=False)
+    _check_expand("customer", params.expand)
+    return _expanded(store, store.retrieve_customer(customer), params.expand)
+
+
+def _list_customers(store: PaymentStore, params: _Params, _key: str | None, _: str) -> JsonObject:
+    _reject_unknown(params, {"limit", "starting_after", "ending_before", "email"}, allow_metadata=False)
+    _check_list_expand("customer", params.expand)
+    page = store.list_customers(**_page_params(params), email=params.values.get("email") or None)
+    return _expanded(store, page, params.expand)
+
+
+def _create_balance_transaction(
+    store: PaymentStore, params: _Params, key: str | None, customer: str
+) -> StoreResult:
+    _reject_unknown(params, {"amount", "currency", "description"})
+    _check_expand("customer_balance_transaction", params.expand)
+    result = store.create_balance_transaction(
+        customer,
+        amount=_required_int(params, "amount"),
+        currency=_required_str(params, "currency"),
+        description=params.values.get("description") or None,
+        metadata=params.metadata,
+        idempotency_key=key,
+    )
+    return replace(result, body=_expanded(store, result.body, params.expand))
+
+
+def _list_balance_transactions(
+    store: PaymentStore, params: _Params, _key: str | None, customer: str
+) -> JsonObject:
+    _reject_unknown(params, {"limit", "starting_after", "ending_before"}, allow_metadata=False)
+    _check_list_expand("customer_balance_transaction", params.expand)
+    page = store.list_balance_transactions(customer, **_page_params(params))
+    return _expanded(store, page, params.expand)
+
+
+# --- expansion -----------------------------------------------------------------------------------
+# Stripe's ``expand[]``: a field holding an ID is replaced by the object it names, on request.
+# For each object, the fields Stripe lets a client expand, and what the simulator serves there:
+# an object kind it retrieves ("charge", "customer"), None (always null or already embedded here,
+# so expanding it changes nothing, as at Stripe), or a reason it cannot (the simulator has no such
+# objects; a silent ID would break the client).
+
+_RETRIEVE: dict[str, Callable[[PaymentStore, str], JsonObject]] = {
+    "charge": PaymentStore.retrieve_charge,
+    "customer": PaymentStore.retrieve_customer,
+}
+
+_CANNOT_EXPAND = "the simulator serves no {field} objects"
+_EXPANDABLE: dict[str, dict[str, str | None]] = {
+    "refund": {
+        "charge": "charge",
+        "balance_transaction": None,
+        "failure_balance_transaction": None,
+        "payment_intent": None,
+        "source_transfer_reversal": None,
+        "transfer_reversal": None,
+    },
+    "charge": {
+        "refunds": None,  # the list is always embedded
+        "customer": _CANNOT_EXPAND,
+        "application": None,
+        "application_fee": None,
+        "balance_transaction": None,
+        "failure_balance_transaction": None,
+        "on_behalf_of": None,
+        "payment_intent": None,
+        "review": None,
+        "source_transfer": None,
+        "transfer": None,
+    },
+    "customer": {
+        "address": None,
+        "default_source": None,
+        "discount": None,
+        "invoice_settings": None,
+        "shipping": None,
+        "test_clock": None,
+        # included only when expanded, and the simulator has none of them to include
+        "sources": _CANNOT_EXPAND,
+        "subscriptions": _CANNOT_EXPAND,
+        "tax": _CANNOT_EXPAND,
+        "tax_ids": _CANNOT_EXPAND,
+    },
+    "customer_balance_transaction": {
+        "customer": "customer",
+        "credit_note": None,
+        "invoice": None,
+    },
+}
+
+
+def _check_expand(kind: str, paths: tuple[str, ...]) -> None:
+    """Rejects, before any work, a path Stripe would reject or the simulator cannot honour."""
+    for path in paths:
+        _check_expand_path(kind, path.split("."), path)
+
+
+def _check_list_expand(items: str, paths: tuple[str, ...]) -> None:
+    """A list's paths start with ``data.``, then continue in its items (of kind ``items``)."""
+    for path in paths:
+        fields = path.split(".")
+        if fields[0] != "data" or len(fields) < 2:
+            raise _cannot_expand(path, fields[0])
+        _check_expand_path(items, fields[1:], path)
+
+
+def _check_expand_path(kind: str, fields: list[str], path: str) -> None:
+    field, rest = fields[0], fields[1:]
+    expandable = _EXPANDABLE[kind]
+    if field not in expandable:
+        raise _cannot_expand(path, field)
+    target = expandable[field]
+    if target in _RETRIEVE and rest:
+        _check_expand_path(target, rest, path)
+    elif target is not None and target not in _RETRIEVE:
+        raise invalid_request(
+            f"The payment simulator cannot expand {path}: {target.format(field=field)}.", param="expand"
+        )
+
+
+def _cannot_expand(path: str, field: str) -> StripeApiError:
+    where = "" if path == field else f" in {path}"
+    return invalid_request(f"This property cannot be expanded ({field}){where}.", param="expand")
+
+
+def _expanded(store: PaymentStore, body: JsonObject, paths: tuple[str, ...]) -> JsonObject:
+    """A copy of ``body`` with the (already checked) paths expanded."""
+    for path in paths:
+        body = _expand_path(store, body, path.split("."))
+    return body
+
+
+def _expand_path(store: PaymentStore, body: JsonObject, fields: list[str]) -> JsonObject:
+    if body.get("object") == "list":
+        return {**body, "data": [_expand_path(store, item, fields[1:]) for item in body["data"]]}
+    field, rest = fields[0], fields[1:]
+    value = body.get(field)
+    target = _EXPANDABLE[str(body["object"])].get(field)
+    if isinstance(value, str) and target in _RETRIEVE:
+        value = _RETRIEVE[target](store, value)
+    if rest and isinstance(value, dict):
+        value = _expand_path(store, value, rest)
+    return body if value is body.get(field) else {**body, field: value}
 
 
 # --- parameter parsing ---------------------------------------------------------------------------
@@ -516,9 +796,12 @@ def _parse_params(encoded: str) -> _Params:
     """Decodes Stripe's bracket notation; only ``metadata`` may be nested in this API subset."""
     values: dict[str, str] = {}
     metadata: dict[str, str] | None = None
+    expand: list[str] = []
     for name, value in parse_qsl(encoded, keep_blank_values=True):
         nested = _NESTED.match(name)
-        if nested and nested.group(1) == "metadata":
+        if nested and nested.group(1) == "expand" and (nested.group(2) == "" or nested.group(2).isdigit()):
+            expand.append(value)  # curl's expand[]=x and the SDK's expand[0]=x
+        elif nested and nested.group(1) == "metadata":
             metadata = {**(metadata or {}), nested.group(2): value}
         elif name == "metadata" and value == "":
             metadata = metadata or {}
@@ -526,7 +809,7 @@ def _parse_params(encoded: str) -> _Params:
             raise _unknown_parameter(nested.group(1) if nested else name)
         else:
             values[name] = value
-    return _Params(values, metadata)
+    return _Params(values, metadata, tuple(dict.fromkeys(path for path in expand if path)))
 
 
 def _reject_unknown(params: _Params, allowed: set[str], *, allow_metadata: bool = True) -> None:
@@ -564,9 +847,26 @@ def _optional_int(params: _Params, name: str) -> int | None:
     return int(value)
 
 
-def _has_bearer_token(header: str | None) -> bool:
-    scheme, _, token = (header or "").strip().partition(" ")
-    return scheme.lower() == "bearer" and bool(token.strip())
+def api_key_from(header: str | None) -> str:
+    """The key of ``Bearer KEY``, or of HTTP Basic with the key as user (``curl -u KEY:``); else ``""``."""
+    scheme, _, credentials = (header or "").strip().partition(" ")
+    credentials = credentials.strip()
+    if scheme.lower() == "bearer":
+        return credentials
+    if scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return ""
+        return decoded.partition(":")[0]
+    return ""
+
+
+def mask_api_key(key: str) -> str:
+    """Stripe's way of naming a wrong key: the mode prefix and the last four characters only."""
+    prefix = next((prefix for prefix in _KEY_PREFIXES if key.startswith(prefix)), "")
+    rest = key[len(prefix) :]
+    return prefix + "*" * max(len(rest) - 4, 0) + rest[-4:]
 
 
 # --- responses -----------------------------------------------------------------------------------
@@ -596,15 +896,19 @@ def _unrecognized(method: str, path: str) -> _Response:
     return _Response(404, {"error": {"type": "invalid_request_error", "message": message}})
 
 
-def _unauthorized() -> _Response:
-    message = (
-        "You did not provide an API key. Provide it in the Authorization header using Bearer auth "
-        "(e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."
-    )
+_MISSING_KEY = (
+    "You did not provide an API key. You need to provide your API key in the Authorization header, "
+    "using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY'). See "
+    "https://stripe.com/docs/api#authentication for details, or we can help at https://support.stripe.com/."
+)
+
+
+def _unauthorized(message: str) -> _Response:
+    """Stripe's 401: an ``invalid_request_error`` without code, and a Basic challenge."""
     return _Response(
         401,
         {"error": {"type": "invalid_request_error", "message": message}},
-        {"WWW-Authenticate": 'Bearer realm="Stripe"', "Stripe-Should-Retry": "false"},
+        {"WWW-Authenticate": 'Basic realm="Stripe"', "Stripe-Should-Retry": "false"},
     )
 
 

@@ -1,4 +1,4 @@
-"""Stripe's charge/refund and idempotency semantics, durable in one SQLite file.
+"""Stripe's charge, refund, customer and idempotency semantics, durable in one SQLite file.
 
 This is the single source of truth for both provider fronts: the HTTP simulator
 (``job provider serve``) and the embedded provider. Keeping one implementation means a
@@ -35,21 +35,32 @@ JsonObject = dict[str, Any]
 #: Stripe's refund reasons a client may send (``expired_uncaptured_charge`` is Stripe-set only).
 REFUND_REASONS = frozenset({"duplicate", "fraudulent", "requested_by_customer"})
 MAX_LIST_LIMIT = 100
+#: How many refunds a charge object embeds in its ``refunds`` list (Stripe's default page size).
+EMBEDDED_REFUNDS = 10
 #: Stripe's ceiling for a single amount in minor units (USD 999,999.99).
 MAX_AMOUNT = 99_999_999
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
+#: Stripe's limits on a customer's fields and on a balance transaction's description.
+MAX_EMAIL_LENGTH = 512
+MAX_NAME_LENGTH = 256
+MAX_BALANCE_DESCRIPTION_LENGTH = 350
 METADATA_MAX_KEYS = 50
 METADATA_MAX_KEY_LENGTH = 40
 METADATA_MAX_VALUE_LENGTH = 500
 
 _CHARGES = "charges"
 _REFUNDS = "refunds"
-_SCHEMA_VERSION = 1
+_CUSTOMERS = "customers"
+_BALANCE_TRANSACTIONS = "customer_balance_transactions"
+#: Endpoints whose replays count in ``idempotent_replays``: the effects a pipeline applies once.
+#: Charges are left out because the synthetic input creates them, and counting them would make
+#: the counter mean "any replay" instead of "an effect the caller tried to apply again".
+_COUNTED_REPLAYS = frozenset({_REFUNDS, _CUSTOMERS, _BALANCE_TRANSACTIONS})
 _BUSY_TIMEOUT_MS = 30_000
 _ID_ALPHABET = string.ascii_letters + string.digits
 _CURRENCY = re.compile(r"^[a-z]{3}$")
 
-_SCHEMA = """
+_SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS charges (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
@@ -88,8 +99,47 @@ CREATE TABLE IF NOT EXISTS counters (
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
 """
+# Customers and their balance ledger (issue #12: the credit migration). ``balance`` is the sum of
+# the customer's balance transactions, kept on the row so it is read without summing; both move
+# in the transaction that inserts the balance transaction. ``currency`` is null until the first
+# balance transaction sets it, as at Stripe.
+_SCHEMA_V2 = """
+CREATE TABLE customers (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    email TEXT,
+    name TEXT,
+    metadata TEXT NOT NULL,
+    currency TEXT,
+    balance INTEGER NOT NULL DEFAULT 0,
+    invoice_prefix TEXT NOT NULL,
+    created INTEGER NOT NULL
+);
+CREATE INDEX customers_by_email ON customers (email, seq);
+CREATE TABLE customer_balance_transactions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    customer TEXT NOT NULL REFERENCES customers (id),
+    amount INTEGER NOT NULL CHECK (amount <> 0),
+    currency TEXT NOT NULL,
+    description TEXT,
+    metadata TEXT NOT NULL,
+    ending_balance INTEGER NOT NULL,
+    created INTEGER NOT NULL
+);
+CREATE INDEX balance_transactions_by_customer ON customer_balance_transactions (customer, seq);
+"""
+#: Migration N brings a file from ``user_version`` N to N+1; applied in order, never edited once
+#: released (version 1 used IF NOT EXISTS and is kept as it shipped).
+_MIGRATIONS = (_SCHEMA_V1, _SCHEMA_V2)
 
-_STAT_NAMES = ("refund_requests", "refunds_created", "idempotent_replays")
+_STAT_NAMES = (
+    "refund_requests",
+    "refunds_created",
+    "idempotent_replays",
+    "customers_created",
+    "balance_transactions_created",
+)
 
 
 class StripeApiError(Exception):
@@ -164,7 +214,8 @@ class _Outcome:
 
 
 class PaymentStore:
-    """Charges, refunds, idempotency keys and counters in one SQLite file (WAL).
+    """Charges, refunds, customers, balance transactions, idempotency keys and counters in one
+    SQLite file (WAL).
 
     Safe to share between threads of a process and between processes opening the same path.
     """
@@ -274,6 +325,16 @@ class PaymentStore:
         }
         return self._idempotent(_REFUNDS, idempotency_key, params, lambda conn: _insert_refund(conn, params))
 
+    def retrieve_charge(self, charge_id: str) -> JsonObject:
+        """The charge as it is now (refunded amounts and its newest refunds included)."""
+        with self._read() as conn:
+            row = conn.execute(f"{_CHARGE_SELECT} WHERE id = ?", (charge_id,)).fetchone()
+            if row is None:
+                raise StripeApiError(
+                    404, "invalid_request_error", "resource_missing", f"No such charge: '{charge_id}'", "id"
+                )
+            return _charge_body(conn, row)
+
     def retrieve_refund(self, refund_id: str) -> JsonObject:
         with self._read() as conn:
             row = conn.execute(f"{_REFUND_SELECT} WHERE id = ?", (refund_id,)).fetchone()
@@ -284,30 +345,133 @@ class PaymentStore:
         return _refund_body(row)
 
     def list_refunds(
-        self, *, limit: int = 10, starting_after: str | None = None, charge: str | None = None
+        self,
+        *,
+        limit: int = 10,
+        starting_after: str | None = None,
+        ending_before: str | None = None,
+        charge: str | None = None,
     ) -> JsonObject:
-        """Newest first, cursor-paginated like Stripe, so clients can page with ``starting_after``."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
-            raise invalid_request(
-                f"Invalid limit: must be an integer between 1 and {MAX_LIST_LIMIT}.",
-                code="parameter_invalid_integer",
-                param="limit",
-            )
+        """Newest first, cursor-paginated like Stripe.
+
+        ``starting_after=X`` is the page of older refunds right after X; ``ending_before=X`` the
+        page of newer ones right before it, still newest first, with ``has_more`` telling whether
+        even newer ones exist (so a client pages backwards until it is false).
+        """
+        _check_page(limit, starting_after, ending_before)
         with self._read() as conn:
             if charge is not None:
                 _require_charge(conn, charge, param="charge")
-            cursor = None if starting_after is None else _refund_seq(conn, starting_after)
-            rows = conn.execute(
-                f"{_REFUND_SELECT} WHERE (?1 IS NULL OR charge = ?1) AND (?2 IS NULL OR seq < ?2)"
-                " ORDER BY seq DESC LIMIT ?3",
-                (charge, cursor, limit + 1),
-            ).fetchall()
-        return {
-            "object": "list",
-            "data": [_refund_body(row) for row in rows[:limit]],
-            "has_more": len(rows) > limit,
-            "url": "/v1/refunds",
+            rows, has_more = _paginate(
+                conn,
+                _REFUND_SELECT,
+                "(?1 IS NULL OR charge = ?1)",
+                (charge,),
+                _Cursor("refunds", "refund", starting_after, ending_before),
+                limit,
+            )
+        return _list_body([_refund_body(row) for row in rows], has_more, "/v1/refunds")
+
+    # --- customers and their balances -------------------------------------------------------------
+    # One method per operation, answering a StoreResult (the body plus whether it is a replay):
+    # the embedded gateway reads ``.body``, the HTTP front also the replay flag.
+
+    def create_customer(
+        self,
+        *,
+        email: str | None = None,
+        name: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> StoreResult:
+        """A customer with a zero balance and no currency yet (the first balance transaction sets it)."""
+        params = {
+            "email": _check_email(email),
+            "name": _check_text(name, "name", MAX_NAME_LENGTH),
+            "metadata": _check_metadata(metadata),
         }
+        return self._idempotent(
+            _CUSTOMERS, idempotency_key, params, lambda conn: _insert_customer(conn, params)
+        )
+
+    def retrieve_customer(self, customer_id: str) -> JsonObject:
+        with self._read() as conn:
+            return _customer_body(_require_customer(conn, customer_id, param="id"))
+
+    def list_customers(
+        self,
+        *,
+        limit: int = 10,
+        starting_after: str | None = None,
+        ending_before: str | None = None,
+        email: str | None = None,
+    ) -> JsonObject:
+        """Newest first, paginated like :meth:`list_refunds`; ``email`` is Stripe's exact,
+        case-sensitive filter."""
+        _check_page(limit, starting_after, ending_before)
+        with self._read() as conn:
+            rows, has_more = _paginate(
+                conn,
+                _CUSTOMER_SELECT,
+                "(?1 IS NULL OR email = ?1)",
+                (email,),
+                _Cursor("customers", "customer", starting_after, ending_before),
+                limit,
+            )
+        return _list_body([_customer_body(row) for row in rows], has_more, "/v1/customers")
+
+    def create_balance_transaction(
+        self,
+        customer: str,
+        *,
+        amount: int,
+        currency: str,
+        description: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> StoreResult:
+        """Moves the customer's ``balance`` by ``amount`` (negative: credit owed to the customer).
+
+        The customer's balance has one currency: the first transaction sets it, another one is
+        rejected with a 400, as at Stripe. The check and both writes share the idempotent write
+        transaction, so concurrent transactions on one customer never lose an update.
+        """
+        params = {
+            "customer": _check_id(customer, "customer"),
+            "amount": _check_balance_amount(amount),
+            "currency": _check_currency(currency),
+            "description": _check_text(description, "description", MAX_BALANCE_DESCRIPTION_LENGTH),
+            "metadata": _check_metadata(metadata),
+        }
+        return self._idempotent(
+            _BALANCE_TRANSACTIONS,
+            idempotency_key,
+            params,
+            lambda conn: _insert_balance_transaction(conn, params),
+        )
+
+    def list_balance_transactions(
+        self,
+        customer: str,
+        *,
+        limit: int = 10,
+        starting_after: str | None = None,
+        ending_before: str | None = None,
+    ) -> JsonObject:
+        """The customer's balance transactions, newest first, paginated like :meth:`list_refunds`."""
+        _check_page(limit, starting_after, ending_before)
+        with self._read() as conn:
+            _require_customer(conn, customer, param="customer")
+            rows, has_more = _paginate(
+                conn,
+                _BALANCE_TRANSACTION_SELECT,
+                "customer = ?1",
+                (customer,),
+                _Cursor(_BALANCE_TRANSACTIONS, "customer balance transaction", starting_after, ending_before),
+                limit,
+            )
+        url = f"/v1/customers/{customer}/balance_transactions"
+        return _list_body([_balance_transaction_body(row) for row in rows], has_more, url)
 
     # --- operations ------------------------------------------------------------------------------
 
@@ -383,13 +547,21 @@ class PaymentStore:
             self._conn = _connect(self.path)
 
     def _migrate(self) -> None:
-        """Idempotent, and inside a write transaction so processes opening a new file at once agree."""
+        """Applies the migrations a file lacks, inside a write transaction so processes opening
+        the same file at once agree (the second one finds the version already raised)."""
         with self._write() as conn:
-            # Not executescript(): on Python 3.11 it commits the open transaction first.
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version > len(_MIGRATIONS):
+                raise UsageError(
+                    f"The payments database {self.path} has schema version {version}; this code knows "
+                    f"up to {len(_MIGRATIONS)}. Use the newer durable-assets that wrote it."
+                )
+            for migration in _MIGRATIONS[version:]:
+                # Not executescript(): on Python 3.11 it commits the open transaction first.
+                for statement in migration.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {len(_MIGRATIONS)}")
 
 
 # --- connection ----------------------------------------------------------------------------------
@@ -458,7 +630,7 @@ def _replay(
             "Keys for idempotent requests can only be used with the same parameters they were first "
             f"used with. Try using a key other than '{key}' if you meant to execute a different request.",
         )
-    if endpoint == _REFUNDS:
+    if endpoint in _COUNTED_REPLAYS:
         _bump(conn, "idempotent_replays")
     return _Outcome(http_status, json.loads(body), replayed=True)
 
@@ -517,7 +689,7 @@ def _insert_charge(conn: sqlite3.Connection, params: JsonObject) -> JsonObject:
             int(time.time()),
         ),
     )
-    return _charge_body(conn.execute(f"{_CHARGE_SELECT} WHERE id = ?", (charge_id,)).fetchone())
+    return _charge_body(conn, conn.execute(f"{_CHARGE_SELECT} WHERE id = ?", (charge_id,)).fetchone())
 
 
 def _insert_refund(conn: sqlite3.Connection, params: JsonObject) -> JsonObject:
@@ -573,37 +745,84 @@ def _require_charge(conn: sqlite3.Connection, charge_id: str, *, param: str) -> 
     return int(row[0]), int(row[1]), str(row[2])
 
 
-def _refund_seq(conn: sqlite3.Connection, refund_id: str) -> int:
-    row = conn.execute("SELECT seq FROM refunds WHERE id = ?", (refund_id,)).fetchone()
-    if row is None:
-        raise StripeApiError(
-            404,
-            "invalid_request_error",
-            "resource_missing",
-            f"No such refund: '{refund_id}'",
-            "starting_after",
-        )
-    return int(row[0])
+# The bodies carry every field of Stripe's objects (checked against Stripe's published schema in
+# tests/payments/test_stripe_schemas.py), so a client reading any of them works here as at Stripe.
+# What the simulator has no notion of (balance transactions, payment methods, Connect, Radar) is
+# null, as Stripe answers for a charge that never involved them.
 
 
-def _charge_body(row: tuple[Any, ...]) -> JsonObject:
+def _charge_body(conn: sqlite3.Connection, row: tuple[Any, ...]) -> JsonObject:
     charge_id, amount, refunded, currency, customer, description, metadata, created = row
+    refund_rows = conn.execute(
+        f"{_REFUND_SELECT} WHERE charge = ? ORDER BY seq DESC LIMIT ?", (charge_id, EMBEDDED_REFUNDS + 1)
+    ).fetchall()
+    refunds = _list_body(
+        [_refund_body(refund) for refund in refund_rows[:EMBEDDED_REFUNDS]],
+        len(refund_rows) > EMBEDDED_REFUNDS,
+        f"/v1/charges/{charge_id}/refunds",
+    )
     return {
         "id": charge_id,
         "object": "charge",
         "amount": amount,
         "amount_captured": amount,
         "amount_refunded": refunded,
+        "application": None,
+        "application_fee": None,
+        "application_fee_amount": None,
+        "balance_transaction": None,
+        "billing_details": {
+            "address": {
+                "city": None,
+                "country": None,
+                "line1": None,
+                "line2": None,
+                "postal_code": None,
+                "state": None,
+            },
+            "email": None,
+            "name": None,
+            "phone": None,
+            "tax_id": None,
+        },
+        "calculated_statement_descriptor": None,
         "captured": True,
         "created": created,
         "currency": currency,
         "customer": customer,
         "description": description,
+        "disputed": False,
+        "failure_balance_transaction": None,
+        "failure_code": None,
+        "failure_message": None,
+        "fraud_details": {},
         "livemode": False,
         "metadata": json.loads(metadata),
+        "on_behalf_of": None,
+        "outcome": {
+            "network_status": "approved_by_network",
+            "reason": None,
+            "risk_level": "normal",
+            "seller_message": "Payment complete.",
+            "type": "authorized",
+        },
         "paid": True,
+        "payment_intent": None,
+        "payment_method": None,
+        "payment_method_details": None,
+        "receipt_email": None,
+        "receipt_number": None,
+        "receipt_url": None,
         "refunded": refunded == amount,
+        "refunds": refunds,
+        "review": None,
+        "shipping": None,
+        "source_transfer": None,
+        "statement_descriptor": None,
+        "statement_descriptor_suffix": None,
         "status": "succeeded",
+        "transfer_data": None,
+        "transfer_group": None,
     }
 
 
@@ -613,13 +832,231 @@ def _refund_body(row: tuple[Any, ...]) -> JsonObject:
         "id": refund_id,
         "object": "refund",
         "amount": amount,
+        "balance_transaction": None,
         "charge": charge,
         "created": created,
         "currency": currency,
+        "destination_details": None,
         "metadata": json.loads(metadata),
+        "payment_intent": None,
         "reason": reason,
+        "receipt_number": None,
+        "source_transfer_reversal": None,
         "status": status,
+        "transfer_reversal": None,
     }
+
+
+# --- pagination ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Cursor:
+    """Where a page starts: after ``starting_after`` (older) or before ``ending_before`` (newer)."""
+
+    table: str
+    noun: str
+    starting_after: str | None
+    ending_before: str | None
+
+    def seq(self, conn: sqlite3.Connection, object_id: str, param: str) -> int:
+        row = conn.execute(f"SELECT seq FROM {self.table} WHERE id = ?", (object_id,)).fetchone()
+        if row is None:
+            raise StripeApiError(
+                404, "invalid_request_error", "resource_missing", f"No such {self.noun}: '{object_id}'", param
+            )
+        return int(row[0])
+
+
+def _check_page(limit: object, starting_after: str | None, ending_before: str | None) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise invalid_request(
+            f"Invalid limit: must be an integer between 1 and {MAX_LIST_LIMIT}.",
+            code="parameter_invalid_integer",
+            param="limit",
+        )
+    if starting_after is not None and ending_before is not None:
+        raise invalid_request(
+            "You may only specify one of these parameters: ending_before, starting_after.",
+            param="ending_before",
+        )
+
+
+def _paginate(
+    conn: sqlite3.Connection,
+    select: str,
+    where: str,
+    args: tuple[object, ...],
+    cursor: _Cursor,
+    limit: int,
+) -> tuple[list[tuple[Any, ...]], bool]:
+    """One page, newest first, and whether more lie beyond it, as Stripe's lists answer.
+
+    ``starting_after=X`` is the page of older objects right after X; ``ending_before=X`` the page
+    of newer ones right before it, still newest first, with ``has_more`` telling whether even
+    newer ones exist (so a client pages backwards until it is false). ``where`` uses numbered
+    parameters ``?1..?n`` for ``args``; the cursor and limit follow them.
+    """
+    n = len(args)
+    if cursor.ending_before is not None:
+        newer_than = cursor.seq(conn, cursor.ending_before, "ending_before")
+        rows = conn.execute(
+            f"{select} WHERE {where} AND seq > ?{n + 1} ORDER BY seq ASC LIMIT ?{n + 2}",
+            (*args, newer_than, limit + 1),
+        ).fetchall()
+        return list(reversed(rows[:limit])), len(rows) > limit
+    older_than = (
+        None if cursor.starting_after is None else cursor.seq(conn, cursor.starting_after, "starting_after")
+    )
+    rows = conn.execute(
+        f"{select} WHERE {where} AND (?{n + 1} IS NULL OR seq < ?{n + 1}) ORDER BY seq DESC LIMIT ?{n + 2}",
+        (*args, older_than, limit + 1),
+    ).fetchall()
+    return rows[:limit], len(rows) > limit
+
+
+# --- customers and balance transactions ----------------------------------------------------------
+
+_CUSTOMER_SELECT = (
+    "SELECT id, email, name, metadata, currency, balance, invoice_prefix, created FROM customers"
+)
+_BALANCE_TRANSACTION_SELECT = (
+    "SELECT id, customer, amount, currency, description, metadata, ending_balance, created"
+    " FROM customer_balance_transactions"
+)
+#: Stripe's invoice prefixes: 3 to 12 uppercase letters or digits, unique per account.
+_INVOICE_PREFIX_ALPHABET = string.ascii_uppercase + string.digits
+
+
+def _insert_customer(conn: sqlite3.Connection, params: JsonObject) -> JsonObject:
+    customer_id = _new_id("cus")
+    prefix = "".join(secrets.choice(_INVOICE_PREFIX_ALPHABET) for _ in range(8))
+    conn.execute(
+        "INSERT INTO customers (id, email, name, metadata, invoice_prefix, created)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            customer_id,
+            params["email"],
+            params["name"],
+            json.dumps(params["metadata"]),
+            prefix,
+            int(time.time()),
+        ),
+    )
+    _bump(conn, "customers_created")
+    return _customer_body(_require_customer(conn, customer_id, param="id"))
+
+
+def _insert_balance_transaction(conn: sqlite3.Connection, params: JsonObject) -> JsonObject:
+    """Runs inside the idempotent write transaction: the currency check, the balance update and
+    the insert commit together or not at all."""
+    customer_id, amount, currency = params["customer"], params["amount"], params["currency"]
+    row = _require_customer(conn, customer_id, param="customer")
+    customer_currency, balance = row[4], int(row[5])
+    if customer_currency is not None and customer_currency != currency:
+        raise invalid_request(
+            f"Customer {customer_id}'s balance is in {customer_currency}; a balance transaction in "
+            f"{currency} cannot be applied to it (a customer's balance has one currency).",
+            param="currency",
+        )
+    ending_balance = balance + amount
+    if abs(ending_balance) > MAX_AMOUNT:
+        raise invalid_request(
+            f"The customer's balance would be {ending_balance}; it must stay within +/-{MAX_AMOUNT}.",
+            code="amount_too_large",
+            param="amount",
+        )
+    transaction_id = _new_id("cbtxn")
+    conn.execute(
+        "INSERT INTO customer_balance_transactions"
+        " (id, customer, amount, currency, description, metadata, ending_balance, created)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            transaction_id,
+            customer_id,
+            amount,
+            currency,
+            params["description"],
+            json.dumps(params["metadata"]),
+            ending_balance,
+            int(time.time()),
+        ),
+    )
+    conn.execute(
+        "UPDATE customers SET balance = ?, currency = ? WHERE id = ?", (ending_balance, currency, customer_id)
+    )
+    _bump(conn, "balance_transactions_created")
+    row = conn.execute(f"{_BALANCE_TRANSACTION_SELECT} WHERE id = ?", (transaction_id,)).fetchone()
+    return _balance_transaction_body(row)
+
+
+def _require_customer(conn: sqlite3.Connection, customer_id: str, *, param: str) -> tuple[Any, ...]:
+    row = conn.execute(f"{_CUSTOMER_SELECT} WHERE id = ?", (customer_id,)).fetchone()
+    if row is None:
+        raise StripeApiError(
+            404, "invalid_request_error", "resource_missing", f"No such customer: '{customer_id}'", param
+        )
+    return tuple(row)
+
+
+def _customer_body(row: tuple[Any, ...]) -> JsonObject:
+    """Every field of Stripe's customer; what the simulator has no notion of (addresses, payment
+    sources, discounts, tax, test clocks) is null or empty, as for a customer created with only
+    an email, a name and metadata."""
+    customer_id, email, name, metadata, currency, balance, invoice_prefix, created = row
+    return {
+        "id": customer_id,
+        "object": "customer",
+        "address": None,
+        "balance": balance,
+        "created": created,
+        "currency": currency,
+        "default_source": None,
+        "delinquent": False,
+        "description": None,
+        "discount": None,
+        "email": email,
+        "invoice_prefix": invoice_prefix,
+        "invoice_settings": {
+            "custom_fields": None,
+            "default_payment_method": None,
+            "footer": None,
+            "rendering_options": None,
+        },
+        "livemode": False,
+        "metadata": json.loads(metadata),
+        "name": name,
+        "next_invoice_sequence": 1,
+        "phone": None,
+        "preferred_locales": [],
+        "shipping": None,
+        "tax_exempt": "none",
+        "test_clock": None,
+    }
+
+
+def _balance_transaction_body(row: tuple[Any, ...]) -> JsonObject:
+    """``type`` is ``adjustment``: what Stripe records for a transaction created through the API."""
+    transaction_id, customer, amount, currency, description, metadata, ending_balance, created = row
+    return {
+        "id": transaction_id,
+        "object": "customer_balance_transaction",
+        "amount": amount,
+        "created": created,
+        "credit_note": None,
+        "currency": currency,
+        "customer": customer,
+        "description": description,
+        "ending_balance": ending_balance,
+        "invoice": None,
+        "livemode": False,
+        "metadata": json.loads(metadata),
+        "type": "adjustment",
+    }
+
+
+def _list_body(data: list[JsonObject], has_more: bool, url: str) -> JsonObject:
+    return {"object": "list", "data": data, "has_more": has_more, "url": url}
 
 
 def _new_id(prefix: str) -> str:
@@ -678,6 +1115,45 @@ def _check_optional_str(value: object, param: str) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise invalid_request(f"Invalid string: {param}.", code="parameter_invalid_string", param=param)
+
+
+def _check_text(value: object, param: str, max_length: int) -> str | None:
+    text = _check_optional_str(value, param)
+    if text is not None and len(text) > max_length:
+        raise invalid_request(
+            f"Invalid {param}: must be at most {max_length} characters.",
+            code="parameter_invalid_string",
+            param=param,
+        )
+    return text
+
+
+def _check_email(email: object) -> str | None:
+    """Stripe's loose check (one ``@`` with something either side, no spaces), and its length limit."""
+    text = _check_text(email, "email", MAX_EMAIL_LENGTH)
+    if text is None:
+        return None
+    local, at, domain = text.rpartition("@")
+    if not at or not local or not domain or any(character.isspace() for character in text):
+        raise invalid_request(f"Invalid email address: {text}", code="email_invalid", param="email")
+    return text
+
+
+def _check_balance_amount(amount: object) -> int:
+    """Signed (negative is credit to the customer), never zero, within Stripe's amount ceiling."""
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        raise invalid_request("Invalid integer: amount.", code="parameter_invalid_integer", param="amount")
+    if amount == 0:
+        raise invalid_request(
+            "A balance transaction must move the balance: amount cannot be 0.",
+            code="parameter_invalid_integer",
+            param="amount",
+        )
+    if abs(amount) > MAX_AMOUNT:
+        raise invalid_request(
+            f"Amount must be between -{MAX_AMOUNT} and {MAX_AMOUNT}.", code="amount_too_large", param="amount"
+        )
+    return amount
 
 
 def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,7 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
+import stripe
 
+from durable_assets.cli import build_parser
 from durable_assets.errors import (
     IdempotencyKeyInFlightError,
     IdempotencyKeyMismatchError,
@@ -29,7 +33,7 @@ from durable_assets.payments.gateway import (
     StripeGateway,
     gateway_from_settings,
 )
-from durable_assets.payments.simulator import SimulatorServer, build_server
+from durable_assets.payments.simulator import SimulatorServer, build_server, format_retry_after
 
 API_KEY = "sk_test_simulator"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -39,16 +43,6 @@ def _start(server: ThreadingHTTPServer) -> threading.Thread:
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     return thread
-
-
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimulatorServer]:
-    server = build_server("127.0.0.1", 0, str(tmp_path / "sim.db"), seed=7)
-    thread = _start(server)
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
 
 
 @pytest.fixture
@@ -112,7 +106,13 @@ def test_charge_and_refund_round_trip(sim: SimulatorServer, gateway: StripeGatew
         "r1",
     )
     assert gateway.retrieve_refund(refund.id) == refund
-    assert gateway.stats() == {"refund_requests": 1, "refunds_created": 1, "idempotent_replays": 0}
+    assert gateway.stats() == {
+        "refund_requests": 1,
+        "refunds_created": 1,
+        "idempotent_replays": 0,
+        "customers_created": 0,
+        "balance_transactions_created": 0,
+    }
 
 
 def test_replay_returns_the_same_refund(gateway: StripeGateway) -> None:
@@ -122,7 +122,13 @@ def test_replay_returns_the_same_refund(gateway: StripeGateway) -> None:
     second = _refund(gateway, charge_id, "r1")
 
     assert second == first
-    assert gateway.stats() == {"refund_requests": 2, "refunds_created": 1, "idempotent_replays": 1}
+    assert gateway.stats() == {
+        "refund_requests": 2,
+        "refunds_created": 1,
+        "idempotent_replays": 1,
+        "customers_created": 0,
+        "balance_transactions_created": 0,
+    }
 
 
 def test_same_key_different_amount_is_a_mismatch(gateway: StripeGateway) -> None:
@@ -149,7 +155,13 @@ def test_second_request_with_an_in_flight_key_gets_409(sim: SimulatorServer, gat
     sim.configure(latency_ms=0)
 
     assert _refund(gateway, charge_id, "r1") == first[0]
-    assert gateway.stats() == {"refund_requests": 3, "refunds_created": 1, "idempotent_replays": 1}
+    assert gateway.stats() == {
+        "refund_requests": 3,
+        "refunds_created": 1,
+        "idempotent_replays": 1,
+        "customers_created": 0,
+        "balance_transactions_created": 0,
+    }
 
 
 def test_lost_response_then_retry_with_same_key(sim: SimulatorServer, gateway: StripeGateway) -> None:
@@ -164,7 +176,13 @@ def test_lost_response_then_retry_with_same_key(sim: SimulatorServer, gateway: S
 
     assert lost.value.http_status is None
     assert committed is not None and retried == committed
-    assert gateway.stats() == {"refund_requests": 2, "refunds_created": 1, "idempotent_replays": 1}
+    assert gateway.stats() == {
+        "refund_requests": 2,
+        "refunds_created": 1,
+        "idempotent_replays": 1,
+        "customers_created": 0,
+        "balance_transactions_created": 0,
+    }
 
 
 def test_injected_500_processes_nothing(sim: SimulatorServer, gateway: StripeGateway) -> None:
@@ -177,7 +195,13 @@ def test_injected_500_processes_nothing(sim: SimulatorServer, gateway: StripeGat
     _refund(gateway, charge_id, "r1")
 
     assert failed.value.http_status == 500
-    assert gateway.stats() == {"refund_requests": 2, "refunds_created": 1, "idempotent_replays": 0}
+    assert gateway.stats() == {
+        "refund_requests": 2,
+        "refunds_created": 1,
+        "idempotent_replays": 0,
+        "customers_created": 0,
+        "balance_transactions_created": 0,
+    }
 
 
 def test_rate_limit_answers_429_with_retry_after(sim: SimulatorServer, gateway: StripeGateway) -> None:
@@ -189,7 +213,13 @@ def test_rate_limit_answers_429_with_retry_after(sim: SimulatorServer, gateway: 
 
     assert limited.value.http_status == 429
     assert limited.value.retry_after is not None and 1.0 < limited.value.retry_after <= 2.0
-    assert gateway.stats() == {"refund_requests": 1, "refunds_created": 0, "idempotent_replays": 0}
+    assert gateway.stats() == {
+        "refund_requests": 1,
+        "refunds_created": 0,
+        "idempotent_replays": 0,
+        "customers_created": 0,
+        "balance_transactions_created": 0,
+    }
 
 
 def test_rate_limit_headers_and_body(sim: SimulatorServer, http: httpx.Client) -> None:
@@ -199,9 +229,14 @@ def test_rate_limit_headers_and_body(sim: SimulatorServer, http: httpx.Client) -
     response = http.get("/v1/refunds", headers=AUTH)
 
     assert response.status_code == 429
-    assert 1.0 < float(response.headers["Retry-After"]) <= 2.0
+    assert response.headers["Retry-After"] == "2"  # whole seconds (RFC 9110), rounded up
     assert response.headers["Stripe-Should-Retry"] == "true"
     assert response.json()["error"]["code"] == "rate_limit"
+
+
+def test_retry_after_is_whole_seconds_rounded_up() -> None:
+    waits = (0.0, 0.001, 0.05, 1.0, 1.2, 2.0)
+    assert [format_retry_after(wait) for wait in waits] == ["1", "1", "1", "1", "2", "2"]
 
 
 def test_missing_api_key_is_401(sim: SimulatorServer, http: httpx.Client) -> None:
@@ -212,8 +247,85 @@ def test_missing_api_key_is_401(sim: SimulatorServer, http: httpx.Client) -> Non
 
     assert response.status_code == 401
     assert response.json()["error"]["type"] == "invalid_request_error"
+    assert response.json()["error"]["message"].startswith("You did not provide an API key.")
     assert rejected.value.http_status == 401
     assert http.get("/healthz").status_code == 200
+
+
+def test_unknown_api_key_is_401_and_counts_nothing(sim: SimulatorServer, http: httpx.Client) -> None:
+    """By default any test-mode secret key passes; anything else is unknown, as at Stripe."""
+    wrong = http.post("/v1/refunds", data={"charge": "ch_x"}, headers={"Authorization": "Bearer nope1234"})
+    live = http.get("/v1/refunds", headers={"Authorization": "Bearer sk_live_abcdefgh"})
+
+    with pytest.raises(ProviderRejectedError) as rejected:
+        _refund(StripeGateway(sim.url, "rk_test_1234567890"), "ch_x", "r1")
+
+    assert wrong.status_code == live.status_code == 401
+    assert wrong.json() == {
+        "error": {"type": "invalid_request_error", "message": "Invalid API Key provided: ****1234"}
+    }
+    assert live.json()["error"]["message"] == "Invalid API Key provided: sk_live_****efgh"
+    assert wrong.headers["WWW-Authenticate"] == 'Basic realm="Stripe"'
+    assert rejected.value.http_status == 401
+    assert sim.store.stats()["refund_requests"] == 0
+
+
+def test_api_key_option_accepts_only_the_given_keys(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["provider", "serve", "--api-key", "sk_test_a", "--api-key", "key_b"])
+    server = build_server("127.0.0.1", 0, str(tmp_path / "keys.db"), api_keys=args.api_keys)
+    thread = _start(server)
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            statuses = {
+                key: client.get("/v1/refunds", headers={"Authorization": f"Bearer {key}"}).status_code
+                for key in ("sk_test_a", "key_b", "sk_test_other")
+            }
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    assert statuses == {"sk_test_a": 200, "key_b": 200, "sk_test_other": 401}
+    with pytest.raises(UsageError):
+        build_server("127.0.0.1", 0, str(tmp_path / "bad.db"), api_keys=["has space"])
+
+
+def test_job_provider_serve_takes_api_keys(tmp_path: Path) -> None:
+    """The real command, so the option reaches the server and not only the parser."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-c", "from durable_assets.cli import main; raise SystemExit(main())"]
+    options = ["--port", str(port), "--db", str(tmp_path / "cli.db"), "--api-key", "rk_test_cli"]
+    server = subprocess.Popen([*command, "provider", "serve", *options], stderr=subprocess.PIPE, text=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+
+            def up() -> bool:
+                try:
+                    return client.get("/healthz").status_code == 200
+                except httpx.TransportError:
+                    return server.poll() is not None  # exited: the assertions below say why
+
+            _wait_for(up, timeout_s=30)
+            accepted = client.get("/v1/refunds", auth=("rk_test_cli", ""))
+            default_key = client.get("/v1/refunds", headers=AUTH)
+    finally:
+        server.terminate()
+        _, stderr = server.communicate(timeout=10)
+
+    assert (accepted.status_code, default_key.status_code) == (200, 401), stderr
+    assert default_key.json()["error"]["message"].startswith("Invalid API Key provided: sk_test_")
+
+
+def test_http_basic_with_the_key_as_user(sim: SimulatorServer, http: httpx.Client) -> None:
+    """``curl -u sk_test_x:``, the form in Stripe's docs."""
+    accepted = http.get("/v1/refunds", auth=(API_KEY, ""))
+    unknown = http.get("/v1/refunds", auth=("nope", ""))
+    malformed = http.get("/v1/refunds", headers={"Authorization": "Basic !!!"})
+
+    assert accepted.status_code == 200 and accepted.json()["object"] == "list"
+    assert (unknown.status_code, malformed.status_code) == (401, 401)
 
 
 def test_find_refund_by_key_pages_through_all_refunds(sim: SimulatorServer) -> None:
@@ -369,3 +481,113 @@ def test_gateway_from_settings(tmp_path: Path) -> None:
     assert isinstance(gateway_from_settings("http://127.0.0.1:12111", "sk_test", ""), StripeGateway)
     with pytest.raises(UsageError):
         gateway_from_settings("http://127.0.0.1:12111", None, "")
+
+
+# --- Stripe's object fields, pagination and expansion --------------------------------------------
+
+
+@pytest.fixture
+def client(sim: SimulatorServer) -> stripe.StripeClient:
+    """The bare SDK, to read fields the gateway does not map."""
+    return stripe.StripeClient(
+        API_KEY,
+        base_addresses={"api": sim.url},
+        max_network_retries=0,
+        http_client=stripe.RequestsClient(timeout=10),
+    )
+
+
+def test_every_field_reads_through_the_sdk(client: stripe.StripeClient) -> None:
+    charge = client.v1.charges.create(params={"amount": 1000, "currency": "usd"})
+    refund = client.v1.refunds.create(params={"charge": charge.id, "amount": 300})
+
+    assert charge.billing_details.address is not None and charge.billing_details.address.city is None
+    assert (charge.disputed, charge.refunds.object, charge.refunds.data) == (False, "list", [])
+    assert charge.refunds.url == f"/v1/charges/{charge.id}/refunds"
+    assert charge.outcome is not None and charge.outcome.type == "authorized"
+    assert [
+        refund.balance_transaction,
+        refund.payment_intent,
+        refund.receipt_number,
+        refund.transfer_reversal,
+        refund.source_transfer_reversal,
+        refund.destination_details,
+    ] == [None] * 6
+
+
+def test_expand_charge_on_refunds(client: stripe.StripeClient, http: httpx.Client) -> None:
+    charge = client.v1.charges.create(params={"amount": 1000, "currency": "usd"})
+    created = http.post(
+        "/v1/refunds",
+        data={"charge": charge.id, "amount": "100", "expand[]": "charge"},
+        headers={**AUTH, "Idempotency-Key": "x1"},
+    ).json()
+    retrieved = client.v1.refunds.retrieve(created["id"], params={"expand": ["charge", "payment_intent"]})
+    listed = client.v1.refunds.list(params={"charge": charge.id, "expand": ["data.charge"]})
+    plain = client.v1.refunds.retrieve(created["id"])
+
+    assert created["charge"]["object"] == "charge" and created["charge"]["amount_refunded"] == 100
+    assert [r["id"] for r in created["charge"]["refunds"]["data"]] == [created["id"]]
+    assert isinstance(retrieved.charge, stripe.Charge) and retrieved.charge.id == charge.id
+    assert retrieved.payment_intent is None  # expandable, and null here: expanding changes nothing
+    assert isinstance(listed.data[0].charge, stripe.Charge)
+    assert plain.charge == charge.id
+
+
+def test_expand_that_cannot_be_honoured_is_400_before_anything_happens(
+    sim: SimulatorServer, client: stripe.StripeClient, http: httpx.Client
+) -> None:
+    charge = client.v1.charges.create(params={"amount": 1000, "currency": "usd", "customer": "cus_1"})
+    unknown = http.post("/v1/refunds", data={"charge": charge.id, "expand[0]": "color"}, headers=AUTH)
+    customer = http.post(
+        "/v1/charges", data={"amount": "1", "currency": "usd", "expand[]": "customer"}, headers=AUTH
+    )
+    list_item = http.get("/v1/refunds", params={"expand[]": "charge"}, headers=AUTH)
+
+    assert unknown.status_code == customer.status_code == list_item.status_code == 400
+    assert unknown.json()["error"] == {
+        "type": "invalid_request_error",
+        "message": "This property cannot be expanded (color).",
+        "param": "expand",
+    }
+    assert "customer" in customer.json()["error"]["message"]
+    assert sim.store.stats()["refunds_created"] == 0
+
+
+def test_ending_before_pages_back_towards_the_newest(client: stripe.StripeClient, http: httpx.Client) -> None:
+    charge = client.v1.charges.create(params={"amount": 1000, "currency": "usd"})
+    ids = [client.v1.refunds.create(params={"charge": charge.id, "amount": 10}).id for _ in range(5)]
+    newest_first = ids[::-1]
+
+    def page(**params: str) -> tuple[list[str], bool]:
+        body = http.get("/v1/refunds", params={"limit": "2", **params}, headers=AUTH).json()
+        return [refund["id"] for refund in body["data"]], body["has_more"]
+
+    assert page(ending_before=ids[0]) == (newest_first[2:4], True)
+    assert page(ending_before=newest_first[2]) == (newest_first[0:2], False)
+    assert page(ending_before=newest_first[0]) == ([], False)
+    assert page(starting_after=newest_first[1]) == (newest_first[2:4], True)
+    both = http.get("/v1/refunds", params={"ending_before": ids[0], "starting_after": ids[1]}, headers=AUTH)
+    missing = http.get("/v1/refunds", params={"ending_before": "re_nope"}, headers=AUTH)
+    assert both.status_code == 400
+    assert (missing.status_code, missing.json()["error"]["param"]) == (404, "ending_before")
+
+
+def test_a_charge_and_its_refund_list_by_their_urls(client: stripe.StripeClient) -> None:
+    """``charge.refunds.url`` is served, so the SDK can page a charge's refunds as at Stripe."""
+    charge = client.v1.charges.create(params={"amount": 1000, "currency": "usd"})
+    ids = [client.v1.refunds.create(params={"charge": charge.id, "amount": 10}).id for _ in range(3)]
+    other = client.v1.charges.create(params={"amount": 1000, "currency": "usd"})
+    client.v1.refunds.create(params={"charge": other.id, "amount": 10})
+
+    retrieved = client.v1.charges.retrieve(charge.id)
+    first_page = client.v1.charges.retrieve(charge.id).refunds
+    paged = client.v1.refunds.list(params={"charge": charge.id, "limit": 2})
+    by_url = [refund.id for refund in retrieved.refunds.auto_paging_iter()]
+
+    assert (retrieved.amount_refunded, retrieved.refunded) == (30, False)
+    assert [refund.id for refund in first_page.data] == ids[::-1] and first_page.has_more is False
+    assert by_url == ids[::-1]
+    assert [refund.id for refund in paged.auto_paging_iter()] == ids[::-1]
+    with pytest.raises(stripe.InvalidRequestError):
+        client.v1.charges.retrieve("ch_missing")
