@@ -319,11 +319,6 @@ def _expect(body: object, what: str, actual: object, expected: object) -> None:
         raise _mismatch(f"{what} {actual!r} where {expected!r} was asked", body)
 
 
-def _parse_page(body: object) -> tuple[list[Refund], bool]:
-    items, has_more = _list_items(body)
-    return [parse_refund(item) for item in items], has_more
-
-
 def _list_items(body: object) -> tuple[list[object], bool]:
     data = _object(body, "list")
     items = data.get("data")
@@ -483,22 +478,17 @@ class _GatewayBase(ABC):
         return refund
 
     def list_charge_refunds(self, charge_id: str) -> list[Refund]:
-        """Every refund of a charge, all pages read (a cursor that does not advance is an error)."""
-        found: list[Refund] = []
-        seen: set[str] = set()
-        starting_after: str | None = None
-        while True:
-            page = self._list_refunds(charge=charge_id, limit=self._page_size, starting_after=starting_after)
-            refunds, has_more = _parse_page(page)
-            for refund in refunds:
-                _expect(page, "a refund of charge", refund.charge_id, charge_id)
-                if refund.id in seen:  # a cursor that does not advance would loop forever
-                    raise _mismatch(f"refund {refund.id} twice while paginating", page)
-                seen.add(refund.id)
-            found += refunds
-            if not has_more or not refunds:
-                return found
-            starting_after = refunds[-1].id
+        """Every refund of a charge, all pages read; a refund of another charge fails closed."""
+
+        def of_this_charge(item: object) -> Refund:
+            refund = parse_refund(item)
+            _expect(item, "a refund of charge", refund.charge_id, charge_id)
+            return refund
+
+        return _every_page(
+            lambda after: self._list_refunds(charge=charge_id, limit=self._page_size, starting_after=after),
+            of_this_charge,
+        )
 
     def find_refund_by_key(self, *, charge_id: str, idempotency_key: str) -> Refund | None:
         """Reads every page, so a second refund with the same key (a broken exactly-once
