@@ -7,15 +7,17 @@
 # still executing (its batch continues with `job resume --id ID` or the UI's "Re-execute from
 # failure"; nothing is refunded twice). Left alone, `dagster dev` stops its code server only once
 # runs in flight end, and ignores SIGTERM entirely when started with SIGINT ignored (as `cmd &`
-# in a script, or under CI), so this script owns the stop.
+# in a script, or under CI), so this script owns the stop. (Started with SIGINT ignored itself, it
+# cannot trap SIGINT either: stop it with SIGTERM then.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --no-setup ]; then shift; else ./scripts/setup.sh; fi
 export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/dagster_home}"
 
 #: What `dagster dev` gets to shut down by itself before SIGKILL: ~2 s when idle on a quiet machine
-#: (measured); never while a run is in flight (its code server waits for the run to end).
-GRACE_S=3
+#: (measured), more on a loaded one; never while a run is in flight (its code server waits for the
+#: run to end). Then SIGKILL, so that the whole stop stays under 5 s.
+GRACE_MS=2500
 
 # Its own session, so that its whole tree (webserver, daemon, code servers, run workers) is one
 # process group we can signal, and never the terminal's group or our caller's. SIGINT is reset to
@@ -33,10 +35,10 @@ stop() {  # $1: the signal to pass on (INT or TERM)
   trap '' INT TERM  # a second Ctrl-C does not cut the stop short
   echo "ui: stopping dagster dev (process group $group)" >&2
   kill -s "$1" -- "-$group" 2>/dev/null || true
-  local deadline=$(($(now_us) + GRACE_S * 1000000))
+  local deadline=$(($(now_us) + GRACE_MS * 1000))
   while alive && (($(now_us) < deadline)); do sleep 0.1; done
   alive || return 0
-  echo "ui: $GRACE_S s passed; SIGKILL to what is left of the group:" >&2
+  echo "ui: $GRACE_MS ms passed; SIGKILL to what is left of the group:" >&2
   if command -v ps >/dev/null; then ps -o pid=,args= -g "$group" | cut -c1-100 >&2 || true; fi
   kill -s KILL -- "-$group" 2>/dev/null || true
 }
