@@ -22,6 +22,8 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 LOGS="$PWD/.setup"
 mkdir -p "$LOGS"
 STAGES=4
+as_root=()  # apt-get and pg_ctlcluster need root: sudo when we are not root (and have it)
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then as_root=(sudo env DEBIAN_FRONTEND=noninteractive); fi
 say() { echo "setup: $*" >&2; }
 stage() { say "[$1/$STAGES] $2"; }
 fail() {  # $1: what failed, $2: its log
@@ -45,16 +47,15 @@ if [ ${#need_apt[@]} -eq 0 ]; then
   stage 1 "system packages: nothing to install"
 else
   stage 1 "system packages: installing $(IFS=,; echo "${why[*]}" | sed 's/,/, /g') from Debian (apt, as root; ~1-3 min; log: $LOGS/apt.log)"
-  sudo=()
-  if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || { say "FAILED: installing ${need_apt[*]} needs root: run this as root, or 'apt-get install ${need_apt[*]}' as root first"; exit 1; }
-    sudo=(sudo env DEBIAN_FRONTEND=noninteractive)
+  if [ "$(id -u)" != 0 ] && [ ${#as_root[@]} -eq 0 ]; then
+    say "FAILED: installing ${need_apt[*]} needs root: run this as root, or 'apt-get install ${need_apt[*]}' as root first"
+    exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive  # no debconf questions; its notices go to the log
   {
     echo "### $(date -u +%FT%TZ) apt-get update && apt-get install ${need_apt[*]}"
-    "${sudo[@]}" apt-get update &&
-      "${sudo[@]}" apt-get install -y "${need_apt[@]}"
+    "${as_root[@]}" apt-get update &&
+      "${as_root[@]}" apt-get install -y "${need_apt[@]}"
   } >>"$LOGS/apt.log" 2>&1 || fail "apt-get could not install ${need_apt[*]}" "$LOGS/apt.log"
 fi
 
@@ -122,7 +123,7 @@ else
   cluster=$(ls /etc/postgresql 2>/dev/null | head -n1)
   stage 4 "PostgreSQL: starting Debian's cluster ${cluster:-?}/main on 127.0.0.1:5432 (log: $LOGS/postgres.log)"
   [ -n "$cluster" ] || { say "FAILED: no cluster under /etc/postgresql (is the postgresql package installed?)"; exit 1; }
-  pg_ctlcluster --skip-systemctl-redirect "$cluster" main start >>"$LOGS/postgres.log" 2>&1 || true
+  "${as_root[@]}" pg_ctlcluster --skip-systemctl-redirect "$cluster" main start >>"$LOGS/postgres.log" 2>&1 || true
   for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
   pg_isready -q -h 127.0.0.1 -p 5432 || fail "PostgreSQL did not start on 127.0.0.1:5432" "$LOGS/postgres.log"
 fi
