@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Set everything up, then run the whole suite: lint, types, and every test tier.
+# Set up everything the suite needs (PostgreSQL and Debian's Chromium too), then run the whole
+# suite: lint, types, and every test tier. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+echo "test: setting up (scripts/setup.sh --with-postgres --with-browser)" >&2
+./scripts/setup.sh --with-postgres --with-browser
+echo "test: lint and format (ruff), types (mypy)" >&2
 .venv/bin/ruff check durable_assets tests bench
 .venv/bin/ruff format --check durable_assets tests bench
 .venv/bin/mypy durable_assets
+echo "test: every test tier (pytest; the slow crash and browser tiers take several minutes)" >&2
 .venv/bin/pytest -q -p no:cacheprovider "$@"
