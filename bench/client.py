@@ -89,7 +89,7 @@ def with_ledger(url: str, batch: list[Intent], workdir: Path, concurrency: int, 
         owner="bench",
         perform=_perform(StripeGateway(url, API_KEY)),
         concurrency=concurrency,
-        limiter=RateLimiter(rate, burst=max(1.0, (rate or 0) / 20)),
+        limiter=RateLimiter(rate),
     )
     t0 = time.perf_counter()
     report = runner.run(batch)
