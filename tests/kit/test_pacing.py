@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from durable_assets.errors import ProviderUnavailableError, TransientProviderError
@@ -138,7 +140,7 @@ def test_converges_near_the_providers_limit(limit: float, request_s: float) -> N
 # --- retries and the down budget ------------------------------------------------------------------
 
 
-def scripted(clock: Clock, answers: list[BaseException | None]) -> tuple[list[float], object]:
+def scripted(clock: Clock, answers: list[BaseException | None]) -> tuple[list[float], Callable[[], Result]]:
     """A call that raises the scripted errors in order (``None`` = success), noting when it ran."""
     sent: list[float] = []
 
@@ -156,7 +158,7 @@ def test_429s_are_not_attempts() -> None:
     clock = Clock()
     lim = limiter(clock)
     sent, call = scripted(clock, [too_many() for _ in range(50)])
-    assert call_with_retries(call, lim, Backoff(down_budget_s=60)) == {"ok": True}  # type: ignore[arg-type]
+    assert call_with_retries(call, lim, Backoff(down_budget_s=60)) == {"ok": True}
     assert len(sent) == 51
 
 
@@ -166,7 +168,7 @@ def test_a_provider_that_stays_down_fails_within_the_budget_naming_the_setting()
     start = clock.now
     sent, call = scripted(clock, [down() for _ in range(1_000)])
     with pytest.raises(ProviderUnavailableError) as raised:
-        call_with_retries(call, lim, Backoff(down_budget_s=30))  # type: ignore[arg-type]
+        call_with_retries(call, lim, Backoff(down_budget_s=30))
     assert 30 <= clock.now - start <= 30.5
     assert "DURABLE_PROVIDER_DOWN_BUDGET_S=30" in str(raised.value)
     assert "HTTP 500" in str(raised.value)
@@ -179,13 +181,13 @@ def test_once_down_other_calls_fail_without_sending_then_probe_again() -> None:
     budget = Backoff(down_budget_s=10)
     _, call = scripted(clock, [down() for _ in range(1_000)])
     with pytest.raises(ProviderUnavailableError):
-        call_with_retries(call, lim, budget)  # type: ignore[arg-type]
+        call_with_retries(call, lim, budget)
     sent, other = scripted(clock, [None])
     with pytest.raises(ProviderUnavailableError):
-        call_with_retries(other, lim, budget)  # type: ignore[arg-type]
+        call_with_retries(other, lim, budget)
     assert sent == []  # a black hole would have cost a timeout per queued call
     clock.sleep(FAIL_FAST_S)
-    assert call_with_retries(other, lim, budget) == {"ok": True}  # type: ignore[arg-type]
+    assert call_with_retries(other, lim, budget) == {"ok": True}
 
 
 def test_one_request_failing_forever_is_bounded_while_others_succeed() -> None:
@@ -206,7 +208,7 @@ def test_a_provider_that_lets_nothing_through_at_all_is_down_too() -> None:
     lim = limiter(clock)
     _, call = scripted(clock, [too_many(retry_after=1.0) for _ in range(1_000)])
     with pytest.raises(ProviderUnavailableError):
-        call_with_retries(call, lim, Backoff(down_budget_s=15))  # type: ignore[arg-type]
+        call_with_retries(call, lim, Backoff(down_budget_s=15))
 
 
 def test_one_limiter_per_provider_per_process() -> None:
