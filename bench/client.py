@@ -73,8 +73,17 @@ class Timed:
     ledger_commits: int = 0
 
 
-def with_ledger(url: str, batch: list[Intent], workdir: Path, concurrency: int, rate: float | None) -> Timed:
-    """The production path: intents commit before requests, results commit per chunk."""
+def with_ledger(
+    url: str,
+    batch: list[Intent],
+    workdir: Path,
+    concurrency: int,
+    rate: float | None,
+    on_progress: Callable[[int, int], None] = lambda _done, _of: None,
+) -> Timed:
+    """The production path: intents commit before requests, results commit per chunk.
+
+    ``rate`` None: no client setting, the limiter learns the provider's limit from its 429s."""
     db = DurableDatabase(f"sqlite:///{workdir / f'ledger-{time.monotonic_ns()}.db'}")
     commits = 0
 
@@ -89,7 +98,8 @@ def with_ledger(url: str, batch: list[Intent], workdir: Path, concurrency: int, 
         owner="bench",
         perform=_perform(StripeGateway(url, API_KEY)),
         concurrency=concurrency,
-        limiter=RateLimiter(rate, burst=max(1.0, (rate or 0) / 20)),
+        limiter=RateLimiter(rate),
+        on_progress=on_progress,
     )
     t0 = time.perf_counter()
     report = runner.run(batch)

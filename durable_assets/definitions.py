@@ -63,6 +63,7 @@ defs = Definitions(
             rate_limit_per_second=float(os.environ["DURABLE_RATE_LIMIT"])
             if os.environ.get("DURABLE_RATE_LIMIT")
             else None,
+            provider_down_budget_seconds=_env_float("DURABLE_PROVIDER_DOWN_BUDGET_S", 60.0),
         ),
         "ledger": IdempotencyLedger(
             provider_key_retention_hours=_env_float("DURABLE_KEY_RETENTION_HOURS", 24.0)

@@ -116,6 +116,11 @@ class ProviderRejectedError(ProviderError):
     """The provider refused the request (4xx other than 409/429); retrying will not help."""
 
 
+class ProviderUnavailableError(ProviderError):
+    """The provider let nothing through for the whole down budget. Not transient: the step's retry
+    policy must not wait the budget again; ``job resume`` continues once the provider is back."""
+
+
 class ProviderResponseMismatchError(ProviderError):
     """The provider's answer does not match what was asked (amount, currency, charge): fail closed."""
 

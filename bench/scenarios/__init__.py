@@ -20,4 +20,5 @@ def registry() -> dict[int, tuple[str, str]]:
         5: ("batch_overhead", "per-batch overhead"),
         6: ("scale", "scale: load, validate, candidates"),
         7: ("pruning", "pruning old runs"),
+        8: ("adaptive_pacing", "provider limit learned with no client setting"),
     }

@@ -1,93 +1,26 @@
 """Apply many keyed side effects exactly once, fast: the engine behind the refund and notice steps.
 
 Per chunk: check the guard (cancel, fence), claim the chunk's keys in the ledger (intents commit
-before any call), reuse recorded results, send the rest concurrently under a client-side rate
-limit with retries that always reuse the key, then record all results of the chunk in one commit.
+before any call), reuse recorded results, send the rest concurrently under the process's shared
+rate limit with retries that always reuse the key (:mod:`durable_assets.kit.pacing`), then record
+all results of the chunk in one commit.
 A crash anywhere leaves intents without results, which the next attempt re-sends with the same
 key, and the provider's own idempotency answers with the original result.
 """
 
 from __future__ import annotations
 
-import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
-from durable_assets.errors import (
-    IdempotencyKeyInFlightError,
-    LeaseHeldError,
-    ProviderRejectedError,
-    ProviderResponseMismatchError,
-    TransientProviderError,
-)
+from durable_assets.errors import LeaseHeldError, ProviderRejectedError, ProviderResponseMismatchError
 from durable_assets.kit.ledger import Intent, Ledger, LedgerEntry
+from durable_assets.kit.pacing import Backoff, RateLimiter, Result, call_with_retries
 
-Result = Mapping[str, Any]
-
-
-class RateLimiter:
-    """A token bucket shared by all sender threads, so we stay under the provider's request rate."""
-
-    def __init__(self, rate_per_s: float | None, burst: float = 1.0) -> None:
-        self.rate = rate_per_s
-        self.capacity = max(burst, 1.0)
-        self._tokens = self.capacity
-        self._last = time.monotonic()
-        self._lock = threading.Lock()
-
-    def acquire(self) -> None:
-        if not self.rate:
-            return
-        while True:
-            with self._lock:
-                t = time.monotonic()
-                self._tokens = min(self.capacity, self._tokens + (t - self._last) * self.rate)
-                self._last = t
-                if self._tokens >= 1.0:
-                    self._tokens -= 1.0
-                    return
-                wait = (1.0 - self._tokens) / self.rate
-            time.sleep(wait)
-
-    def pause(self, seconds: float) -> None:
-        """Honour a provider's Retry-After for everyone, not just the thread that got the 429."""
-        if not self.rate:
-            return
-        with self._lock:
-            self._tokens = min(self._tokens, 0.0) - seconds * self.rate
-
-
-@dataclass(frozen=True)
-class Backoff:
-    max_attempts: int = 8
-    base_s: float = 0.05
-    cap_s: float = 5.0
-
-    def delay(self, attempt: int, retry_after: float | None) -> float:
-        """Full jitter (AWS architecture blog), never shorter than the provider asked for."""
-        jittered = random.uniform(0, min(self.cap_s, self.base_s * 2**attempt))
-        return max(jittered, retry_after or 0.0)
-
-
-def call_with_retries(call: Callable[[], Result], limiter: RateLimiter, backoff: Backoff) -> Result:
-    """A read (or any call safe to repeat) under the rate limit, retrying transient faults."""
-    attempt = 0
-    while True:
-        limiter.acquire()
-        try:
-            return call()
-        except (TransientProviderError, IdempotencyKeyInFlightError) as exc:
-            attempt += 1
-            if attempt >= backoff.max_attempts:
-                raise
-            retry_after = getattr(exc, "retry_after", None)
-            if retry_after:
-                limiter.pause(retry_after)
-            time.sleep(backoff.delay(attempt, retry_after))
+__all__ = ["Backoff", "EffectReport", "EffectRunner", "RateLimiter", "Result", "call_with_retries"]
 
 
 @dataclass
@@ -254,7 +187,8 @@ class EffectRunner:
         """Reach a final answer for one key: ("ok" | "review", result, "sent" | "lookup")."""
         if stale and self.lookup is not None:
             # The provider may have forgotten this key: a resend would not be deduplicated.
-            found = self.lookup(entry)
+            lookup = self.lookup
+            found = call_with_retries(lambda: {"found": lookup(entry)}, self.limiter, self.backoff)["found"]
             if found is not None:
                 return self._judge(intent, found, "lookup")
 

@@ -38,7 +38,7 @@ from durable_assets.errors import (
     RefundCeilingExceededError,
     TransientProviderError,
 )
-from durable_assets.kit.effects import EffectReport, EffectRunner, call_with_retries
+from durable_assets.kit.effects import EffectReport, EffectRunner, RateLimiter, call_with_retries
 from durable_assets.kit.ledger import Intent, LedgerEntry
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
@@ -72,8 +72,9 @@ STEP_LABELS = {
     "batch_report": "Writing the batch report",
 }
 
-#: Transient provider faults that outlived the in-step retries get whole-step retries; the ledger
-#: makes a retried step resume where it stopped.
+#: Whole-step retries for transient faults that escape a step (the ledger makes a retried step
+#: resume where it stopped). A provider down for DURABLE_PROVIDER_DOWN_BUDGET_S is not one of them:
+#: ProviderUnavailableError fails the step at once, so the budget is the whole wait, not 4 times it.
 TRANSIENT_RETRY = RetryPolicy(max_retries=3, delay=2, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS)
 
 P = ParamSpec("P")
@@ -141,8 +142,12 @@ def _effects(
     payments: PaymentGateway,
     scope: str,
     perform: Callable[[Intent], Mapping[str, Any]],
+    *,
+    provider: bool = True,
     **kwargs: Any,
 ) -> EffectRunner:
+    """``provider=False``: the effect does not go to the payment provider, so neither its pace nor
+    its health is the provider's (customer notices go to the mailbox)."""
     return EffectRunner(
         ledger=ledger.ledger,
         scope=scope,
@@ -151,7 +156,7 @@ def _effects(
         fence=runtime.fence,
         guard=runtime.check_may_continue,
         concurrency=payments.concurrency,
-        limiter=payments.limiter(),
+        limiter=payments.limiter() if provider else RateLimiter(None),
         backoff=payments.backoff(),
         key_retention_s=ledger.key_retention_s,
         on_progress=lambda done, of: runtime.report(_progress(context, done, of), force=done == of),
@@ -491,7 +496,7 @@ def customer_notices(
         )
         for row in matched.itertuples(index=False)
     ]
-    report = _effects(context, runtime, ledger, payments, "notice", send).run(intents)
+    report = _effects(context, runtime, ledger, payments, "notice", send, provider=False).run(intents)
     out = typed(
         pd.DataFrame(
             {

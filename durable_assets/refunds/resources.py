@@ -7,7 +7,7 @@ from pathlib import Path
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
-from durable_assets.kit.effects import Backoff, RateLimiter
+from durable_assets.kit.pacing import Backoff, RateLimiter, shared_limiter
 from durable_assets.payments.gateway import RefundGateway, gateway_from_settings
 from durable_assets.refunds.notices import Mailbox
 
@@ -22,22 +22,30 @@ class PaymentGateway(ConfigurableResource):
     """The Stripe-compatible provider: embedded in the instance by default, or any base URL.
 
     Concurrency and the client-side rate limit are what make a 100k-refund batch take minutes,
-    not hours, against a provider that answers in 100-500 ms and limits request rates.
+    not hours, against a provider that answers in 100-500 ms and limits request rates. The rate is
+    learned from the provider's 429s and shared by every step, check and thread of the process
+    (:mod:`durable_assets.kit.pacing`); ``rate_limit_per_second`` only caps it.
     """
 
     payments_url: str | None = Field(default=None, description="Stripe-compatible base URL; unset = embedded")
     api_key: str | None = Field(default=None, description="Secret key for the provider (STRIPE_API_KEY)")
     concurrency: int = Field(default=16, ge=1, le=256)
     rate_limit_per_second: float | None = Field(default=None, description="Client-side cap on requests/s")
-    max_attempts: int = Field(default=8, ge=1, description="Attempts per request before the step fails")
+    provider_down_budget_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long the provider may let nothing through before the step fails "
+        "(DURABLE_PROVIDER_DOWN_BUDGET_S)",
+    )
     timeout_seconds: float = 10.0
 
     _gateway: RefundGateway | None = PrivateAttr(default=None)
+    _provider: str = PrivateAttr(default="")
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        self._gateway = gateway_from_settings(
-            self.payments_url, self.api_key, str(_instance_dir(context) / "payments.db")
-        )
+        embedded = str(_instance_dir(context) / "payments.db")
+        self._gateway = gateway_from_settings(self.payments_url, self.api_key, embedded)
+        self._provider = self.payments_url or f"embedded:{embedded}"
 
     @property
     def gateway(self) -> RefundGateway:
@@ -46,10 +54,11 @@ class PaymentGateway(ConfigurableResource):
         return self._gateway
 
     def limiter(self) -> RateLimiter:
-        return RateLimiter(self.rate_limit_per_second, burst=max(1.0, (self.rate_limit_per_second or 0) / 20))
+        """The process's one limiter for this provider: what one step learns, the next one knows."""
+        return shared_limiter(self._provider, self.rate_limit_per_second)
 
     def backoff(self) -> Backoff:
-        return Backoff(max_attempts=self.max_attempts)
+        return Backoff(down_budget_s=self.provider_down_budget_seconds)
 
 
 class CustomerMailbox(ConfigurableResource):

@@ -1,0 +1,226 @@
+"""Pacing the requests of one process to one provider: an adaptive shared rate, and a down budget.
+
+Nobody should have to know a provider's request limit to get past it. Every thread and call site
+of a process that talks to one provider shares one :class:`RateLimiter` (:func:`shared_limiter`):
+a token bucket whose rate it learns from the provider's 429s (multiplicative decrease to what the
+provider actually let through, additive increase while it lets everything through), so the process
+backs off as one instead of sixteen threads retrying on their own. ``Retry-After`` pauses everyone.
+
+A 429 is the provider pacing us, never a fault: it is not an attempt and never makes a request give
+up. Faults (5xx, connection errors, timeouts) are retried with backoff until the provider has given
+no successful answer for the down budget; then :class:`~durable_assets.errors.ProviderUnavailableError`
+names the setting that controls it. A budget in seconds, unlike a count of attempts, bounds how long
+a batch waits for a dead provider whatever the concurrency, the chunking or the request timeout.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from durable_assets.errors import (
+    IdempotencyKeyInFlightError,
+    ProviderUnavailableError,
+    TransientProviderError,
+)
+
+Result = Mapping[str, Any]
+
+#: After a 429 the rate becomes this fraction of what the provider let through over the last
+#: window. Just under 1: the provider's bucket refills a little while we climb back, and those
+#: tokens are spent when we next go over, so the average stays at the provider's limit.
+DECREASE = 0.9
+#: Without 429s the rate grows by this fraction of the last learned rate per second (additive):
+#: back over the limit about 2 s after a decrease, slow enough that the overshoot stays small.
+INCREASE_PER_S = 0.05
+#: What "let through lately" is measured over, and the least time between two decreases: one
+#: measurement per decrease, so a burst of 429s from many threads counts once.
+WINDOW_S = 1.0
+#: Never slower than this (requests/s): a provider that let nothing through in the last window
+#: (another client used its quota) must not pin us near zero.
+MIN_RATE = 1.0
+#: A process that saw the provider down for its whole budget fails further calls without sending
+#: them for this long (each would cost a timeout against a black hole); later calls probe again.
+FAIL_FAST_S = 5.0
+
+
+class RateLimiter:
+    """The process's pace towards one provider; thread-safe; ``clock`` and ``sleep`` for tests.
+
+    ``ceiling`` (``DURABLE_RATE_LIMIT``) is a hard cap the learned rate never exceeds; without it the
+    limiter starts unlimited and only limits once the provider has said 429.
+    """
+
+    def __init__(
+        self,
+        ceiling: float | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.ceiling = ceiling if ceiling and ceiling > 0 else None
+        self.clock, self.sleep = clock, sleep
+        self._lock = threading.Lock()
+        now = clock()
+        self._learned: float | None = None  # rate set at the last decrease
+        self._decreased_at = now - WINDOW_S
+        self._tokens, self._refilled = 1.0, now
+        self._paused_until = now
+        self._successes: deque[float] = deque()
+        self._down_since: float | None = None  # first failure after the last success
+        self._last_failure = now - FAIL_FAST_S
+
+    @property
+    def rate(self) -> float | None:
+        """Requests/s allowed now; ``None`` = unlimited."""
+        with self._lock:
+            return self._rate(self.clock())
+
+    def _rate(self, now: float) -> float | None:
+        if self._learned is None:
+            return self.ceiling
+        grown = self._learned * (1.0 + INCREASE_PER_S * (now - self._decreased_at))
+        return min(grown, self.ceiling) if self.ceiling else grown
+
+    def wait_s(self) -> float:
+        """Take a slot now (returns 0) or say how long to wait before asking again."""
+        with self._lock:
+            now = self.clock()
+            if now < self._paused_until:
+                return self._paused_until - now
+            rate = self._rate(now)
+            if rate is None:
+                return 0.0
+            capacity = max(1.0, rate / 20)  # bursts of at most 50 ms of requests
+            self._tokens = min(capacity, self._tokens + (now - self._refilled) * rate)
+            self._refilled = now
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return 0.0
+            return (1.0 - self._tokens) / rate
+
+    def acquire(self) -> None:
+        while (wait := self.wait_s()) > 0:
+            self.sleep(wait)
+
+    def succeeded(self) -> None:
+        with self._lock:
+            now = self.clock()
+            self._successes.append(now)
+            while self._successes and self._successes[0] < now - WINDOW_S:
+                self._successes.popleft()
+            self._down_since = None
+
+    def throttled(self, retry_after: float | None) -> None:
+        """A 429: everyone waits ``Retry-After``; the rate drops to what the provider let through."""
+        with self._lock:
+            now = self.clock()
+            self._failed(now)
+            if retry_after:
+                self._paused_until = max(self._paused_until, now + retry_after)
+            if now - self._decreased_at < WINDOW_S:
+                return  # this window's 429s were already answered by one decrease
+            let_through = sum(1 for t in self._successes if t >= now - WINDOW_S) / WINDOW_S
+            current = self._rate(now)
+            floor = current / 2 if current else MIN_RATE  # at most halve on an empty window
+            self._learned = max(MIN_RATE, floor, DECREASE * min(let_through, current or let_through))
+            self._decreased_at = now
+
+    def faulted(self) -> None:
+        with self._lock:
+            self._failed(self.clock())
+
+    def _failed(self, now: float) -> None:
+        self._last_failure = now
+        if self._down_since is None:
+            self._down_since = now
+
+    def down_s(self, since: float | None = None) -> float:
+        """How long the provider has let nothing through: process-wide, or since ``since`` (a call's
+        own first fault), whichever is longer."""
+        with self._lock:
+            now = self.clock()
+            starts = [t for t in (self._down_since, since) if t is not None]
+            return now - min(starts) if starts else 0.0
+
+    def known_down(self, budget_s: float) -> bool:
+        """Down for the whole budget, and seen failing just now: do not send, fail."""
+        with self._lock:
+            now = self.clock()
+            down = self._down_since is not None and now - self._down_since >= budget_s
+            return down and now - self._last_failure < FAIL_FAST_S
+
+
+_shared: dict[tuple[str, float | None], RateLimiter] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_limiter(provider: str, ceiling: float | None) -> RateLimiter:
+    """The one limiter of this process for ``provider``: steps, checks and their threads pace as one."""
+    with _shared_lock:
+        return _shared.setdefault((provider, ceiling), RateLimiter(ceiling))
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Retry timing for faults, and the budget after which a provider counts as down."""
+
+    base_s: float = 0.05
+    cap_s: float = 5.0
+    down_budget_s: float = 60.0
+    #: What the user changes to wait longer; named in the error.
+    budget_setting: str = "DURABLE_PROVIDER_DOWN_BUDGET_S"
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Full jitter (AWS architecture blog), never shorter than the provider asked for."""
+        jittered = random.uniform(0, min(self.cap_s, self.base_s * 2**attempt))
+        return max(jittered, retry_after or 0.0)
+
+    def unavailable(self, down_s: float, last: BaseException | None) -> ProviderUnavailableError:
+        cause = f" Last answer: {' '.join(str(last).split())[:300]}" if last else ""
+        return ProviderUnavailableError(
+            f"Payment provider unavailable: no successful answer for {down_s:.0f} s, giving up after "
+            f"{self.budget_setting}={self.down_budget_s:g} s. Raise {self.budget_setting} to wait longer, "
+            f"or `job resume` once the provider is back (refunds it confirmed are not sent again).{cause}"
+        )
+
+
+def call_with_retries(call: Callable[[], Result], limiter: RateLimiter, backoff: Backoff) -> Result:
+    """One provider call (safe to repeat: reads, or writes with the same idempotency key), paced.
+
+    429: the whole process slows down and waits ``Retry-After``; not an attempt. Faults: backoff,
+    until the provider has let nothing through for ``backoff.down_budget_s`` (this call's own faults
+    count from its first one, so one request failing forever is bounded too).
+    """
+    first_fault: float | None = None
+    last: BaseException | None = None
+    attempt = 0
+    while True:
+        if limiter.known_down(backoff.down_budget_s):
+            raise backoff.unavailable(limiter.down_s(first_fault), last)
+        limiter.acquire()
+        try:
+            result = call()
+        except (TransientProviderError, IdempotencyKeyInFlightError) as exc:
+            last = exc
+            retry_after = getattr(exc, "retry_after", None)
+            paced = getattr(exc, "http_status", None) == 429
+            if paced:
+                limiter.throttled(retry_after)  # the next acquire() waits; nothing else to do
+            else:
+                limiter.faulted()
+                first_fault = limiter.clock() if first_fault is None else first_fault
+                attempt += 1
+            down = limiter.down_s(first_fault)
+            if down >= backoff.down_budget_s:
+                raise backoff.unavailable(down, exc) from exc
+            if not paced:
+                limiter.sleep(min(backoff.delay(attempt, retry_after), backoff.down_budget_s - down))
+            continue
+        limiter.succeeded()
+        return result

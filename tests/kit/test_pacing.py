@@ -1,0 +1,218 @@
+"""The adaptive rate limit and the down budget as pure objects: an injected clock, no real waits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from durable_assets.errors import ProviderUnavailableError, TransientProviderError
+from durable_assets.kit.pacing import (
+    DECREASE,
+    FAIL_FAST_S,
+    INCREASE_PER_S,
+    Backoff,
+    RateLimiter,
+    Result,
+    call_with_retries,
+    shared_limiter,
+)
+from durable_assets.payments.simulator import TokenBucket
+
+
+class Clock:
+    """Time that moves only when someone sleeps on it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += seconds
+
+
+def limiter(clock: Clock, ceiling: float | None = None) -> RateLimiter:
+    return RateLimiter(ceiling, clock=clock, sleep=clock.sleep)
+
+
+def too_many(retry_after: float = 0.02) -> TransientProviderError:
+    return TransientProviderError(
+        "Payment provider: slow down (HTTP 429)", http_status=429, retry_after=retry_after
+    )
+
+
+def down() -> TransientProviderError:
+    return TransientProviderError("Payment provider: boom (HTTP 500)", http_status=500)
+
+
+# --- the rate ------------------------------------------------------------------------------------
+
+
+def test_unlimited_until_the_provider_says_429() -> None:
+    clock = Clock()
+    lim = limiter(clock)
+    assert lim.rate is None
+    assert all(lim.wait_s() == 0 for _ in range(1000))
+
+
+def test_a_ceiling_is_a_token_bucket() -> None:
+    clock = Clock()
+    lim = limiter(clock, ceiling=10)
+    assert lim.rate == 10
+    assert lim.wait_s() == 0
+    assert lim.wait_s() == pytest.approx(0.1)
+    clock.sleep(0.1)
+    assert lim.wait_s() == 0
+
+
+def test_a_429_sets_the_rate_to_what_got_through_and_pauses_everyone() -> None:
+    clock = Clock()
+    lim = limiter(clock)
+    for _ in range(40):  # 40 successes over the last second
+        clock.sleep(0.025)
+        lim.succeeded()
+    lim.throttled(retry_after=0.5)
+    assert lim.rate == pytest.approx(DECREASE * 40)
+    assert lim.wait_s() == pytest.approx(0.5)  # every caller waits out Retry-After
+    clock.sleep(0.5)
+    assert lim.wait_s() == 0
+
+
+def test_many_429s_in_one_window_decrease_once() -> None:
+    clock = Clock()
+    lim = limiter(clock, ceiling=100)
+    for _ in range(100):
+        clock.sleep(0.01)
+        lim.succeeded()
+    for _ in range(16):  # every thread of the pool answered 429 at once
+        lim.throttled(retry_after=0.01)
+    assert lim.rate == pytest.approx(DECREASE * 100)
+
+
+def test_an_empty_window_at_most_halves_the_rate() -> None:
+    clock = Clock()
+    lim = limiter(clock, ceiling=80)
+    lim.throttled(retry_after=None)  # someone else used the quota; nothing of ours got through
+    assert lim.rate == pytest.approx(40)
+
+
+def test_additive_increase_never_above_the_ceiling() -> None:
+    clock = Clock()
+    lim = limiter(clock, ceiling=60)
+    for _ in range(50):
+        clock.sleep(0.02)
+        lim.succeeded()
+    lim.throttled(retry_after=None)
+    learned = DECREASE * 50
+    clock.sleep(2.0)
+    assert lim.rate == pytest.approx(learned * (1 + 2 * INCREASE_PER_S))
+    clock.sleep(600)
+    assert lim.rate == 60
+
+
+@pytest.mark.parametrize("limit", [50.0, 100.0])
+@pytest.mark.parametrize("request_s", [0.001, 0.005])
+def test_converges_near_the_providers_limit(limit: float, request_s: float) -> None:
+    """One client loop against the simulator's own bucket, on the same fake clock, for 60 s."""
+    clock = Clock()
+    provider = TokenBucket(limit, clock=clock)
+    lim = limiter(clock)
+    successes, refused = [], 0
+    end = clock.now + 60
+    while clock.now < end:
+        lim.acquire()
+        clock.sleep(request_s)
+        wait = provider.take()
+        if wait is None:
+            lim.succeeded()
+            successes.append(clock.now)
+        else:
+            refused += 1
+            lim.throttled(wait)
+    steady = sum(1 for t in successes if t >= end - 30) / 30
+    assert steady >= 0.95 * limit, (steady, lim.rate)
+    assert refused <= 0.05 * len(successes), refused
+
+
+# --- retries and the down budget ------------------------------------------------------------------
+
+
+def scripted(clock: Clock, answers: list[BaseException | None]) -> tuple[list[float], Callable[[], Result]]:
+    """A call that raises the scripted errors in order (``None`` = success), noting when it ran."""
+    sent: list[float] = []
+
+    def call() -> Result:
+        sent.append(clock.now)
+        answer = answers.pop(0) if answers else None
+        if answer is not None:
+            raise answer
+        return {"ok": True}
+
+    return sent, call
+
+
+def test_429s_are_not_attempts() -> None:
+    clock = Clock()
+    lim = limiter(clock)
+    sent, call = scripted(clock, [too_many() for _ in range(50)])
+    assert call_with_retries(call, lim, Backoff(down_budget_s=60)) == {"ok": True}
+    assert len(sent) == 51
+
+
+def test_a_provider_that_stays_down_fails_within_the_budget_naming_the_setting() -> None:
+    clock = Clock()
+    lim = limiter(clock)
+    start = clock.now
+    sent, call = scripted(clock, [down() for _ in range(1_000)])
+    with pytest.raises(ProviderUnavailableError) as raised:
+        call_with_retries(call, lim, Backoff(down_budget_s=30))
+    assert 30 <= clock.now - start <= 30.5
+    assert "DURABLE_PROVIDER_DOWN_BUDGET_S=30" in str(raised.value)
+    assert "HTTP 500" in str(raised.value)
+    assert len(sent) < 30  # backoff, not a busy loop
+
+
+def test_once_down_other_calls_fail_without_sending_then_probe_again() -> None:
+    clock = Clock()
+    lim = limiter(clock)
+    budget = Backoff(down_budget_s=10)
+    _, call = scripted(clock, [down() for _ in range(1_000)])
+    with pytest.raises(ProviderUnavailableError):
+        call_with_retries(call, lim, budget)
+    sent, other = scripted(clock, [None])
+    with pytest.raises(ProviderUnavailableError):
+        call_with_retries(other, lim, budget)
+    assert sent == []  # a black hole would have cost a timeout per queued call
+    clock.sleep(FAIL_FAST_S)
+    assert call_with_retries(other, lim, budget) == {"ok": True}
+
+
+def test_one_request_failing_forever_is_bounded_while_others_succeed() -> None:
+    clock = Clock()
+    lim = limiter(clock)
+    answers: list[BaseException | None] = [down() for _ in range(1_000)]
+
+    def call() -> Result:
+        lim.succeeded()  # some other thread's request got through just now
+        raise answers.pop(0)  # type: ignore[misc]
+
+    with pytest.raises(ProviderUnavailableError):
+        call_with_retries(call, lim, Backoff(down_budget_s=20))
+
+
+def test_a_provider_that_lets_nothing_through_at_all_is_down_too() -> None:
+    clock = Clock()
+    lim = limiter(clock)
+    _, call = scripted(clock, [too_many(retry_after=1.0) for _ in range(1_000)])
+    with pytest.raises(ProviderUnavailableError):
+        call_with_retries(call, lim, Backoff(down_budget_s=15))
+
+
+def test_one_limiter_per_provider_per_process() -> None:
+    a = shared_limiter("http://provider.test", None)
+    assert shared_limiter("http://provider.test", None) is a
+    assert shared_limiter("http://other.test", None) is not a
+    assert shared_limiter("http://provider.test", 25.0).ceiling == 25.0
