@@ -14,11 +14,13 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import resource
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import uvicorn
 from dagster import DagsterInstance
 from starlette.applications import Starlette
@@ -32,6 +34,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from durable_assets import openapi, runner
 from durable_assets.errors import BatchConflictError, InvalidBatchIdError, UnknownBatchError, UsageError
 from durable_assets.events import BatchEventFeed
+from durable_assets.kit.http_guard import (
+    RETRY_AFTER_S,
+    ConnectionLimits,
+    guarded_protocol,
+    over_capacity_body,
+)
 from durable_assets.kit.sse import event_stream, parse_last_event_id
 from durable_assets.status import batch_status, list_batches
 
@@ -40,6 +48,69 @@ logger = logging.getLogger("durable_assets.api")
 TOKEN_ENV = "DURABLE_API_TOKEN"
 #: Seconds of silence before a keepalive comment on an event stream (tests set it lower).
 HEARTBEAT_ENV = "DURABLE_API_HEARTBEAT_S"
+MAX_HEADER_BYTES_ENV = "DURABLE_API_MAX_HEADER_BYTES"
+HEADER_TIMEOUT_ENV = "DURABLE_API_HEADER_TIMEOUT_S"
+MAX_CONNECTIONS_ENV = "DURABLE_API_MAX_CONNECTIONS"
+MAX_STREAMS_ENV = "DURABLE_API_MAX_STREAMS"
+
+#: Threads that the polls of all event streams share. Each poll is a few storage reads; four
+#: threads serve ~100 streams at the 0.25 s interval on a 2-core machine, and status reads keep
+#: the default pool (40 threads) to themselves whatever the number of streams.
+STREAM_POLL_THREADS = 4
+#: Seconds an idle keep-alive connection stays open (uvicorn's default, stated here).
+KEEP_ALIVE_S = 5
+
+
+def _positive(env: Mapping[str, str], name: str, default: float, kind: type = float) -> Any:
+    raw = env.get(name)
+    if not raw:
+        return kind(default)
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UsageError(f"{name} must be a positive {'integer' if kind is int else 'number'}, not {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """Everything ``job serve`` reads from the environment, read once (README's configuration table)."""
+
+    token: str | None = None
+    heartbeat_s: float = 15.0
+    #: A request head larger than this is answered 431 (nginx: 8 KiB buffers; h11: 16 KiB).
+    max_header_bytes: int = 16 * 1024
+    #: Seconds a request head may take from its first byte (or from the connection opening).
+    header_timeout_s: float = 10.0
+    #: Connections served normally; as many again only get /healthz and a 503; more are closed.
+    max_connections: int = 256
+    #: Open event streams; one more gets 503. Each costs a poll every 0.25 s.
+    max_streams: int = 64
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
+        env = os.environ if env is None else env
+        return cls(
+            token=env.get(TOKEN_ENV) or None,
+            heartbeat_s=_positive(env, HEARTBEAT_ENV, cls.heartbeat_s),
+            max_header_bytes=_positive(env, MAX_HEADER_BYTES_ENV, cls.max_header_bytes, int),
+            header_timeout_s=_positive(env, HEADER_TIMEOUT_ENV, cls.header_timeout_s),
+            max_connections=_positive(env, MAX_CONNECTIONS_ENV, cls.max_connections, int),
+            max_streams=_positive(env, MAX_STREAMS_ENV, cls.max_streams, int),
+        )
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            max_header_bytes=self.max_header_bytes,
+            header_timeout_s=self.header_timeout_s,
+            max_connections=self.max_connections,
+            header_bytes_setting=MAX_HEADER_BYTES_ENV,
+            header_timeout_setting=HEADER_TIMEOUT_ENV,
+            connections_setting=MAX_CONNECTIONS_ENV,
+        )
+
 
 Handler = Callable[[Request], Awaitable[Response] | Response]
 
@@ -81,18 +152,73 @@ async def cancel_run(request: Request) -> Response:
     return JSONResponse({"id": batch_id, "result": result}, status_code=202)
 
 
+class StreamSlots:
+    """At most ``limit`` event streams at once; a slot is held from the request to the stream's end."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+        #: Shared by the polls of every stream (see STREAM_POLL_THREADS).
+        self.poll_threads = anyio.CapacityLimiter(STREAM_POLL_THREADS)
+
+    def try_take(self) -> bool:
+        # The event loop is one thread: a check and an increment with no await between are atomic.
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+    def give_back(self) -> None:
+        self.open -= 1
+
+
+class _SlotStream(StreamingResponse):
+    """A stream that gives its slot back however it ends (finished, client gone, cancelled)."""
+
+    def __init__(self, slots: StreamSlots, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = slots
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._slots.give_back()
+
+
 async def run_events(request: Request) -> Response:
     try:
         after = parse_last_event_id(request.headers.get("last-event-id"))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    feed = await run_in_threadpool(BatchEventFeed, _instance(request), _batch_id(request), after)
-    if await run_in_threadpool(feed.nothing_left):
-        # 204 is how a server tells an EventSource to stop reconnecting (HTML spec, SSE).
-        return Response(status_code=204)
     state = request.app.state
-    return StreamingResponse(
-        event_stream(feed.poll, poll_interval_s=state.poll_interval_s, heartbeat_s=state.heartbeat_s),
+    slots: StreamSlots = state.streams
+    if not slots.try_take():
+        logger.warning("event stream refused: %d open (%s)", slots.open, MAX_STREAMS_ENV)
+        return JSONResponse(
+            over_capacity_body("event_streams", slots.limit, MAX_STREAMS_ENV),
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    try:
+        feed = await anyio.to_thread.run_sync(
+            BatchEventFeed, _instance(request), _batch_id(request), after, limiter=slots.poll_threads
+        )
+        if await anyio.to_thread.run_sync(feed.nothing_left, limiter=slots.poll_threads):
+            # 204 is how a server tells an EventSource to stop reconnecting (HTML spec, SSE).
+            slots.give_back()
+            return Response(status_code=204)
+    except BaseException:
+        slots.give_back()
+        raise
+    return _SlotStream(
+        slots,
+        event_stream(
+            feed.poll,
+            poll_interval_s=state.poll_interval_s,
+            heartbeat_s=state.heartbeat_s,
+            limiter=slots.poll_threads,
+        ),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -189,6 +315,7 @@ def create_app(
     token: str | None = None,
     heartbeat_s: float = 15.0,
     poll_interval_s: float = 0.25,
+    max_streams: int = ApiSettings.max_streams,
     extra: list[Endpoint] | None = None,
 ) -> ASGIApp:
     table = endpoints() + list(extra or [])
@@ -204,24 +331,61 @@ def create_app(
     app.state.instance = instance
     app.state.heartbeat_s = heartbeat_s
     app.state.poll_interval_s = poll_interval_s
-    app.state.openapi = openapi.document([(e.path, e.method, e.operation) for e in table], auth=bool(token))
+    app.state.streams = StreamSlots(max_streams)
+    app.state.openapi = openapi.document(
+        [(e.path, e.method, e.operation) for e in table],
+        auth=bool(token),
+        always_served=frozenset(e.path for e in table if e.public),
+    )
+    served: ASGIApp = app
     if token:
-        return BearerAuth(app, token, frozenset(e.path for e in table if e.public))
-    return app
+        served = BearerAuth(served, token, frozenset(e.path for e in table if e.public))
+    return served
 
 
-def serve(instance: DagsterInstance, host: str = "127.0.0.1", port: int = 8000) -> None:
+def _raise_fd_limit(needed: int) -> None:
+    """Make room for the connection caps in the process's file-descriptor limit, or say it cannot."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < needed:
+        logger.warning(
+            "file-descriptor limit %d is below the %d the caps need; lower %s",
+            target,
+            needed,
+            MAX_CONNECTIONS_ENV,
+        )
+
+
+def serve(
+    instance: DagsterInstance,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    settings: ApiSettings | None = None,
+) -> None:
     """Serve until interrupted. Prints the address it listens on (``--port 0`` picks a free port)."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logger.setLevel(logging.INFO)
-    token = os.environ.get(TOKEN_ENV) or None
-    heartbeat_s = float(os.environ.get(HEARTBEAT_ENV) or 15.0)
-    app = create_app(instance, token=token, heartbeat_s=heartbeat_s)
+    settings = settings or ApiSettings.from_env()
+    token = settings.token
+    app = create_app(
+        instance,
+        token=token,
+        heartbeat_s=settings.heartbeat_s,
+        max_streams=settings.max_streams,
+    )
+    # Caps + overflow + the instance's own files and sockets.
+    _raise_fd_limit(2 * settings.max_connections + 256)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        # Listening before the line below is printed: a client that reads it and connects at once
+        # waits in the backlog for uvicorn instead of being refused.
+        sock.listen(2048)
     except OSError as exc:
         sock.close()
         raise UsageError(
@@ -237,5 +401,17 @@ def serve(instance: DagsterInstance, host: str = "127.0.0.1", port: int = 8000) 
         logger.warning(
             "serving on %s without %s: anyone who can reach it can cancel batches", host, TOKEN_ENV
         )
-    config = uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=2, lifespan="off")
+    limits = settings.connection_limits()
+    config = uvicorn.Config(
+        app,
+        log_level="info",
+        timeout_graceful_shutdown=2,
+        lifespan="off",
+        # h11, not httptools: h11 bounds what it buffers, and the guard (kit/http_guard.py) is a
+        # subclass of uvicorn's h11 protocol that adds the header size, header time and
+        # connection caps that neither enforces.
+        http=guarded_protocol(limits),  # type: ignore[arg-type]
+        h11_max_incomplete_event_size=limits.h11_max_incomplete_event_size,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
     uvicorn.Server(config).run(sockets=[sock])

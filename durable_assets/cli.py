@@ -248,9 +248,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if args.command == "serve":
+        from durable_assets.api import ApiSettings
         from durable_assets.api import serve as serve_api
 
-        serve_api(_instance(args.verbose), args.host, args.port)
+        settings = ApiSettings.from_env()  # bad values: exit 2 before the instance is opened
+        serve_api(_instance(args.verbose), args.host, args.port, settings)
         return EXIT_OK
 
     from durable_assets import runner, status

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import anyio.to_thread
 
 logger = logging.getLogger(__name__)
@@ -41,13 +42,22 @@ Poll = Callable[[], tuple[Sequence[ServerSentEvent], bool]]
 
 
 async def event_stream(
-    poll: Poll, *, poll_interval_s: float = 0.25, heartbeat_s: float = 15.0
+    poll: Poll,
+    *,
+    poll_interval_s: float = 0.25,
+    heartbeat_s: float = 15.0,
+    limiter: anyio.CapacityLimiter | None = None,
 ) -> AsyncIterator[bytes]:
-    """Yield encoded events until ``poll`` reports the end; keepalive comments in the silences."""
+    """Yield encoded events until ``poll`` reports the end; keepalive comments in the silences.
+
+    ``limiter`` bounds the threads that polls of all streams may occupy together: without one they
+    share the default thread pool with every other blocking call of the server, and a few hundred
+    streams polling four times a second queue the server's other reads behind theirs.
+    """
     last_sent = time.monotonic()
     while True:
         try:
-            events, done = await anyio.to_thread.run_sync(poll)
+            events, done = await anyio.to_thread.run_sync(poll, limiter=limiter)
         except Exception:
             # The status line went out long ago, so a 500 is impossible: end the stream, and the
             # client reconnects with Last-Event-ID (which loses and repeats nothing).
