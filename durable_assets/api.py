@@ -40,7 +40,7 @@ from durable_assets.kit.http_guard import (
     guarded_protocol,
     over_capacity_body,
 )
-from durable_assets.kit.sse import event_stream, parse_last_event_id
+from durable_assets.kit.sse import SharedFeeds, event_stream, parse_last_event_id
 from durable_assets.status import batch_status, list_batches
 
 logger = logging.getLogger("durable_assets.api")
@@ -155,11 +155,13 @@ async def cancel_run(request: Request) -> Response:
 class StreamSlots:
     """At most ``limit`` event streams at once; a slot is held from the request to the stream's end."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, poll_interval_s: float) -> None:
         self.limit = limit
         self.open = 0
         #: Shared by the polls of every stream (see STREAM_POLL_THREADS).
         self.poll_threads = anyio.CapacityLimiter(STREAM_POLL_THREADS)
+        #: Streams of one batch share its storage reads.
+        self.feeds = SharedFeeds(min_interval_s=poll_interval_s)
 
     def try_take(self) -> bool:
         # The event loop is one thread: a check and an increment with no await between are atomic.
@@ -175,15 +177,15 @@ class StreamSlots:
 class _SlotStream(StreamingResponse):
     """A stream that gives its slot back however it ends (finished, client gone, cancelled)."""
 
-    def __init__(self, slots: StreamSlots, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, release: Callable[[], None], *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._slots = slots
+        self._release = release
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self._slots.give_back()
+            self._release()
 
 
 async def run_events(request: Request) -> Response:
@@ -201,20 +203,27 @@ async def run_events(request: Request) -> Response:
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
     try:
+        batch_id = _batch_id(request)
         feed = await anyio.to_thread.run_sync(
-            BatchEventFeed, _instance(request), _batch_id(request), after, limiter=slots.poll_threads
+            BatchEventFeed, _instance(request), batch_id, after, limiter=slots.poll_threads
         )
         if await anyio.to_thread.run_sync(feed.nothing_left, limiter=slots.poll_threads):
             # 204 is how a server tells an EventSource to stop reconnecting (HTML spec, SSE).
             slots.give_back()
             return Response(status_code=204)
+        poll, leave = slots.feeds.join(batch_id, after or 0, lambda: feed.poll)
     except BaseException:
         slots.give_back()
         raise
+
+    def release() -> None:
+        leave()
+        slots.give_back()
+
     return _SlotStream(
-        slots,
+        release,
         event_stream(
-            feed.poll,
+            poll,
             poll_interval_s=state.poll_interval_s,
             heartbeat_s=state.heartbeat_s,
             limiter=slots.poll_threads,
@@ -331,7 +340,7 @@ def create_app(
     app.state.instance = instance
     app.state.heartbeat_s = heartbeat_s
     app.state.poll_interval_s = poll_interval_s
-    app.state.streams = StreamSlots(max_streams)
+    app.state.streams = StreamSlots(max_streams, poll_interval_s)
     app.state.openapi = openapi.document(
         [(e.path, e.method, e.operation) for e in table],
         auth=bool(token),
