@@ -14,11 +14,13 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import re
 import resource
 import socket
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 import anyio
 import uvicorn
@@ -26,6 +28,7 @@ from dagster import DagsterInstance
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -52,6 +55,7 @@ MAX_HEADER_BYTES_ENV = "DURABLE_API_MAX_HEADER_BYTES"
 HEADER_TIMEOUT_ENV = "DURABLE_API_HEADER_TIMEOUT_S"
 MAX_CONNECTIONS_ENV = "DURABLE_API_MAX_CONNECTIONS"
 MAX_STREAMS_ENV = "DURABLE_API_MAX_STREAMS"
+CORS_ORIGINS_ENV = "DURABLE_API_CORS_ORIGINS"
 
 #: Threads that the polls of all event streams share. Each poll is a few storage reads; four
 #: threads serve ~100 streams at the 0.25 s interval on a 2-core machine, and status reads keep
@@ -59,6 +63,9 @@ MAX_STREAMS_ENV = "DURABLE_API_MAX_STREAMS"
 STREAM_POLL_THREADS = 4
 #: Seconds an idle keep-alive connection stays open (uvicorn's default, stated here).
 KEEP_ALIVE_S = 5
+#: The one route that accepts the token as ``?access_token=``: an EventSource cannot send headers.
+_EVENTS_PATH = re.compile(r"^/runs/[^/]+/events$")
+_ORIGIN = re.compile(r"^https?://[^/\s]+$")
 
 
 def _positive(env: Mapping[str, str], name: str, default: float, kind: type = float) -> Any:
@@ -72,6 +79,21 @@ def _positive(env: Mapping[str, str], name: str, default: float, kind: type = fl
     if value <= 0:
         raise UsageError(f"{name} must be a positive {'integer' if kind is int else 'number'}, not {raw!r}")
     return value
+
+
+def check_origins(origins: Sequence[str]) -> tuple[str, ...]:
+    """CORS origins as browsers send them (``scheme://host[:port]``, no path); ``*`` is refused."""
+    out = []
+    for origin in (o.strip().rstrip("/") for o in origins):
+        if not origin:
+            continue
+        if not _ORIGIN.match(origin):
+            raise UsageError(
+                f"CORS origin {origin!r} is not an origin: give scheme://host[:port], e.g. "
+                "https://dash.example.com (a wildcard would hand every web page the API)"
+            )
+        out.append(origin)
+    return tuple(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
@@ -88,10 +110,13 @@ class ApiSettings:
     max_connections: int = 256
     #: Open event streams; one more gets 503. Each costs a poll every 0.25 s.
     max_streams: int = 64
+    #: Origins whose pages may call the API from a browser (CORS); none by default.
+    cors_origins: tuple[str, ...] = field(default=())
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
+    def from_env(cls, env: Mapping[str, str] | None = None, cors_origins: Sequence[str] = ()) -> ApiSettings:
         env = os.environ if env is None else env
+        listed = [o for o in (env.get(CORS_ORIGINS_ENV) or "").split(",") if o.strip()]
         return cls(
             token=env.get(TOKEN_ENV) or None,
             heartbeat_s=_positive(env, HEARTBEAT_ENV, cls.heartbeat_s),
@@ -99,6 +124,7 @@ class ApiSettings:
             header_timeout_s=_positive(env, HEADER_TIMEOUT_ENV, cls.header_timeout_s),
             max_connections=_positive(env, MAX_CONNECTIONS_ENV, cls.max_connections, int),
             max_streams=_positive(env, MAX_STREAMS_ENV, cls.max_streams, int),
+            cors_origins=check_origins([*listed, *cors_origins]),
         )
 
     def connection_limits(self) -> ConnectionLimits:
@@ -289,8 +315,31 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
 # --- auth ----------------------------------------------------------------------------------------
 
 
+def _take_query_token(scope: Scope) -> bytes | None:
+    """``access_token`` of an event-stream request's query; removed from every request's query.
+
+    Removed so that it reaches neither the access log (uvicorn logs the scope's query string) nor
+    a handler, whatever the route. Only GET of ``/runs/{id}/events`` accepts it: that is the route
+    an EventSource opens, and an EventSource cannot send an Authorization header.
+    """
+    if not scope["query_string"]:
+        return None
+    pairs = parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+    tokens = [v for k, v in pairs if k == "access_token"]
+    if not tokens:
+        return None
+    scope["query_string"] = urlencode([(k, v) for k, v in pairs if k != "access_token"]).encode()
+    if scope["method"] != "GET" or not _EVENTS_PATH.match(scope["path"]):
+        return None
+    return tokens[-1].encode()
+
+
 class BearerAuth:
-    """Every path but the public ones needs ``Authorization: Bearer <token>`` (constant-time check)."""
+    """Every path but the public ones needs ``Authorization: Bearer <token>`` (constant-time check).
+
+    The event stream also takes ``?access_token=<token>`` (see :func:`_take_query_token`), but not
+    both: a request with an Authorization header is judged by it alone.
+    """
 
     def __init__(self, app: ASGIApp, token: str, public_paths: frozenset[str]) -> None:
         self.app = app
@@ -298,12 +347,19 @@ class BearerAuth:
         self.public_paths = public_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.public_paths:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from_query = _take_query_token(scope)
+        if scope["path"] in self.public_paths:
             await self.app(scope, receive, send)
             return
         header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
         scheme, _, given = header.partition(b" ")
         if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.expected):
+            await self.app(scope, receive, send)
+            return
+        if not header and from_query is not None and hmac.compare_digest(from_query, self.expected):
             await self.app(scope, receive, send)
             return
         response = _error(
@@ -325,6 +381,7 @@ def create_app(
     heartbeat_s: float = 15.0,
     poll_interval_s: float = 0.25,
     max_streams: int = ApiSettings.max_streams,
+    cors_origins: Sequence[str] = (),
     extra: list[Endpoint] | None = None,
 ) -> ASGIApp:
     table = endpoints() + list(extra or [])
@@ -349,6 +406,17 @@ def create_app(
     served: ASGIApp = app
     if token:
         served = BearerAuth(served, token, frozenset(e.path for e in table if e.public))
+    if cors_origins:
+        # Outside the auth: a preflight (OPTIONS) carries no token by design (Fetch standard), and
+        # a 401 must carry the CORS headers too, or the dashboard cannot even see why it failed.
+        served = CORSMiddleware(
+            served,
+            allow_origins=list(cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Last-Event-ID", "Content-Type"],
+            allow_credentials=False,  # bearer tokens, never cookies
+            max_age=600,
+        )
     return served
 
 
@@ -384,6 +452,7 @@ def serve(
         token=token,
         heartbeat_s=settings.heartbeat_s,
         max_streams=settings.max_streams,
+        cors_origins=settings.cors_origins,
     )
     # Caps + overflow + the instance's own files and sockets.
     _raise_fd_limit(2 * settings.max_connections + 256)
@@ -403,7 +472,8 @@ def serve(
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     print(
-        f"job serve: listening on http://{shown}:{bound} (auth: {'bearer token' if token else 'off'})",
+        f"job serve: listening on http://{shown}:{bound} (auth: {'bearer token' if token else 'off'}; "
+        f"cors: {', '.join(settings.cors_origins) or 'off'})",
         flush=True,
     )
     if not token and host not in ("127.0.0.1", "localhost", "::1"):

@@ -247,6 +247,15 @@ RUN_EVENTS: dict[str, Any] = {
     "parameters": [
         _ID_PARAM,
         {
+            "name": "access_token",
+            "in": "query",
+            "required": False,
+            "description": "the bearer token, for clients that cannot send headers (a browser's "
+            "EventSource); accepted on this route only, ignored when an Authorization header is "
+            "sent, and never logged. See docs/api.md",
+            "schema": {"type": "string"},
+        },
+        {
             "name": "Last-Event-ID",
             "in": "header",
             "required": False,
