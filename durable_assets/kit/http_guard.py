@@ -11,8 +11,9 @@ must hold before any token is checked):
   ``max_header_bytes`` the client gets 431 and the connection is closed. h11's own buffer limit
   stays as a backstop, set above ours.
 - **Header time.** A request head must be complete ``header_timeout_s`` after its first byte, or
-  after the connection opened; otherwise 408 and close. An idle keep-alive connection is closed
-  by uvicorn's ``timeout_keep_alive``.
+  after the connection opened; otherwise 408 and close. A request body, if any, must be complete
+  by the same deadline (no route here reads one); otherwise the connection is closed. An idle
+  keep-alive connection is closed by uvicorn's ``timeout_keep_alive``.
 - **Connections.** Up to ``max_connections`` are served normally. The next ``max_connections``
   (the overflow) have their head read under the same limits, then ``/healthz`` is answered (a
   liveness probe must not fail because of load) and everything else gets 503 with a JSON body that
@@ -189,9 +190,10 @@ class GuardedH11Protocol(H11Protocol):
             self._head_tail = seen[-(len(_HEAD_END) - 1) :]
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:  # a head arrived (or the connection failed)
-            self._disarm_head_timer()
             self._head_bytes = 0
             self._head_tail = b""
+            if self.conn.their_state is not h11.SEND_BODY:  # a body is held to the same clock
+                self._disarm_head_timer()
 
     def _arm_head_timer(self) -> None:
         if self._head_timer is None and not self.transport.is_closing():
@@ -204,7 +206,14 @@ class GuardedH11Protocol(H11Protocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self.conn.their_state is h11.SEND_BODY:
+            # The head came, its body does not: no route here reads a body, and a response may
+            # already be on its way, so the connection is just closed.
+            self.logger.warning("request body from %s not complete in time: closing", self.client)
+            self.transport.close()
+        elif self.conn.their_state is h11.IDLE:
             self._refuse(
                 408,
                 "Request Timeout",
@@ -216,8 +225,10 @@ class GuardedH11Protocol(H11Protocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         # The next request on this connection starts its own head clock with its first byte;
-        # until then uvicorn's keep-alive timeout is what closes an idle connection.
-        self._disarm_head_timer()
+        # until then uvicorn's keep-alive timeout is what closes an idle connection. A body still
+        # arriving keeps its clock: data resets uvicorn's keep-alive timer, so nothing else would.
+        if self.conn.their_state is not h11.SEND_BODY:
+            self._disarm_head_timer()
 
     def _refuse(self, status: int, reason: str, code: str, what: str, setting: str) -> None:
         self._disarm_head_timer()

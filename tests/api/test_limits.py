@@ -205,6 +205,35 @@ def test_heads_that_never_finish_are_closed_after_the_header_timeout(server: Api
     _healthz_within(server, 1.0)
 
 
+def test_a_body_that_never_finishes_is_cut_off_at_the_same_deadline(server: ApiServer) -> None:
+    """The head is complete, its announced body drips and never ends."""
+    with closing(_connect(server)) as sock:
+        sock.sendall(
+            f"POST /runs/{FINISHED}/cancel HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n".encode()
+            + AUTH
+            + b"\r\n"
+        )
+        opened = time.monotonic()
+        sock.setblocking(False)
+        closed_after = None
+        while time.monotonic() - opened < HEADER_TIMEOUT_S + 3.0 and closed_after is None:
+            with suppress(OSError):
+                sock.sendall(b"x")
+            readable, _, _ = select.select([sock], [], [], 0.3)
+            if readable:
+                try:
+                    chunk = sock.recv(65536)
+                except ConnectionResetError:
+                    chunk = b""
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    closed_after = time.monotonic() - opened
+    assert closed_after is not None, "a dripping body held its connection past the deadline"
+    assert closed_after >= HEADER_TIMEOUT_S - 0.3, closed_after
+    print(f"\ndripping body: connection closed after {closed_after:.2f} s")
+
+
 # --- the connection cap --------------------------------------------------------------------------
 
 
