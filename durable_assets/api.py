@@ -14,16 +14,21 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import re
+import resource
 import socket
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
+import anyio
 import uvicorn
 from dagster import DagsterInstance
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -32,7 +37,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from durable_assets import openapi, runner
 from durable_assets.errors import BatchConflictError, InvalidBatchIdError, UnknownBatchError, UsageError
 from durable_assets.events import BatchEventFeed
-from durable_assets.kit.sse import event_stream, parse_last_event_id
+from durable_assets.kit.http_guard import (
+    RETRY_AFTER_S,
+    ConnectionLimits,
+    guarded_protocol,
+    over_capacity_body,
+)
+from durable_assets.kit.sse import SharedFeeds, event_stream, parse_last_event_id
 from durable_assets.status import batch_status, list_batches
 
 logger = logging.getLogger("durable_assets.api")
@@ -40,6 +51,92 @@ logger = logging.getLogger("durable_assets.api")
 TOKEN_ENV = "DURABLE_API_TOKEN"
 #: Seconds of silence before a keepalive comment on an event stream (tests set it lower).
 HEARTBEAT_ENV = "DURABLE_API_HEARTBEAT_S"
+MAX_HEADER_BYTES_ENV = "DURABLE_API_MAX_HEADER_BYTES"
+HEADER_TIMEOUT_ENV = "DURABLE_API_HEADER_TIMEOUT_S"
+MAX_CONNECTIONS_ENV = "DURABLE_API_MAX_CONNECTIONS"
+MAX_STREAMS_ENV = "DURABLE_API_MAX_STREAMS"
+CORS_ORIGINS_ENV = "DURABLE_API_CORS_ORIGINS"
+
+#: Threads that the polls of all event streams share. Each poll is a few storage reads; four
+#: threads serve ~100 streams at the 0.25 s interval on a 2-core machine, and status reads keep
+#: the default pool (40 threads) to themselves whatever the number of streams.
+STREAM_POLL_THREADS = 4
+#: Seconds an idle keep-alive connection stays open (uvicorn's default, stated here).
+KEEP_ALIVE_S = 5
+#: The one route that accepts the token as ``?access_token=``: an EventSource cannot send headers.
+_EVENTS_PATH = re.compile(r"^/runs/[^/]+/events$")
+_ORIGIN = re.compile(r"^https?://[^/\s]+$")
+
+
+def _positive(env: Mapping[str, str], name: str, default: float, kind: type = float) -> Any:
+    raw = env.get(name)
+    if not raw:
+        return kind(default)
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UsageError(f"{name} must be a positive {'integer' if kind is int else 'number'}, not {raw!r}")
+    return value
+
+
+def check_origins(origins: Sequence[str]) -> tuple[str, ...]:
+    """CORS origins as browsers send them (``scheme://host[:port]``, no path); ``*`` is refused."""
+    out = []
+    for origin in (o.strip().rstrip("/") for o in origins):
+        if not origin:
+            continue
+        if not _ORIGIN.match(origin):
+            raise UsageError(
+                f"CORS origin {origin!r} is not an origin: give scheme://host[:port], e.g. "
+                "https://dash.example.com (a wildcard would hand every web page the API)"
+            )
+        out.append(origin)
+    return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """Everything ``job serve`` reads from the environment, read once (README's configuration table)."""
+
+    token: str | None = None
+    heartbeat_s: float = 15.0
+    #: A request head larger than this is answered 431 (nginx: 8 KiB buffers; h11: 16 KiB).
+    max_header_bytes: int = 16 * 1024
+    #: Seconds a request head may take from its first byte (or from the connection opening).
+    header_timeout_s: float = 10.0
+    #: Connections served normally; as many again only get /healthz and a 503; more are closed.
+    max_connections: int = 256
+    #: Open event streams; one more gets 503. Each costs a poll every 0.25 s.
+    max_streams: int = 64
+    #: Origins whose pages may call the API from a browser (CORS); none by default.
+    cors_origins: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, cors_origins: Sequence[str] = ()) -> ApiSettings:
+        env = os.environ if env is None else env
+        listed = [o for o in (env.get(CORS_ORIGINS_ENV) or "").split(",") if o.strip()]
+        return cls(
+            token=env.get(TOKEN_ENV) or None,
+            heartbeat_s=_positive(env, HEARTBEAT_ENV, cls.heartbeat_s),
+            max_header_bytes=_positive(env, MAX_HEADER_BYTES_ENV, cls.max_header_bytes, int),
+            header_timeout_s=_positive(env, HEADER_TIMEOUT_ENV, cls.header_timeout_s),
+            max_connections=_positive(env, MAX_CONNECTIONS_ENV, cls.max_connections, int),
+            max_streams=_positive(env, MAX_STREAMS_ENV, cls.max_streams, int),
+            cors_origins=check_origins([*listed, *cors_origins]),
+        )
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            max_header_bytes=self.max_header_bytes,
+            header_timeout_s=self.header_timeout_s,
+            max_connections=self.max_connections,
+            header_bytes_setting=MAX_HEADER_BYTES_ENV,
+            header_timeout_setting=HEADER_TIMEOUT_ENV,
+            connections_setting=MAX_CONNECTIONS_ENV,
+        )
+
 
 Handler = Callable[[Request], Awaitable[Response] | Response]
 
@@ -81,18 +178,82 @@ async def cancel_run(request: Request) -> Response:
     return JSONResponse({"id": batch_id, "result": result}, status_code=202)
 
 
+class StreamSlots:
+    """At most ``limit`` event streams at once; a slot is held from the request to the stream's end."""
+
+    def __init__(self, limit: int, poll_interval_s: float) -> None:
+        self.limit = limit
+        self.open = 0
+        #: Shared by the polls of every stream (see STREAM_POLL_THREADS).
+        self.poll_threads = anyio.CapacityLimiter(STREAM_POLL_THREADS)
+        #: Streams of one batch share its storage reads.
+        self.feeds = SharedFeeds(min_interval_s=poll_interval_s)
+
+    def try_take(self) -> bool:
+        # The event loop is one thread: a check and an increment with no await between are atomic.
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+    def give_back(self) -> None:
+        self.open -= 1
+
+
+class _SlotStream(StreamingResponse):
+    """A stream that gives its slot back however it ends (finished, client gone, cancelled)."""
+
+    def __init__(self, release: Callable[[], None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
 async def run_events(request: Request) -> Response:
     try:
         after = parse_last_event_id(request.headers.get("last-event-id"))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    feed = await run_in_threadpool(BatchEventFeed, _instance(request), _batch_id(request), after)
-    if await run_in_threadpool(feed.nothing_left):
-        # 204 is how a server tells an EventSource to stop reconnecting (HTML spec, SSE).
-        return Response(status_code=204)
     state = request.app.state
-    return StreamingResponse(
-        event_stream(feed.poll, poll_interval_s=state.poll_interval_s, heartbeat_s=state.heartbeat_s),
+    slots: StreamSlots = state.streams
+    if not slots.try_take():
+        logger.warning("event stream refused: %d open (%s)", slots.open, MAX_STREAMS_ENV)
+        return JSONResponse(
+            over_capacity_body("event_streams", slots.limit, MAX_STREAMS_ENV),
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    try:
+        batch_id = _batch_id(request)
+        feed = await anyio.to_thread.run_sync(
+            BatchEventFeed, _instance(request), batch_id, after, limiter=slots.poll_threads
+        )
+        if await anyio.to_thread.run_sync(feed.nothing_left, limiter=slots.poll_threads):
+            # 204 is how a server tells an EventSource to stop reconnecting (HTML spec, SSE).
+            slots.give_back()
+            return Response(status_code=204)
+        poll, leave = slots.feeds.join(batch_id, after or 0, lambda: feed.poll)
+    except BaseException:
+        slots.give_back()
+        raise
+
+    def release() -> None:
+        leave()
+        slots.give_back()
+
+    return _SlotStream(
+        release,
+        event_stream(
+            poll,
+            poll_interval_s=state.poll_interval_s,
+            heartbeat_s=state.heartbeat_s,
+            limiter=slots.poll_threads,
+        ),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -154,8 +315,31 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
 # --- auth ----------------------------------------------------------------------------------------
 
 
+def _take_query_token(scope: Scope) -> bytes | None:
+    """``access_token`` of an event-stream request's query; removed from every request's query.
+
+    Removed so that it reaches neither the access log (uvicorn logs the scope's query string) nor
+    a handler, whatever the route. Only GET of ``/runs/{id}/events`` accepts it: that is the route
+    an EventSource opens, and an EventSource cannot send an Authorization header.
+    """
+    if not scope["query_string"]:
+        return None
+    pairs = parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+    tokens = [v for k, v in pairs if k == "access_token"]
+    if not tokens:
+        return None
+    scope["query_string"] = urlencode([(k, v) for k, v in pairs if k != "access_token"]).encode()
+    if scope["method"] != "GET" or not _EVENTS_PATH.match(scope["path"]):
+        return None
+    return tokens[-1].encode()
+
+
 class BearerAuth:
-    """Every path but the public ones needs ``Authorization: Bearer <token>`` (constant-time check)."""
+    """Every path but the public ones needs ``Authorization: Bearer <token>`` (constant-time check).
+
+    The event stream also takes ``?access_token=<token>`` (see :func:`_take_query_token`), but not
+    both: a request with an Authorization header is judged by it alone.
+    """
 
     def __init__(self, app: ASGIApp, token: str, public_paths: frozenset[str]) -> None:
         self.app = app
@@ -163,12 +347,19 @@ class BearerAuth:
         self.public_paths = public_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.public_paths:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from_query = _take_query_token(scope)
+        if scope["path"] in self.public_paths:
             await self.app(scope, receive, send)
             return
         header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
         scheme, _, given = header.partition(b" ")
         if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.expected):
+            await self.app(scope, receive, send)
+            return
+        if not header and from_query is not None and hmac.compare_digest(from_query, self.expected):
             await self.app(scope, receive, send)
             return
         response = _error(
@@ -189,6 +380,8 @@ def create_app(
     token: str | None = None,
     heartbeat_s: float = 15.0,
     poll_interval_s: float = 0.25,
+    max_streams: int = ApiSettings.max_streams,
+    cors_origins: Sequence[str] = (),
     extra: list[Endpoint] | None = None,
 ) -> ASGIApp:
     table = endpoints() + list(extra or [])
@@ -204,24 +397,73 @@ def create_app(
     app.state.instance = instance
     app.state.heartbeat_s = heartbeat_s
     app.state.poll_interval_s = poll_interval_s
-    app.state.openapi = openapi.document([(e.path, e.method, e.operation) for e in table], auth=bool(token))
+    app.state.streams = StreamSlots(max_streams, poll_interval_s)
+    app.state.openapi = openapi.document(
+        [(e.path, e.method, e.operation) for e in table],
+        auth=bool(token),
+        always_served=frozenset(e.path for e in table if e.public),
+    )
+    served: ASGIApp = app
     if token:
-        return BearerAuth(app, token, frozenset(e.path for e in table if e.public))
-    return app
+        served = BearerAuth(served, token, frozenset(e.path for e in table if e.public))
+    if cors_origins:
+        # Outside the auth: a preflight (OPTIONS) carries no token by design (Fetch standard), and
+        # a 401 must carry the CORS headers too, or the dashboard cannot even see why it failed.
+        served = CORSMiddleware(
+            served,
+            allow_origins=list(cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Last-Event-ID", "Content-Type"],
+            allow_credentials=False,  # bearer tokens, never cookies
+            max_age=600,
+        )
+    return served
 
 
-def serve(instance: DagsterInstance, host: str = "127.0.0.1", port: int = 8000) -> None:
+def _raise_fd_limit(needed: int) -> None:
+    """Make room for the connection caps in the process's file-descriptor limit, or say it cannot."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < needed:
+        logger.warning(
+            "file-descriptor limit %d is below the %d the caps need; lower %s",
+            target,
+            needed,
+            MAX_CONNECTIONS_ENV,
+        )
+
+
+def serve(
+    instance: DagsterInstance,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    settings: ApiSettings | None = None,
+) -> None:
     """Serve until interrupted. Prints the address it listens on (``--port 0`` picks a free port)."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logger.setLevel(logging.INFO)
-    token = os.environ.get(TOKEN_ENV) or None
-    heartbeat_s = float(os.environ.get(HEARTBEAT_ENV) or 15.0)
-    app = create_app(instance, token=token, heartbeat_s=heartbeat_s)
+    settings = settings or ApiSettings.from_env()
+    token = settings.token
+    app = create_app(
+        instance,
+        token=token,
+        heartbeat_s=settings.heartbeat_s,
+        max_streams=settings.max_streams,
+        cors_origins=settings.cors_origins,
+    )
+    # Caps + overflow + the instance's own files and sockets.
+    _raise_fd_limit(2 * settings.max_connections + 256)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        # Listening before the line below is printed: a client that reads it and connects at once
+        # waits in the backlog for uvicorn instead of being refused.
+        sock.listen(2048)
     except OSError as exc:
         sock.close()
         raise UsageError(
@@ -230,12 +472,25 @@ def serve(instance: DagsterInstance, host: str = "127.0.0.1", port: int = 8000) 
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     print(
-        f"job serve: listening on http://{shown}:{bound} (auth: {'bearer token' if token else 'off'})",
+        f"job serve: listening on http://{shown}:{bound} (auth: {'bearer token' if token else 'off'}; "
+        f"cors: {', '.join(settings.cors_origins) or 'off'})",
         flush=True,
     )
     if not token and host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning(
             "serving on %s without %s: anyone who can reach it can cancel batches", host, TOKEN_ENV
         )
-    config = uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=2, lifespan="off")
+    limits = settings.connection_limits()
+    config = uvicorn.Config(
+        app,
+        log_level="info",
+        timeout_graceful_shutdown=2,
+        lifespan="off",
+        # h11, not httptools: h11 bounds what it buffers, and the guard (kit/http_guard.py) is a
+        # subclass of uvicorn's h11 protocol that adds the header size, header time and
+        # connection caps that neither enforces.
+        http=guarded_protocol(limits),  # type: ignore[arg-type]
+        h11_max_incomplete_event_size=limits.h11_max_incomplete_event_size,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
     uvicorn.Server(config).run(sockets=[sock])

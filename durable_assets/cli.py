@@ -66,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="the status HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed at start)")
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow a browser page on ORIGIN (scheme://host[:port]) to call the API; repeatable, "
+        "added to DURABLE_API_CORS_ORIGINS (default: no cross-origin access)",
+    )
 
     provider = sub.add_parser("provider", help="the Stripe-compatible payment simulator")
     psub = provider.add_subparsers(dest="provider_command", required=True, parser_class=_Parser)
@@ -257,9 +265,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if args.command == "serve":
+        from durable_assets.api import ApiSettings
         from durable_assets.api import serve as serve_api
 
-        serve_api(_instance(args.verbose), args.host, args.port)
+        # Bad values: exit 2 before the instance is opened.
+        settings = ApiSettings.from_env(cors_origins=args.cors_origin)
+        serve_api(_instance(args.verbose), args.host, args.port, settings)
         return EXIT_OK
 
     from durable_assets import runner, status

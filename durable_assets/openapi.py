@@ -43,6 +43,28 @@ SCHEMAS: dict[str, Any] = {
             "message": {"type": "string", "description": "what happened and what to do"},
         },
     },
+    "OverCapacity": {
+        "type": "object",
+        "description": "503: a cap of the server is full. `setting` is the variable that raises it.",
+        "required": ["error", "message", "cap", "limit", "setting"],
+        "properties": {
+            "error": {"type": "string", "const": "over_capacity"},
+            "message": {"type": "string"},
+            "cap": {"type": "string", "enum": ["connections", "event_streams"]},
+            "limit": {"type": "integer", "minimum": 1},
+            "setting": {"type": "string", "description": "e.g. DURABLE_API_MAX_CONNECTIONS"},
+        },
+    },
+    "LimitExceeded": {
+        "type": "object",
+        "description": "431 / 408 written before any route runs; the connection is then closed.",
+        "required": ["error", "message", "setting"],
+        "properties": {
+            "error": {"type": "string", "enum": ["header_too_large", "header_timeout"]},
+            "message": {"type": "string"},
+            "setting": {"type": "string", "description": "e.g. DURABLE_API_MAX_HEADER_BYTES"},
+        },
+    },
     "Health": {
         "type": "object",
         "required": ["status"],
@@ -182,6 +204,17 @@ _ID_PARAM = {
 _BAD_ID = _error("malformed batch ID")
 _UNKNOWN = _error("no batch with this ID")
 
+_OVER_CONNECTIONS = _json(
+    _ref("OverCapacity"),
+    "the connection cap is full (`cap`: connections; closed after the answer)",
+)
+_OVER_STREAMS = _json(
+    _ref("OverCapacity"),
+    "a cap is full: too many connections, or too many open event streams (`cap`: event_streams)",
+)
+_HEADER_TOO_LARGE = _json(_ref("LimitExceeded"), "the request head is over the size limit (then closed)")
+
+
 HEALTHZ: dict[str, Any] = {
     "operationId": "healthz",
     "summary": "Liveness; never needs the token",
@@ -214,6 +247,15 @@ RUN_EVENTS: dict[str, Any] = {
     "parameters": [
         _ID_PARAM,
         {
+            "name": "access_token",
+            "in": "query",
+            "required": False,
+            "description": "the bearer token, for clients that cannot send headers (a browser's "
+            "EventSource); accepted on this route only, ignored when an Authorization header is "
+            "sent, and never logged. See docs/api.md",
+            "schema": {"type": "string"},
+        },
+        {
             "name": "Last-Event-ID",
             "in": "header",
             "required": False,
@@ -230,6 +272,7 @@ RUN_EVENTS: dict[str, Any] = {
         "204": {"description": "resumed after the last event of a batch that has ended: nothing more"},
         "404": _UNKNOWN,
         "422": _error("malformed batch ID or Last-Event-ID"),
+        "503": _OVER_STREAMS,
     },
 }
 CANCEL_RUN: dict[str, Any] = {
@@ -260,12 +303,23 @@ OPENAPI: dict[str, Any] = {
 }
 
 
-def document(operations: list[tuple[str, str, dict[str, Any]]], *, auth: bool) -> dict[str, Any]:
-    """The OpenAPI document for ``(path, method, operation)`` triples; ``auth``: a token is required."""
+def document(
+    operations: list[tuple[str, str, dict[str, Any]]],
+    *,
+    auth: bool,
+    always_served: frozenset[str] = frozenset({"/healthz"}),
+) -> dict[str, Any]:
+    """The OpenAPI document for ``(path, method, operation)`` triples; ``auth``: a token is required.
+
+    ``always_served``: paths answered even past the connection cap; every other route can be 503.
+    """
     paths: dict[str, dict[str, Any]] = {}
     for path, method, operation in operations:
         op = dict(operation)
         op["responses"] = dict(op["responses"])
+        op["responses"]["431"] = _HEADER_TOO_LARGE
+        if path not in always_served:
+            op["responses"].setdefault("503", _OVER_CONNECTIONS)
         if auth and op.get("security") != []:
             op["responses"]["401"] = _error("missing or wrong bearer token")
         op["responses"].setdefault("500", _error("unexpected server error (details in the server log)"))

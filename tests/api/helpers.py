@@ -6,7 +6,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,8 @@ TOKEN = "test-token-Zq9"
 class ApiServer:
     """`job serve --port 0`; the address comes from the line it prints once it listens."""
 
-    def __init__(self, env: Mapping[str, str], log_dir: Path) -> None:
-        self.proc = JobProcess(["serve", "--port", "0"], env, log_dir)
+    def __init__(self, env: Mapping[str, str], log_dir: Path, args: Sequence[str] = ()) -> None:
+        self.proc = JobProcess(["serve", "--port", "0", *args], env, log_dir)
         found = wait_until(
             lambda: (
                 re.search(r"listening on (http://\S+)", self.proc.stdout) or self.proc.proc.poll() is not None
