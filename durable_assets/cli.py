@@ -272,14 +272,19 @@ def _watch(instance: Any, batch_id: str, stop: threading.Event, out: TextIO) -> 
 
 
 def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
+    from durable_assets.kit.console import ClosedPipeSafe, user_stream
+
+    # Opened before the run: it keeps reaching the terminal while Dagster's output goes to the log.
+    out = ClosedPipeSafe(user_stream())
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(instance, batch_id, stop, sys.stderr), daemon=True)
+    watcher = threading.Thread(target=_watch, args=(instance, batch_id, stop, out), daemon=True)
     watcher.start()
     try:
         return fn()
     finally:
         stop.set()
         watcher.join(timeout=2)
+        out.close()
 
 
 def _finish(instance: Any, batch_id: str) -> int:
@@ -288,19 +293,31 @@ def _finish(instance: Any, batch_id: str) -> int:
     st = batch_status(instance, batch_id)
     print(f"batch {batch_id}: {st['status']}")
     if st["status"] != "succeeded":
-        failed = next((s for s in st["steps"] if s["status"] == "failed"), None)
-        if failed:
-            print(
-                f"  step {failed['step']} ({failed['step_name']}) failed; see `job status --id {batch_id}` "
-                f"and the run {st['run_ids'][-1]} in the Dagster UI",
-                file=sys.stderr,
-            )
+        _print_failure(instance, batch_id, st)
         return EXIT_FAILED
     base = instance.root_directory
     print(f"  report: {base}/batches/{batch_id}/refund_report.csv")
     print(f"  quarantine: {base}/batches/{batch_id}/quarantine.csv")
     print(f"  status: job status --id {batch_id}")
     return EXIT_OK
+
+
+def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
+    """One line: the step, the reason our code gave, and the log with everything else."""
+    from durable_assets.batch_log import failure_reason, log_path
+
+    run = instance.get_run_by_id(st["run_ids"][-1])
+    step_key, reason = failure_reason(instance, run)
+    where = ""
+    if step_key:
+        number = next((s["step"] for s in st["steps"] if s["step_name"] == step_key), None)
+        where = f" at step {number} ({step_key})" if number else f" at {step_key}"
+    log = log_path(instance, batch_id)
+    print(
+        f"error: batch {batch_id} {st['status']}{where}: {reason.rstrip('.')}; full log: {log}"
+        + (f"; continue with `job resume --id {batch_id}`" if st["status"] == "canceled" else ""),
+        file=sys.stderr,
+    )
 
 
 def _print_status(st: dict[str, Any], as_json: bool) -> None:
@@ -343,7 +360,11 @@ def _prune(instance: Any, args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from durable_assets.kit.console import ClosedPipeSafe, echo_worker_output
+
+    ClosedPipeSafe.install()  # `job list | head -3`: stop writing quietly, finish, keep the exit code
     args = build_parser().parse_args(argv)
+    echo_worker_output(args.verbose)
     try:
         return _dispatch(args)
     except DurableError as exc:
@@ -354,6 +375,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; `job resume` continues the batch", file=sys.stderr)
         return EXIT_FAILED
+    except Exception as exc:  # a bug or an environment we did not foresee: still one line
+        print(
+            f"error: unexpected {type(exc).__name__}: {' '.join(str(exc).split())}"
+            + ("" if args.verbose else " (run with --verbose for the traceback)"),
+            file=sys.stderr,
+        )
+        if args.verbose:
+            traceback.print_exc()
+        return EXIT_FAILED
+    finally:
+        sys.stdout.flush()  # while the pipe guard is on: the interpreter's own flush would complain
 
 
 def _check_before_instance(args: argparse.Namespace) -> None:
