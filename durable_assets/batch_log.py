@@ -39,8 +39,21 @@ def batch_output(instance: DagsterInstance, batch_id: str, what: str) -> Iterato
         yield
 
 
+def batch_failure(instance: DagsterInstance, runs: list[DagsterRun]) -> tuple[str | None, str]:
+    """(failed step, reason) from the newest of ``runs`` that recorded a failure.
+
+    Newest first, because this process's run need not be the batch's newest: a worker fenced out by
+    a resume reports why it stopped while the resume's run is still going.
+    """
+    for run in reversed(runs):
+        step, reason = failure_reason(instance, run)
+        if step or reason:
+            return step, reason
+    return None, f"the run ended {runs[-1].status.value}" if runs else "no run"
+
+
 def failure_reason(instance: DagsterInstance, run: DagsterRun) -> tuple[str | None, str]:
-    """(failed step key or None, one-line reason) of a run that did not succeed."""
+    """(failed step key or None, one-line reason, "" if none was recorded) of one run."""
     step, reason = None, ""
     for record in instance.all_logs(
         run.run_id, of_type={DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE}
@@ -56,7 +69,7 @@ def failure_reason(instance: DagsterInstance, run: DagsterRun) -> tuple[str | No
         elif event.event_type == DagsterEventType.RUN_FAILURE and not reason:
             error = getattr(event.event_specific_data, "error", None)
             reason = _error_reason(error) if error else (record.message or "")
-    return step, _one_line(reason or f"the run ended {run.status.value}")
+    return step, _one_line(reason)
 
 
 def _error_reason(error: Any) -> str:

@@ -304,10 +304,10 @@ def _finish(instance: Any, batch_id: str) -> int:
 
 def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
     """One line: the step, the reason our code gave, and the log with everything else."""
-    from durable_assets.batch_log import failure_reason, log_path
+    from durable_assets.batch_log import batch_failure, log_path
 
-    run = instance.get_run_by_id(st["run_ids"][-1])
-    step_key, reason = failure_reason(instance, run)
+    runs = [r for r in (instance.get_run_by_id(run_id) for run_id in st["run_ids"]) if r is not None]
+    step_key, reason = batch_failure(instance, runs)
     where = ""
     if step_key:
         number = next((s["step"] for s in st["steps"] if s["step_name"] == step_key), None)
@@ -392,6 +392,8 @@ def _check_before_instance(args: argparse.Namespace) -> None:
     """What parsing alone cannot check, done before the instance is opened or a batch is created."""
     if args.command in ("run", "resume", "backfill"):
         check_worker_env()
+    if args.command == "serve":
+        check_worker_env({"DURABLE_API_HEARTBEAT_S": (False, 0, True)})
     if args.command == "run" and args.invoices:
         from durable_assets.refunds.validation import read_invoice_file
 
@@ -420,12 +422,12 @@ WORKER_ENV: dict[str, tuple[bool, float, bool]] = {
 }
 
 
-def check_worker_env() -> None:
+def check_worker_env(variables: dict[str, tuple[bool, float, bool]] = WORKER_ENV) -> None:
     """A malformed number in the environment fails here, naming the variable, not as a traceback
     from the step (or the import) that reads it."""
     import os
 
-    for name, (integer, low, low_open) in WORKER_ENV.items():
+    for name, (integer, low, low_open) in variables.items():
         raw = os.environ.get(name, "").strip()
         if not raw:
             continue
@@ -440,19 +442,26 @@ def check_worker_env() -> None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    _check_before_instance(args)
     if args.command == "provider":
         from durable_assets.payments.simulator import serve as serve_simulator
 
-        serve_simulator(
-            args.host,
-            args.port,
-            args.db,
-            latency_ms=args.latency_ms,
-            error_rate=args.error_rate,
-            lost_response_rate=args.lost_response_rate,
-            rate_limit=args.rate_limit,
-            seed=args.seed,
-        )
+        try:
+            serve_simulator(
+                args.host,
+                args.port,
+                args.db,
+                latency_ms=args.latency_ms,
+                error_rate=args.error_rate,
+                lost_response_rate=args.lost_response_rate,
+                rate_limit=args.rate_limit,
+                seed=args.seed,
+            )
+        except OSError as exc:  # bind or database open: what the user changes is --port or --db
+            raise UsageError(
+                f"cannot serve on {args.host}:{args.port} with --db {args.db}: {exc.strerror or exc}; "
+                "pick another --port (0 = any free port) or --db"
+            ) from exc
         return EXIT_OK
     if args.command == "serve":
         from durable_assets.api import serve as serve_api
@@ -460,7 +469,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         serve_api(_instance(args.verbose), args.host, args.port)
         return EXIT_OK
 
-    _check_before_instance(args)
     from durable_assets import runner, status
 
     instance = _instance(args.verbose)

@@ -276,3 +276,18 @@ def test_settings_errors_name_the_option_or_variable() -> None:
     }
     with pytest.raises(WebhookConfigError, match=r"^DURABLE_WEBHOOK_MAX_ATTEMPTS='lots' is not a number"):
         WebhookSettings.from_env(env)
+
+
+def test_busy_port_and_bad_server_setting_are_one_line_exit_2(
+    dagster_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        assert cli.main(["provider", "serve", "--port", port, "--db", str(tmp_path / "sim.db")]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert f"127.0.0.1:{port}" in line and "--port" in line
+    monkeypatch.setenv("DURABLE_API_HEARTBEAT_S", "often")
+    assert cli.main(["serve", "--port", "0"]) == 2
+    assert "DURABLE_API_HEARTBEAT_S='often'" in _one_error_line(capsys.readouterr().err)
