@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import threading
 import traceback
@@ -22,8 +23,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        """One line, like every other error; the usage is one `--help` away."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,19 +33,30 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="start batch ID and run it to the end")
-    run.add_argument("--id", required=True)
-    run.add_argument("--invoices", help="CSV or Parquet file (schema in README); default: synthetic")
-    run.add_argument("--size", type=int, default=1000, help="synthetic batch size (default 1000)")
+    run.add_argument("--id", required=True, type=_batch_id)
+    run.add_argument(
+        "--input",
+        "--invoices",
+        dest="invoices",
+        metavar="PATH",
+        help="CSV or Parquet file (schema in README); default: synthetic",
+    )
+    run.add_argument(
+        "--size",
+        type=_size,
+        default=1000,
+        help=f"synthetic batch size, 1..{MAX_SIZE:,} (default 1000)",
+    )
 
     for name, text in (
         ("resume", "continue batch ID from its last committed step"),
         ("cancel", "ask batch ID to stop at the next step boundary or refund chunk"),
     ):
         sp = sub.add_parser(name, help=text)
-        sp.add_argument("--id", required=True)
+        sp.add_argument("--id", required=True, type=_batch_id)
 
     status = sub.add_parser("status", help="the batch's state")
-    status.add_argument("--id", required=True)
+    status.add_argument("--id", required=True, type=_batch_id)
     status.add_argument("--json", action="store_true")
 
     lst = sub.add_parser("list", help="batches, newest first")
@@ -52,20 +64,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     prune = sub.add_parser("prune", help="archive, then delete, old finished batches (docs/retention.md)")
     prune.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
-    prune.add_argument("--completed-days", type=float, help="keep succeeded batches this long (default 30)")
+    prune.add_argument("--completed-days", type=_days, help="keep succeeded batches this long (default 30)")
     prune.add_argument(
-        "--failed-days", type=float, help="keep failed/canceled batches this long (default 90)"
+        "--failed-days", type=_days, help="keep failed/canceled batches this long (default 90)"
     )
-    prune.add_argument("--ledger-days", type=float, help="keep idempotency keys this long (default 365)")
-    prune.add_argument("--archive-dir", help="where archives go (default $DAGSTER_HOME/archive)")
+    prune.add_argument("--ledger-days", type=_days, help="keep idempotency keys this long (default 365)")
+    prune.add_argument(
+        "--archive-dir", type=_directory, help="where archives go (default $DAGSTER_HOME/archive)"
+    )
     prune.add_argument("--json", action="store_true")
     bf = sub.add_parser("backfill", help="run or finish the daily batches daily-YYYY-MM-DD of a range")
     bf.add_argument("--from", dest="first", required=True, type=_day, help="first day, YYYY-MM-DD")
     bf.add_argument("--to", dest="last", required=True, type=_day, help="last day, YYYY-MM-DD (inclusive)")
 
     serve = sub.add_parser("serve", help="the status HTTP API")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed at start)")
+    serve.add_argument("--host", type=_host, default="127.0.0.1")
+    serve.add_argument("--port", type=_port, default=8000, help="0 picks a free port (printed at start)")
     serve.add_argument(
         "--cors-origin",
         action="append",
@@ -78,18 +92,24 @@ def build_parser() -> argparse.ArgumentParser:
     provider = sub.add_parser("provider", help="the Stripe-compatible payment simulator")
     psub = provider.add_subparsers(dest="provider_command", required=True, parser_class=_Parser)
     ps = psub.add_parser("serve", help="serve the simulator over HTTP")
-    ps.add_argument("--host", default="127.0.0.1")
-    ps.add_argument("--port", type=int, default=12111)
-    ps.add_argument("--db", default="simulator.db", help="SQLite file holding charges, refunds and keys")
-    ps.add_argument("--latency-ms", type=float, default=0.0)
-    ps.add_argument("--error-rate", type=float, default=0.0, help="fraction answered 500 before processing")
+    ps.add_argument("--host", type=_host, default="127.0.0.1")
+    ps.add_argument("--port", type=_port, default=12111, help="0 picks a free port (printed at start)")
+    ps.add_argument(
+        "--db", type=_db_file, default="simulator.db", help="SQLite file holding charges, refunds and keys"
+    )
+    ps.add_argument("--latency-ms", type=_non_negative, default=0.0)
+    ps.add_argument(
+        "--error-rate", type=_fraction, default=0.0, help="fraction answered 500 before processing"
+    )
     ps.add_argument(
         "--lost-response-rate",
-        type=float,
+        type=_fraction,
         default=0.0,
         help="fraction committed, then the connection dropped",
     )
-    ps.add_argument("--rate-limit", type=float, default=None, help="requests/s; beyond it 429 + Retry-After")
+    ps.add_argument(
+        "--rate-limit", type=_positive, default=None, help="requests/s; beyond it 429 + Retry-After"
+    )
     ps.add_argument("--seed", type=int, default=None)
     ps.add_argument(
         "--api-key",
@@ -102,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# --- option types: every value is checked while parsing, before an instance or a batch exists ------
+
+#: The synthetic generator's bound (the ``invoices`` step's config allows no more).
+MAX_SIZE = 10_000_000
+
+
 def _day(text: str) -> Any:
     from datetime import date
 
@@ -109,6 +135,104 @@ def _day(text: str) -> Any:
         return date.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a YYYY-MM-DD date: {text!r}") from None
+
+
+def _batch_id(text: str) -> str:
+    from durable_assets.status import BATCH_ID_PATTERN
+
+    if not BATCH_ID_PATTERN.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"invalid batch ID {text!r}: use 1-64 characters from A-Z a-z 0-9 _ . -, "
+            "starting with a letter or digit"
+        )
+    return text
+
+
+def _integer(text: str, low: int, high: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: use {low}..{high}")
+    return value
+
+
+def _size(text: str) -> int:
+    return _integer(text, 1, MAX_SIZE)
+
+
+def _port(text: str) -> int:
+    return _integer(text, 0, 65535)
+
+
+def _number(text: str, *, low: float, high: float = math.inf, low_open: bool = False) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
+        bound = f"> {low:g}" if low_open else f">= {low:g}"
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is out of range: use a number {bound}"
+            + (f" and <= {high:g}" if high < math.inf else "")
+        )
+    return value
+
+
+def _days(text: str) -> float:
+    return _number(text, low=0)
+
+
+def _non_negative(text: str) -> float:
+    return _number(text, low=0)
+
+
+def _positive(text: str) -> float:
+    return _number(text, low=0, low_open=True)
+
+
+def _fraction(text: str) -> float:
+    return _number(text, low=0, high=1)
+
+
+def _host(text: str) -> str:
+    import socket
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty host")
+    try:
+        socket.getaddrinfo(text, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot resolve host {text!r} ({exc})") from None
+    return text
+
+
+def _directory(text: str) -> str:
+    """A directory that exists and is writable, or one that can be created (its nearest existing
+    ancestor is a writable directory)."""
+    import os
+    from pathlib import Path
+
+    path = Path(text).expanduser().absolute()
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory ({existing} is a file)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r}: {existing} is not writable")
+    return text
+
+
+def _db_file(text: str) -> str:
+    """A file to open or create: not a directory, in a directory that exists."""
+    from pathlib import Path
+
+    path = Path(text).expanduser().absolute()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory, not a database file")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: directory {path.parent} does not exist")
+    return text
 
 
 def _instance(verbose: bool) -> Any:
@@ -164,14 +288,19 @@ def _watch(instance: Any, batch_id: str, stop: threading.Event, out: TextIO) -> 
 
 
 def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
+    from durable_assets.kit.console import ClosedPipeSafe, user_stream
+
+    # Opened before the run: it keeps reaching the terminal while Dagster's output goes to the log.
+    out = ClosedPipeSafe(user_stream())
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(instance, batch_id, stop, sys.stderr), daemon=True)
+    watcher = threading.Thread(target=_watch, args=(instance, batch_id, stop, out), daemon=True)
     watcher.start()
     try:
         return fn()
     finally:
         stop.set()
         watcher.join(timeout=2)
+        out.close()
 
 
 def _finish(instance: Any, batch_id: str) -> int:
@@ -180,19 +309,31 @@ def _finish(instance: Any, batch_id: str) -> int:
     st = batch_status(instance, batch_id)
     print(f"batch {batch_id}: {st['status']}")
     if st["status"] != "succeeded":
-        failed = next((s for s in st["steps"] if s["status"] == "failed"), None)
-        if failed:
-            print(
-                f"  step {failed['step']} ({failed['step_name']}) failed; see `job status --id {batch_id}` "
-                f"and the run {st['run_ids'][-1]} in the Dagster UI",
-                file=sys.stderr,
-            )
+        _print_failure(instance, batch_id, st)
         return EXIT_FAILED
     base = instance.root_directory
     print(f"  report: {base}/batches/{batch_id}/refund_report.csv")
     print(f"  quarantine: {base}/batches/{batch_id}/quarantine.csv")
     print(f"  status: job status --id {batch_id}")
     return EXIT_OK
+
+
+def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
+    """One line: the step, the reason our code gave, and the log with everything else."""
+    from durable_assets.batch_log import batch_failure, log_path
+
+    runs = [r for r in (instance.get_run_by_id(run_id) for run_id in st["run_ids"]) if r is not None]
+    step_key, reason = batch_failure(instance, runs)
+    where = ""
+    if step_key:
+        number = next((s["step"] for s in st["steps"] if s["step_name"] == step_key), None)
+        where = f" at step {number} ({step_key})" if number else f" at {step_key}"
+    log = log_path(instance, batch_id)
+    print(
+        f"error: batch {batch_id} {st['status']}{where}: {reason.rstrip('.')}; full log: {log}"
+        + (f"; continue with `job resume --id {batch_id}`" if st["status"] == "canceled" else ""),
+        file=sys.stderr,
+    )
 
 
 def _print_status(st: dict[str, Any], as_json: bool) -> None:
@@ -235,7 +376,11 @@ def _prune(instance: Any, args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from durable_assets.kit.console import ClosedPipeSafe, echo_worker_output
+
+    ClosedPipeSafe.install()  # `job list | head -3`: stop writing quietly, finish, keep the exit code
     args = build_parser().parse_args(argv)
+    echo_worker_output(args.verbose)
     try:
         return _dispatch(args)
     except DurableError as exc:
@@ -246,23 +391,94 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; `job resume` continues the batch", file=sys.stderr)
         return EXIT_FAILED
+    except Exception as exc:  # a bug or an environment we did not foresee: still one line
+        print(
+            f"error: unexpected {type(exc).__name__}: {' '.join(str(exc).split())}"
+            + ("" if args.verbose else " (run with --verbose for the traceback)"),
+            file=sys.stderr,
+        )
+        if args.verbose:
+            traceback.print_exc()
+        return EXIT_FAILED
+    finally:
+        sys.stdout.flush()  # while the pipe guard is on: the interpreter's own flush would complain
+
+
+def _check_before_instance(args: argparse.Namespace) -> None:
+    """What parsing alone cannot check, done before the instance is opened or a batch is created."""
+    if args.command in ("run", "resume", "backfill"):
+        check_worker_env()
+    if args.command == "serve":
+        check_worker_env({"DURABLE_API_HEARTBEAT_S": (False, 0, True)})
+    if args.command == "run" and args.invoices:
+        from durable_assets.refunds.validation import read_invoice_file
+
+        read_invoice_file(args.invoices)  # unreadable or malformed: exit 2, and the ID stays unused
+    if args.command == "backfill":
+        from durable_assets.backfill import days_between
+
+        days_between(args.first, args.last)
+    if args.command == "prune":
+        from durable_assets.retention import policy_from_env
+
+        policy_from_env(args.completed_days, args.failed_days, args.ledger_days)
+
+
+#: The numeric settings the run worker reads (definitions.py, runner.py, batch_webhooks.py):
+#: name -> (integer?, smallest allowed, is the smallest itself excluded?).
+WORKER_ENV: dict[str, tuple[bool, float, bool]] = {
+    "DURABLE_CONCURRENCY": (True, 1, False),
+    "DURABLE_RATE_LIMIT": (False, 0, True),
+    "DURABLE_LEASE_TTL_S": (False, 0, True),
+    "DURABLE_KEY_RETENTION_HOURS": (False, 0, True),
+    "DURABLE_STEP_DELAY_S": (False, 0, False),
+    "DURABLE_MAX_REFUNDS_PER_BATCH": (True, 0, False),
+    "DURABLE_MAX_AMOUNT_PER_BATCH_CENTS": (True, 0, False),
+    "DURABLE_WEBHOOK_CLI_BUDGET_S": (False, 0, False),
+}
+
+
+def check_worker_env(variables: dict[str, tuple[bool, float, bool]] = WORKER_ENV) -> None:
+    """A malformed number in the environment fails here, naming the variable, not as a traceback
+    from the step (or the import) that reads it."""
+    import os
+
+    for name, (integer, low, low_open) in variables.items():
+        raw = os.environ.get(name, "").strip()
+        if not raw:
+            continue
+        kind = "a whole number" if integer else "a number"
+        try:
+            value = int(raw) if integer else float(raw)
+        except ValueError:
+            raise UsageError(f"{name}={raw!r} is not {kind}; fix or unset it") from None
+        if not math.isfinite(value) or value < low or (low_open and value == low):
+            bound = f"> {low:g}" if low_open else f">= {low:g}"
+            raise UsageError(f"{name}={raw!r} is out of range: use {kind} {bound}, or unset it")
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    _check_before_instance(args)
     if args.command == "provider":
         from durable_assets.payments.simulator import serve as serve_simulator
 
-        serve_simulator(
-            args.host,
-            args.port,
-            args.db,
-            latency_ms=args.latency_ms,
-            error_rate=args.error_rate,
-            lost_response_rate=args.lost_response_rate,
-            rate_limit=args.rate_limit,
-            seed=args.seed,
-            api_keys=args.api_keys,
-        )
+        try:
+            serve_simulator(
+                args.host,
+                args.port,
+                args.db,
+                latency_ms=args.latency_ms,
+                error_rate=args.error_rate,
+                lost_response_rate=args.lost_response_rate,
+                rate_limit=args.rate_limit,
+                seed=args.seed,
+                api_keys=args.api_keys,
+            )
+        except OSError as exc:  # bind or database open: what the user changes is --port or --db
+            raise UsageError(
+                f"cannot serve on {args.host}:{args.port} with --db {args.db}: {exc.strerror or exc}; "
+                "pick another --port (0 = any free port) or --db"
+            ) from exc
         return EXIT_OK
     if args.command == "serve":
         from durable_assets.api import ApiSettings
@@ -275,16 +491,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from durable_assets import runner, status
 
-    if getattr(args, "id", None) is not None:
-        status.check_batch_id(args.id)
     instance = _instance(args.verbose)
     if args.command == "run":
-        if args.size < 1:
-            raise UsageError("--size must be at least 1")
-        if args.invoices:
-            from durable_assets.refunds.validation import read_invoice_file
-
-            read_invoice_file(args.invoices)  # fail fast with exit 2 before a run exists
         _with_progress(
             instance,
             args.id,
@@ -308,7 +516,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "backfill":
         from durable_assets.backfill import backfill_days, days_between
 
-        days = days_between(args.first, args.last)
+        days = days_between(args.first, args.last)  # checked already; cheap
         return EXIT_OK if backfill_days(instance, days, print) else EXIT_FAILED
     if args.command == "list":
         batches = status.list_batches(instance)

@@ -2,7 +2,8 @@
 
 Every condition a user or operator can act on has its own class, so callers (the CLI, the HTTP API,
 Dagster's retry policy) can decide by type rather than by parsing messages. Messages say what
-happened and what to do next.
+happened and what to do next, naming what the user changes (an option, a ``DURABLE_*`` variable, a
+file and line), never a Python class or field.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ class GuardrailError(DurableError):
 
 
 class RefundCeilingExceededError(GuardrailError):
-    """The batch's refunds would exceed the configured per-batch count or amount ceiling."""
+    """The batch's refunds would exceed the per-batch count or amount ceiling
+    (``DURABLE_MAX_REFUNDS_PER_BATCH``, ``DURABLE_MAX_AMOUNT_PER_BATCH_CENTS``)."""
 
 
 class RefundAboveRefundableError(GuardrailError):

@@ -24,6 +24,7 @@ from dagster import (
 )
 
 from durable_assets import batch_webhooks
+from durable_assets.batch_log import batch_output
 from durable_assets.definitions import refund_batch_job
 from durable_assets.errors import BatchExistsError, LeaseHeldError, UnknownBatchError
 from durable_assets.kit.cancel import CancelStore
@@ -96,12 +97,13 @@ def start_batch(
         config: dict[str, Any] = {"size": size}
         if invoices:
             config["path"] = str(Path(invoices).resolve())
-        result = execute_job(
-            reconstructable(refund_batch_job),
-            instance,
-            run_config={"ops": {"invoices": {"config": config}}, **QUIET_LOGS},
-            tags=_tags(batch_id),
-        )
+        with batch_output(instance, batch_id, "run"):
+            result = execute_job(
+                reconstructable(refund_batch_job),
+                instance,
+                run_config={"ops": {"invoices": {"config": config}}, **QUIET_LOGS},
+                tags=_tags(batch_id),
+            )
     batch_webhooks.notify_batch(instance, batch_id)
     return _reload(instance, result.run_id)
 
@@ -150,12 +152,13 @@ def resume_batch(instance: DagsterInstance, batch_id: str) -> DagsterRun | None:
             )
         if not finished_without_reexecution:
             CancelStore(db).clear(batch_id)
-            result = execute_job(
-                reconstructable(refund_batch_job),
-                instance,
-                reexecution_options=ReexecutionOptions.from_failure(newest.run_id, instance),
-                tags=_tags(batch_id),
-            )
+            with batch_output(instance, batch_id, "resume"):
+                result = execute_job(
+                    reconstructable(refund_batch_job),
+                    instance,
+                    reexecution_options=ReexecutionOptions.from_failure(newest.run_id, instance),
+                    tags=_tags(batch_id),
+                )
     batch_webhooks.notify_batch(instance, batch_id)
     return None if finished_without_reexecution else _reload(instance, result.run_id)
 

@@ -85,10 +85,14 @@ class RetentionPolicy:
     ledger_days: float = 365.0
 
     def __post_init__(self) -> None:
-        for name in ("completed_days", "failed_days", "ledger_days"):
+        for name, where in (
+            ("completed_days", "--completed-days / DURABLE_RETENTION_COMPLETED_DAYS"),
+            ("failed_days", "--failed-days / DURABLE_RETENTION_FAILED_DAYS"),
+            ("ledger_days", "--ledger-days / DURABLE_LEDGER_RETENTION_DAYS"),
+        ):
             value = getattr(self, name)
-            if not value >= 0:  # also rejects NaN
-                raise UsageError(f"retention {name.replace('_', ' ')} must be a number >= 0, got {value}")
+            if not value >= 0 or value == float("inf"):  # also rejects NaN
+                raise UsageError(f"{where} must be a number of days >= 0, got {value}")
 
     def horizon_days(self, status: str) -> float:
         return self.completed_days if status == "succeeded" else self.failed_days

@@ -154,17 +154,22 @@ class WebhookSettings:
             raise WebhookConfigError(
                 "DURABLE_WEBHOOK_URLS is set but DURABLE_WEBHOOK_SECRET is not; nothing is sent unsigned"
             )
-        try:
-            return cls(
-                urls=tuple(dict.fromkeys(urls)),
-                key=decode_secret(secret),
-                timeout_s=float(env.get("DURABLE_WEBHOOK_TIMEOUT_S", 10.0)),
-                backoff_base_s=float(env.get("DURABLE_WEBHOOK_BACKOFF_BASE_S", 1.0)),
-                backoff_cap_s=float(env.get("DURABLE_WEBHOOK_BACKOFF_CAP_S", 3600.0)),
-                max_attempts=int(env.get("DURABLE_WEBHOOK_MAX_ATTEMPTS", 16)),
-            )
-        except ValueError as exc:
-            raise WebhookConfigError(f"invalid DURABLE_WEBHOOK_* tuning value: {exc}") from exc
+
+        def number(name: str, default: float, kind: type[float] | type[int] = float) -> Any:
+            raw = env.get(name, "")
+            try:
+                return kind(raw) if raw.strip() else kind(default)
+            except ValueError:
+                raise WebhookConfigError(f"{name}={raw!r} is not a number; fix or unset it") from None
+
+        return cls(
+            urls=tuple(dict.fromkeys(urls)),
+            key=decode_secret(secret),
+            timeout_s=number("DURABLE_WEBHOOK_TIMEOUT_S", 10.0),
+            backoff_base_s=number("DURABLE_WEBHOOK_BACKOFF_BASE_S", 1.0),
+            backoff_cap_s=number("DURABLE_WEBHOOK_BACKOFF_CAP_S", 3600.0),
+            max_attempts=number("DURABLE_WEBHOOK_MAX_ATTEMPTS", 16, int),
+        )
 
     def retry_delay(self, attempts: int, retry_after: float | None) -> float:
         """Full jitter after ``attempts`` failures, never shorter than the receiver's Retry-After."""

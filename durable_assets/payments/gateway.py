@@ -849,7 +849,7 @@ def _sdk_call(request: Callable[[], stripe.StripeObject], idempotency_key: str |
             http_status=None,
             error_type=None,
             code="connection_error",
-            message=f"no answer ({_network_cause(error)})",
+            message=f"no answer from DURABLE_PAYMENTS_URL ({_network_cause(error)})",
             idempotency_key=idempotency_key,
         ) from error
     except stripe.StripeError as error:

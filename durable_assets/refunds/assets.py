@@ -270,13 +270,14 @@ def enforce_guardrails(candidates: pd.DataFrame, limits: RefundLimits) -> None:
     if len(over):
         raise RefundAboveRefundableError(
             f"{len(over)} refunds exceed their invoice's refundable amount "
-            f"(first: {over.iloc[0][s.INVOICE_ID]}); "
-            "nothing was sent."
+            f"(first: invoice {over.iloc[0][s.INVOICE_ID]}); nothing was sent. Check that invoice's "
+            "amount_charged and already_refunded in the input file."
         )
     if len(candidates) > limits.max_refunds_per_batch:
         raise RefundCeilingExceededError(
             f"{len(candidates)} refunds exceed the per-batch ceiling of {limits.max_refunds_per_batch}; "
-            "nothing was sent. Raise RefundLimits.max_refunds_per_batch if this batch is right."
+            "nothing was sent. If this batch is right, raise DURABLE_MAX_REFUNDS_PER_BATCH "
+            f"to at least {len(candidates)} and `job resume` it."
         )
     totals = candidates.groupby(s.CURRENCY)["refund_cents"].sum()
     above = totals[totals > limits.max_amount_per_batch_cents]
@@ -284,7 +285,8 @@ def enforce_guardrails(candidates: pd.DataFrame, limits: RefundLimits) -> None:
         cur = str(above.index[0])
         raise RefundCeilingExceededError(
             f"refunds of {int(above.iloc[0])} {cur} minor units exceed the per-batch ceiling of "
-            f"{limits.max_amount_per_batch_cents}; nothing was sent."
+            f"{limits.max_amount_per_batch_cents}; nothing was sent. If this batch is right, raise "
+            f"DURABLE_MAX_AMOUNT_PER_BATCH_CENTS to at least {int(above.iloc[0])} and `job resume` it."
         )
 
 

@@ -75,7 +75,7 @@ def synthetic_mix(size: int) -> dict[str, int]:
     counts the policy must find.
     """
     if size < 0:
-        raise UsageError(f"size must be >= 0, got {size}")
+        raise UsageError(f"--size must be >= 0, got {size}")
     counts = {kind: int(np.floor(size * share + 0.5)) for kind, share in MIX.items()}
     clean = size - sum(counts.values())
     if clean == 0 and counts["duplicate_charge"]:

@@ -17,7 +17,9 @@ amounts. Everything else is vectorised pandas / Arrow string kernels.
 
 from __future__ import annotations
 
+import csv
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Context, Decimal
 from os import PathLike, fspath
@@ -119,8 +121,12 @@ def read_invoice_file(path: str | PathLike[str]) -> pd.DataFrame:
     columns of any scalar type are cast to text by Arrow (prefer string or decimal columns for money:
     a float column is read via its shortest round-trip text, e.g. ``0.30000000000000004``).
 
+    CSV rows are checked against the header first (:func:`_csv_shape`): trailing *empty* extra fields
+    are ignored; a row with too few fields or a non-empty value past the last column rejects the file,
+    naming the line, because its values would otherwise land in the wrong columns.
+
     Raises :class:`InputFileError`, naming the file, if it is missing or unreadable, has an unsupported
-    extension, cannot be parsed (e.g. a CSV row with too many fields), or lacks required columns.
+    extension, cannot be parsed, has a misaligned CSV row (naming its line), or lacks required columns.
     """
     p = Path(fspath(path))
     suffix = p.suffix.lower()
@@ -156,21 +162,91 @@ def read_invoice_file(path: str | PathLike[str]) -> pd.DataFrame:
 
 
 def _read_csv(p: Path) -> pd.DataFrame:
+    names, widest = _csv_shape(p)
     try:
         frame = pd.read_csv(
             p,
+            header=0,  # replaced by positional names: the header's own names are taken by _csv_shape
+            names=list(range(widest)),
+            usecols=list(range(len(names))),  # trailing empty fields (checked empty) are dropped
+            index_col=False,  # never take the first column as the index, whatever the row widths
             dtype=str,
             keep_default_na=False,
             na_filter=False,
             encoding="utf-8",
             encoding_errors="replace",
         )
-    except pd.errors.EmptyDataError as exc:
-        raise InputFileError(f"{p}: file is empty (no header row)") from exc
     except (OSError, ValueError, UnicodeError) as exc:  # ParserError is a ValueError
         raise InputFileError(f"{p}: cannot read CSV: {exc}") from exc
-    # Short rows are padded with NaN even with na_filter=False; they are empty cells for our purposes.
+    frame.columns = pd.Index(names)
     return frame.fillna("").astype("str")
+
+
+def _csv_rows(p: Path) -> Iterator[tuple[int, list[str]]]:
+    """Each non-blank CSV record with the physical line it starts on (a quoted line break counts)."""
+    try:
+        with open(p, encoding="utf-8", errors="replace", newline="") as f:
+            reader = csv.reader(f)
+            line = 0
+            try:
+                for row in reader:
+                    start, line = line + 1, reader.line_num
+                    if row:  # a blank line is no record (pandas skips it too)
+                        yield start, row
+            except csv.Error as exc:
+                raise InputFileError(f"{p}: line {line + 1}: cannot read CSV: {exc}") from exc
+    except OSError as exc:
+        raise InputFileError(f"{p}: cannot read CSV: {exc.strerror or exc}") from exc
+
+
+def _csv_shape(p: Path) -> tuple[list[str], int]:
+    """Check every row's field count before pandas sees the file; (column names, widest record).
+
+    One pass of the ``csv`` module (same dialect as pandas' defaults); it costs about a third of the
+    pandas read, and it is what can name the physical line of a bad row.
+
+    ``named`` is the header's fields up to its last non-empty name (``a,b,c,`` names three). Every
+    data row must have the same number of fields, at least ``named``, and whatever lies past the
+    last named column must be empty: that is a trailing comma written on every row (spreadsheet and
+    hand-rolled exports do it), and it is ignored. A row with fewer fields, with a value past the
+    last column, or wider or narrower than the rows before it is misaligned (a missing field, an
+    unquoted comma inside a value): its values would land in the wrong columns, so the whole file is
+    rejected naming that row's line rather than read shifted.
+    """
+    rows = _csv_rows(p)
+    first = next(rows, None)
+    if first is None:
+        raise InputFileError(f"{p}: file is empty (no header row)")
+    header = first[1]
+    named = len(header)
+    while named > 1 and not header[named - 1].strip():
+        named -= 1
+    widest, width, first_line = len(header), -1, 0
+    for line, row in rows:
+        n = len(row)
+        if n == width:
+            if n == named or not any(value.strip() for value in row[named:]):
+                continue
+        elif width < 0 and n >= named:
+            width, first_line = n, line
+            widest = max(widest, n)
+            if n == named or not any(value.strip() for value in row[named:]):
+                continue
+        if n < named:
+            problem = "every row needs a field (empty if need be) for each column"
+        elif any(value.strip() for value in row[named:]):
+            problem = "it has values past the last column (an unquoted comma inside a value?)"
+        else:
+            problem = (
+                f"line {first_line} has {width}; every row must have the same number of fields "
+                "(a missing field, or an unquoted comma inside a value?)"
+            )
+        raise InputFileError(
+            f"{p}: line {line} has {n} fields but the header names {named} columns; {problem}. "
+            "Nothing was read."
+        )
+    header[0] = header[0].removeprefix("\ufeff")  # a UTF-8 byte-order mark is not part of the name
+    return [name.strip() or f"Unnamed: {i}" for i, name in enumerate(header[:named])], widest
 
 
 def _read_parquet(p: Path) -> pd.DataFrame:

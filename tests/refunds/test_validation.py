@@ -375,16 +375,74 @@ def test_header_only_csv_is_zero_rows(tmp_path: Path) -> None:
 def test_row_with_too_many_fields_fails_the_file_naming_it(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "ragged.csv", frame({}, {}))
     path.write_text(path.read_text() + "a,b,c,d,e,f,g,h,i,j,k,l,m\n")
-    with pytest.raises(InputFileError, match=r"ragged\.csv.*cannot read CSV"):
+    with pytest.raises(InputFileError, match=r"ragged\.csv: line 4 has 13 fields but the header names 11"):
         read_invoice_file(path)
 
 
-def test_short_rows_become_empty_cells_and_are_quarantined(tmp_path: Path) -> None:
+def test_short_row_fails_the_file_naming_its_line(tmp_path: Path) -> None:
+    # A missing field shifts every later value one column left; that is not a row we can quarantine
+    # with sensible reasons (or, worse, might pass), so the file is refused with the line to fix.
     path = write_csv(tmp_path / "short.csv", frame({}))
     path.write_text(path.read_text() + "INV-9,CUS-9\n")
-    result = validate_invoices(read_invoice_file(path))
-    assert result.quarantined[s.INVOICE_ID].tolist() == ["INV-9"]
-    assert "invalid_email" in result.quarantined[s.REASONS].iloc[0]
+    with pytest.raises(
+        InputFileError, match=r"short\.csv: line 3 has 2 fields but the header names 11"
+    ) as info:
+        read_invoice_file(path)
+    assert "\n" not in str(info.value) and info.value.exit_code == 2
+
+
+def _lines(raw: pd.DataFrame) -> list[str]:
+    return raw.to_csv(index=False).splitlines()
+
+
+def test_trailing_comma_on_every_row_is_read_unshifted(tmp_path: Path) -> None:
+    # pandas took the first column as the index when every data row had one more field than the
+    # header, shifting each value one column left (issue #14, defect 5).
+    raw = frame({}, {s.CANCELLED_AT: "2026-10-02T00:00:00Z"})
+    header, *rows = _lines(raw)
+    path = tmp_path / "export.csv"
+    path.write_text("\n".join([header, *(r + "," for r in rows)]) + "\n")
+    pd.testing.assert_frame_equal(read_invoice_file(path), raw)
+    assert validate_invoices(read_invoice_file(path)).quarantined.empty
+
+
+@pytest.mark.parametrize(
+    ("header_suffix", "row_suffixes"),
+    [(",", [",", ","]), (",", ["", ""]), ("", [",,", ", ,"]), (",,", [",", ","])],
+)
+def test_trailing_empty_fields_written_on_every_row_are_ignored(
+    tmp_path: Path, header_suffix: str, row_suffixes: list[str]
+) -> None:
+    raw = frame({}, {})
+    header, *rows = _lines(raw)
+    path = tmp_path / "export.csv"
+    lines = [header + header_suffix, *(r + suffix for r, suffix in zip(rows, row_suffixes, strict=True))]
+    path.write_text("\n".join(lines) + "\n")
+    pd.testing.assert_frame_equal(read_invoice_file(path), raw)
+
+
+def test_rows_of_different_widths_are_refused_even_when_the_extra_field_is_empty(tmp_path: Path) -> None:
+    # One row wider than its neighbours is a shift, not an export's trailing comma: "Smith, Ada"
+    # unquoted pushes every later value right, and an empty cancelled_at makes the extra field empty.
+    raw = frame({}, {})
+    header, first, second = _lines(raw)
+    path = tmp_path / "comma.csv"
+    path.write_text(f"{header}\n{first}\n{second.replace('CUS-1', 'Smith, Ada')}\n")
+    with pytest.raises(InputFileError, match=r"comma\.csv: line 3 has 12 fields.*line 2 has 11"):
+        read_invoice_file(path)
+    path.write_text(f"{header}\n{first},\n{second}\n")
+    with pytest.raises(InputFileError, match=r"comma\.csv: line 3 has 11 fields.*line 2 has 12"):
+        read_invoice_file(path)
+
+
+def test_extra_value_past_the_last_column_names_its_physical_line(tmp_path: Path) -> None:
+    raw = frame({s.CUSTOMER_EMAIL: "ada@example.com"}, {s.CUSTOMER_ID: "two\nlines"}, {})
+    header, *rows = raw.to_csv(index=False).rstrip("\n").split("\n")  # row 2 spans two lines
+    path = tmp_path / "extra.csv"
+    rows[-1] += ",surprise"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    with pytest.raises(InputFileError, match=r"extra\.csv: line 5 has 12 fields .*past the last column"):
+        read_invoice_file(path)
 
 
 def test_extension_is_case_insensitive_and_bom_is_ignored(tmp_path: Path) -> None:
@@ -455,8 +513,8 @@ def test_repeated_csv_header_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputFileError, match=r"twice\.csv: duplicate column names: amount_charged"):
         read_invoice_file(path)
     path.write_text(path.read_text().replace("amount_charged ", "amount_charged", 1))
-    with pytest.raises(InputFileError, match=r"duplicate column names: amount_charged\.1"):
-        read_invoice_file(path)  # pandas renamed the second one; still ambiguous
+    with pytest.raises(InputFileError, match=r"duplicate column names: amount_charged$"):
+        read_invoice_file(path)  # named as the file spells it, not as pandas would rename it
 
 
 def test_repeated_parquet_column_is_an_input_error(tmp_path: Path) -> None:

@@ -1,0 +1,293 @@
+"""The `job` CLI's error paths (issue #14): options checked before a batch exists, malformed input
+files refused up front, one line per error."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from durable_assets import cli
+
+from .conftest import REPO, job_cli
+
+JOB = REPO / ".venv" / "bin" / "job"
+
+HEADER = (
+    "invoice_id,customer_id,customer_email,charge_id,currency,amount_charged,contracted_amount,"
+    "already_refunded,service_period,charged_at,cancelled_at"
+)
+ROW = "I{n},C{n},c{n}@x.com,ch_{n},usd,12.00,10.00,0,2026-10,2026-10-01T00:00:00Z,"
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--id", "x", "--size", "99999999999"],
+        ["run", "--id", "x", "--size", "0"],
+        ["run", "--id", "x", "--size", "ten"],
+        ["run", "--id", "a b"],
+        ["run", "--id", "x" * 65],
+        ["status", "--id", "../etc"],
+        ["resume", "--id", ""],
+        ["cancel", "--id", "-x-"],
+        ["serve", "--port", "65536"],
+        ["serve", "--port", "-1"],
+        ["serve", "--host", ""],
+        ["serve", "--host", "no-such-host.invalid"],
+        ["provider", "serve", "--port", "99999"],
+        ["provider", "serve", "--error-rate", "1.5"],
+        ["provider", "serve", "--lost-response-rate", "nan"],
+        ["provider", "serve", "--latency-ms", "-5"],
+        ["provider", "serve", "--rate-limit", "0"],
+        ["provider", "serve", "--rate-limit", "inf"],
+        ["provider", "serve", "--db", "/no/such/dir/sim.db"],
+        ["provider", "serve", "--db", "/tmp"],
+        ["prune", "--completed-days", "-1"],
+        ["prune", "--failed-days", "inf"],
+        ["prune", "--ledger-days", "soon"],
+        ["prune", "--archive-dir", "/etc/hostname/archive"],
+        ["backfill", "--from", "2026-02-30", "--to", "2026-03-01"],
+        ["backfill", "--from", "2026-03-02", "--to", "2026-03-01"],
+        ["backfill", "--from", "2020-01-01", "--to", "2026-03-01"],
+    ],
+)
+def test_every_bad_option_is_exit_2_with_one_line(
+    dagster_home: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse's own exit
+        code = int(exc.code or 0)
+    assert code == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "error:" in line
+    assert not (dagster_home / "history").exists() and not (dagster_home / "storage").exists()  # no instance
+
+
+def test_size_bound_is_the_steps_bound() -> None:
+    from durable_assets.refunds.assets import InvoiceSource
+
+    bounds = {type(m).__name__: m for m in InvoiceSource.model_fields["size"].metadata}
+    assert bounds["Le"].le == cli.MAX_SIZE and bounds["Ge"].ge == 1
+
+
+def test_out_of_range_size_leaves_the_id_unused(dagster_home: Path) -> None:
+    # Issue #14, defect 7: the batch used to be created, then step 1 failed with a pydantic error (exit 1).
+    bad = job_cli("run", "--id", "big", "--size", "99999999999")
+    assert bad.returncode == 2
+    assert "--size" in _one_error_line(bad.stderr)
+    assert job_cli("status", "--id", "big").returncode == 3  # no batch
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("DURABLE_CONCURRENCY", "many", "DURABLE_CONCURRENCY='many' is not a whole number"),
+        ("DURABLE_MAX_REFUNDS_PER_BATCH", "-1", "DURABLE_MAX_REFUNDS_PER_BATCH='-1' is out of range"),
+        ("DURABLE_LEASE_TTL_S", "0", "DURABLE_LEASE_TTL_S='0' is out of range"),
+    ],
+)
+def test_malformed_worker_setting_is_exit_2_naming_the_variable(
+    dagster_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    value: str,
+    says: str,
+) -> None:
+    monkeypatch.setenv(name, value)
+    assert cli.main(["run", "--id", "envy", "--size", "5"]) == 2
+    assert says in _one_error_line(capsys.readouterr().err)
+
+
+def test_misaligned_csv_is_refused_before_the_batch_naming_file_and_line(
+    dagster_home: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "shifted.csv"
+    path.write_text(
+        "\n".join([HEADER, ROW.format(n=1), ROW.format(n=2) + ",surplus", ROW.format(n=3)]) + "\n"
+    )
+    for option in ("--input", "--invoices"):
+        bad = job_cli("run", "--id", "shifted", option, str(path))
+        assert bad.returncode == 2
+        line = _one_error_line(bad.stderr)
+        assert str(path) in line and "line 3 has 12 fields" in line
+    assert job_cli("status", "--id", "shifted").returncode == 3  # the ID was not used
+
+
+def test_trailing_comma_csv_runs_unshifted(dagster_home: Path, tmp_path: Path) -> None:
+    # Issue #14, defect 5: every row ending in a comma made pandas take invoice_id as the index and
+    # shift every value, so every row was quarantined with nonsense reasons.
+    path = tmp_path / "export.csv"
+    path.write_text("\n".join([HEADER, *(ROW.format(n=n) + "," for n in range(1, 4))]) + "\n")
+    result = job_cli("run", "--id", "export", "--input", str(path))
+    quarantine = (dagster_home / "batches" / "export" / "quarantine.csv").read_text().splitlines()
+    assert quarantine[1:] == [], quarantine  # header only: nothing quarantined
+    report = (dagster_home / "batches" / "export" / "refund_report.csv").read_text()
+    assert all(f"I{n}" in report for n in range(1, 4)), report
+    assert result.returncode in (0, 1), result.stderr  # refunds of unknown charges are held for review
+
+
+# --- errors are one line; Dagster's output goes to the batch's log (issue #14, defect 6) -----------
+
+PROGRESS = re.compile(r"^step \d+/\d+ ")
+
+
+def _messages(stderr: str) -> list[str]:
+    """stderr without the progress lines (those are not errors)."""
+    return [line for line in stderr.splitlines() if line.strip() and not PROGRESS.match(line)]
+
+
+def test_refused_step_is_one_line_naming_the_setting_and_the_log(dagster_home: Path) -> None:
+    # Before: 97 lines of Dagster ERROR logs and stack traces, and a reason naming
+    # RefundLimits.max_refunds_per_batch instead of the variable to change (defect 9).
+    env = {**os.environ, "DURABLE_MAX_REFUNDS_PER_BATCH": "1"}
+    run = job_cli("run", "--id", "ceiling", "--size", "50", env=env)
+    assert run.returncode == 1
+    log = dagster_home / "logs" / "ceiling.log"
+    assert _messages(run.stderr) == [
+        line for line in run.stderr.splitlines() if line.startswith("error: batch ceiling failed at step 4")
+    ], run.stderr
+    (line,) = _messages(run.stderr)
+    assert "DURABLE_MAX_REFUNDS_PER_BATCH" in line and "RefundLimits" not in line
+    assert f"full log: {log}" in line
+    text = log.read_text()
+    assert "Stack Trace" in text and "RefundCeilingExceededError" in text and "enforce_guardrails" in text
+
+    verbose = job_cli("--verbose", "run", "--id", "ceiling2", "--size", "50", env=env)
+    assert verbose.returncode == 1
+    assert "Stack Trace" in verbose.stderr and "enforce_guardrails" in verbose.stderr  # everything
+    assert "enforce_guardrails" in (dagster_home / "logs" / "ceiling2.log").read_text()  # and the log too
+
+
+def test_canceled_batch_is_one_line(dagster_home: Path) -> None:
+    env = {**os.environ, "DURABLE_STEP_DELAY_S": "4"}
+    proc = subprocess.Popen(
+        [str(JOB), "run", "--id", "stopme", "--size", "20"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while job_cli("status", "--id", "stopme").returncode != 0:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.5)
+        assert job_cli("cancel", "--id", "stopme").returncode == 0
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    (line,) = _messages(stderr)
+    assert line.startswith("error: batch stopme canceled at step") and "job resume --id stopme" in line
+    assert "stopme.log" in line and "Traceback" not in stderr
+
+
+@pytest.mark.slow  # the step retries a dead provider with backoff: about two minutes
+def test_dead_provider_is_one_line_naming_the_setting_and_the_log(dagster_home: Path) -> None:
+    # Before: 308 to 1,010 lines of chained stack traces.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again before the run: nothing listens there
+    env = {**os.environ, "DURABLE_PAYMENTS_URL": f"http://127.0.0.1:{port}", "STRIPE_API_KEY": "sk_test_x"}
+    run = job_cli("run", "--id", "dead", "--size", "3", env=env, timeout=280)
+    assert run.returncode == 1
+    (line,) = _messages(run.stderr)
+    assert line.startswith("error: batch dead failed at step 1 (invoices): TransientProviderError")
+    assert "DURABLE_PAYMENTS_URL" in line and f"full log: {dagster_home / 'logs' / 'dead.log'}" in line
+    assert "ConnectionRefusedError" in (dagster_home / "logs" / "dead.log").read_text()
+
+
+@pytest.mark.parametrize("argv", [["prune", "--dry-run"], ["list", "--json"], ["--help"]])
+def test_reader_gone_is_not_a_traceback(dagster_home: Path, argv: list[str]) -> None:
+    # `job prune --dry-run | head -3` ended in a BrokenPipeError traceback.
+    proc = subprocess.Popen([str(JOB), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first write, like `| head -0`
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, stderr
+    assert stderr == ""
+
+
+def test_prune_dry_run_piped_to_head(dagster_home: Path) -> None:
+    shell = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", f"'{JOB}' prune --dry-run | head -1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shell.returncode == 0 and shell.stdout.startswith("would prune") and shell.stderr == ""
+
+
+# --- messages name what the user changes, never a Python field (issue #14, defect 9) -------------
+
+
+def test_ceiling_errors_name_the_variable_to_raise() -> None:
+    import pandas as pd
+
+    from durable_assets.errors import RefundCeilingExceededError
+    from durable_assets.refunds.assets import enforce_guardrails
+    from durable_assets.refunds.resources import RefundLimits
+
+    candidates = pd.DataFrame(
+        {
+            "invoice_id": ["A", "B", "C"],
+            "currency": ["usd"] * 3,
+            "refund_cents": [100, 200, 300],
+            "refundable_cents": [100, 200, 300],
+        }
+    )
+    with pytest.raises(RefundCeilingExceededError) as count:
+        enforce_guardrails(candidates, RefundLimits(max_refunds_per_batch=2))
+    assert "DURABLE_MAX_REFUNDS_PER_BATCH to at least 3" in str(count.value)
+    assert "RefundLimits" not in str(count.value) and "max_refunds_per_batch" not in str(count.value)
+    with pytest.raises(RefundCeilingExceededError) as amount:
+        enforce_guardrails(candidates, RefundLimits(max_amount_per_batch_cents=500))
+    assert "DURABLE_MAX_AMOUNT_PER_BATCH_CENTS to at least 600" in str(amount.value)
+
+
+def test_settings_errors_name_the_option_or_variable() -> None:
+    from durable_assets.errors import UsageError, WebhookConfigError
+    from durable_assets.kit.retention import RetentionPolicy
+    from durable_assets.kit.webhooks import WebhookSettings
+
+    with pytest.raises(UsageError, match=r"--failed-days / DURABLE_RETENTION_FAILED_DAYS"):
+        RetentionPolicy(failed_days=-1)
+    env = {
+        "DURABLE_WEBHOOK_URLS": "http://127.0.0.1:9/hook",
+        "DURABLE_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "DURABLE_WEBHOOK_MAX_ATTEMPTS": "lots",
+    }
+    with pytest.raises(WebhookConfigError, match=r"^DURABLE_WEBHOOK_MAX_ATTEMPTS='lots' is not a number"):
+        WebhookSettings.from_env(env)
+
+
+def test_busy_port_and_bad_server_setting_are_one_line_exit_2(
+    dagster_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        assert cli.main(["provider", "serve", "--port", port, "--db", str(tmp_path / "sim.db")]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert f"127.0.0.1:{port}" in line and "--port" in line
+    monkeypatch.setenv("DURABLE_API_HEARTBEAT_S", "often")
+    assert cli.main(["serve", "--port", "0"]) == 2
+    assert "DURABLE_API_HEARTBEAT_S='often'" in _one_error_line(capsys.readouterr().err)
