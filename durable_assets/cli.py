@@ -300,7 +300,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return _finish(instance, args.id)
     if args.command == "resume":
-        run = _with_progress(instance, args.id, lambda: runner.resume_batch(instance, args.id))
+        run = _with_progress(
+            instance, args.id, lambda: runner.resume_batch(instance, args.id, on_plan=_say_plan)
+        )
         if run is None:
             held = status.batch_status(instance, args.id, include_steps=False)["held_for_review"]
             note = f" ({held} held for review)" if held else ""
