@@ -8,7 +8,6 @@ one gets every step's scalar metadata, labelled by its keys.
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,8 +72,7 @@ class Summary:
             if not detail:
                 out.append(line)
                 continue
-            indent = " " * (len(line) + 2)
-            out.extend(textwrap.wrap(detail, WIDTH, initial_indent=line + "  ", subsequent_indent=indent))
+            out.extend(_wrap_items(line + "  ", detail.split(", ")))
         file_width = max((len(label) for label, _ in self.files), default=0)
         for label, path in self.files:
             out.append(f"  {label:<{file_width}}  {path}")
@@ -85,6 +83,19 @@ class Summary:
                 f"held for a person{where}"
             )
         return "\n".join(out)
+
+
+def _wrap_items(first: str, items: list[str]) -> list[str]:
+    """``first`` then ``items`` joined by ", ", wrapped between items (never inside ``USD 1.00``)."""
+    lines, current = [], first
+    for n, item in enumerate(items):
+        piece = item + ("," if n < len(items) - 1 else "")
+        if current.strip() and len(current) + len(piece) > WIDTH and current != first:
+            lines.append(current.rstrip())
+            current = " " * len(first)
+        current += piece + " "
+    lines.append(current.rstrip())
+    return lines
 
 
 def format_count(value: Any) -> str:
