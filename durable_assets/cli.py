@@ -328,8 +328,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(json.dumps(batches, indent=2))
         else:
             for b in batches:
+                review = f"  needs review: {b['held_for_review']}" if b.get("needs_review") else ""
                 print(
                     f"{b['id']:<30} {b['status']:<10} {b['percent_complete']:>5}%  runs={len(b['run_ids'])}"
+                    f"{review}"
                 )
         return EXIT_OK
     raise UsageError(f"unknown command {args.command}")

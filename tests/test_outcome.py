@@ -55,6 +55,7 @@ def test_a_batch_whose_refunds_are_all_held_needs_review(dagster_home: Path, tmp
     assert status["needs_review"] is True and status["held_for_review"] == 2
     listed = json.loads(job_cli("list", "--json").stdout)
     assert listed[0]["needs_review"] is True and listed[0]["held_for_review"] == 2
+    assert "needs review: 2" in job_cli("list").stdout
     assert "needs review: 2" in job_cli("status", "--id", "held").stdout
 
     # `resume` of the succeeded batch does nothing (exit 0, CONTRACT.md) but still says so.
