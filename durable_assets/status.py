@@ -232,9 +232,11 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     else:
         progress = _live_progress(steps, report, runs[-1].run_id)
     fraction = 0.0
-    live = progress is not None and status in ("running", "canceling") and progress.counted
-    if progress is not None and live and steps[progress.step - 1].status == "in_progress":
-        fraction = min(progress.done / progress.of, 1.0)
+    # Only the running step's own count adds a fraction (between steps the report is a finished one's).
+    if progress is not None and status in ("running", "canceling") and progress.counted:
+        index = progress.step - 1
+        in_progress = 0 <= index < len(steps) and steps[index].status == "in_progress"
+        fraction = min(progress.done / progress.of, 1.0) if in_progress else 0.0
     percent = 100.0 if status == "succeeded" else round(100.0 * (completed + fraction) / len(STEPS), 1)
     held = held_for_review([st.metadata for st in steps])
     out: dict[str, Any] = {

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from durable_assets.batch_webhooks import terminal_event
 from durable_assets.metrics import render_metrics
-from durable_assets.status import batch_runs
+from durable_assets.status import batch_runs, held_for_review
 from durable_assets.summary import SummarySpec, batch_summary, format_money, format_seconds
 
 from .conftest import job_cli
@@ -104,3 +104,12 @@ def test_formatting() -> None:
     assert format_money({"usd": 123456, "eur": 5, "gbp": -250}) == "EUR 0.05, GBP -2.50, USD 1,234.56"
     assert format_seconds(6.04) == "6.0 s" and format_seconds(125) == "2 min 05 s"
     assert format_seconds(3725) == "1 h 02 min"
+
+
+def test_the_last_step_reporting_held_for_review_decides() -> None:
+    assert held_for_review([{}, {"rows": 5}]) == 0
+    # The refund job: the refund step holds 3, the report repeats them (not 6).
+    assert held_for_review([{"held_for_review": 3}, {"rows": 1}, {"held_for_review": 3}]) == 3
+    # A later step that settled what an earlier one held reports 0: the batch needs no one.
+    assert held_for_review([{"held_for_review": 2}, {"held_for_review": 0}]) == 0
+    assert held_for_review([{"held_for_review": True}]) == 0  # a flag is not a count
