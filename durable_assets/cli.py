@@ -1,8 +1,9 @@
 """The ``job`` command (CONTRACT.md): thin argument handling over runner, status and the servers.
 
 Exit codes: 0 succeeded; 1 the batch ended failed or canceled; 2 usage error or invalid input;
-3 conflict (existing ID on run, unknown ID, live lease). Errors print one actionable line, never a
-traceback (``--verbose`` adds it for debugging).
+3 conflict (existing ID on run, unknown ID, live lease); 4 ``run``/``resume`` finished (succeeded)
+but left items held for review, which a person must decide. Errors print one actionable line,
+never a traceback (``--verbose`` adds it for debugging).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any, NoReturn, TextIO
 from durable_assets.errors import DurableError, UsageError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
+#: The batch succeeded but some of its items wait for a person (status JSON ``needs_review``).
+EXIT_NEEDS_REVIEW = 4
 
 
 class _Parser(argparse.ArgumentParser):
@@ -257,8 +260,21 @@ def _instance(verbose: bool) -> Any:
     return instance
 
 
+def _progress_line(p: dict[str, Any], tty: bool) -> str:
+    """``step 4/7 Issuing refunds 450/1000`` (a bar on a terminal); a step without a count shows none."""
+    line = f"step {p['step']}/{p['total']} {p['label']}"
+    if p["of"]:
+        bar = "#" * int(p["done"] / p["of"] * 30)
+        line += f" [{bar:<30}] {p['done']}/{p['of']}" if tty else f" {p['done']}/{p['of']}"
+    return line
+
+
 def _watch(instance: Any, batch_id: str, stop: threading.Event, out: TextIO) -> None:
-    """Live progress while this process runs the batch: a bar on a terminal, plain lines otherwise."""
+    """Live progress while this process runs the batch: a bar on a terminal, plain lines otherwise.
+
+    Only while the batch runs: before a resume's first step starts, the batch still shows its old
+    run's end, which is not progress of this process.
+    """
     from durable_assets.errors import UnknownBatchError
     from durable_assets.status import batch_status
 
@@ -272,13 +288,9 @@ def _watch(instance: Any, batch_id: str, stop: threading.Event, out: TextIO) -> 
         except Exception:  # progress display must never break the batch
             continue
         p = st.get("progress")
-        if not p:
+        if not p or st["status"] not in ("running", "canceling"):
             continue
-        line = f"step {p['step']}/{p['total']} {p['label']}"
-        if p["of"]:
-            frac = p["done"] / p["of"]
-            bar = "#" * int(frac * 30)
-            line += f" [{bar:<30}] {p['done']}/{p['of']}" if tty else f" {p['done']}/{p['of']}"
+        line = _progress_line(p, tty)
         if line != last:
             out.write(("\r" + line.ljust(100)) if tty else line + "\n")
             out.flush()
@@ -304,17 +316,21 @@ def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
 
 
 def _finish(instance: Any, batch_id: str) -> int:
-    from durable_assets.status import batch_status
+    """The end-of-batch summary (summary.py) and the exit code it means."""
+    from durable_assets.status import batch_runs, batch_status
+    from durable_assets.summary import batch_summary, spec_for
 
     st = batch_status(instance, batch_id)
-    print(f"batch {batch_id}: {st['status']}")
+    runs = batch_runs(instance, batch_id)
+    spec = spec_for(runs[-1].job_name) if runs else None
+    print(batch_summary(instance, batch_id, st["status"], spec).render())
+    print(f"  status: job status --id {batch_id}")
     if st["status"] != "succeeded":
         _print_failure(instance, batch_id, st)
         return EXIT_FAILED
-    base = instance.root_directory
-    print(f"  report: {base}/batches/{batch_id}/refund_report.csv")
-    print(f"  quarantine: {base}/batches/{batch_id}/quarantine.csv")
-    print(f"  status: job status --id {batch_id}")
+    if st["needs_review"]:
+        print(f"exit {EXIT_NEEDS_REVIEW}: finished, {st['held_for_review']} held for review", file=sys.stderr)
+        return EXIT_NEEDS_REVIEW
     return EXIT_OK
 
 
@@ -342,13 +358,24 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
         return
     print(f"batch {st['id']}: {st['status']} ({st['percent_complete']}%)  runs: {len(st['run_ids'])}")
     p = st.get("progress")
-    if p and st["status"] in ("running", "canceling"):
-        print(f"  now: step {p['step']}/{p['total']} {p['label']} {p['done']}/{p['of']}")
+    if p:
+        now = "now" if st["status"] in ("running", "canceling", "queued") else "ended"
+        print(f"  {now}: {_progress_line(p, tty=False)}")
+    if st.get("needs_review"):
+        print(f"  needs review: {st['held_for_review']} held for a person")
     for s in st.get("steps", []):
         print(
             f"  {s['step']}. {s['step_name']:<20} {s['status']:<12} executions={s['executions']}"
             f"  finished={s['finished_at'] or '-'}"
         )
+
+
+def _say_plan(skipped: Sequence[str], to_run: Sequence[str]) -> None:
+    """What a resume re-executes: the steps it skips (committed) and the ones it runs."""
+    if skipped:
+        print(f"resume: skipping {len(skipped)} committed step(s): {', '.join(skipped)}", file=sys.stderr)
+    if to_run:
+        print(f"resume: running {', '.join(to_run)}", file=sys.stderr)
 
 
 def _prune(instance: Any, args: argparse.Namespace) -> int:
@@ -500,9 +527,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return _finish(instance, args.id)
     if args.command == "resume":
-        run = _with_progress(instance, args.id, lambda: runner.resume_batch(instance, args.id))
+        run = _with_progress(
+            instance, args.id, lambda: runner.resume_batch(instance, args.id, on_plan=_say_plan)
+        )
         if run is None:
-            print(f"batch {args.id}: already succeeded; nothing to do")
+            held = status.batch_status(instance, args.id, include_steps=False)["held_for_review"]
+            note = f" ({held} held for review)" if held else ""
+            print(f"batch {args.id}: already succeeded{note}; nothing to do")
             return EXIT_OK
         return _finish(instance, args.id)
     if args.command == "cancel":
@@ -524,8 +555,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(json.dumps(batches, indent=2))
         else:
             for b in batches:
+                review = f"  needs review: {b['held_for_review']}" if b.get("needs_review") else ""
                 print(
                     f"{b['id']:<30} {b['status']:<10} {b['percent_complete']:>5}%  runs={len(b['run_ids'])}"
+                    f"{review}"
                 )
         return EXIT_OK
     raise UsageError(f"unknown command {args.command}")

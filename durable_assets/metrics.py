@@ -21,7 +21,8 @@ from durable_assets.kit.ledger import FINISHED, REVIEW
 from durable_assets.kit.metrics import RunDigest, RunDigests, histogram, ledger_counts, render
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.webhooks import DELIVERED, FAILED, PENDING, Outbox
-from durable_assets.status import run_status_label
+from durable_assets.refunds.assets import STEPS
+from durable_assets.status import HELD_FOR_REVIEW_KEY, held_for_review, run_status_label
 
 __all__ = ["WORKER_LOST_TAG", "DurableMetrics", "render_metrics"]
 
@@ -42,6 +43,7 @@ class DurableMetrics:
         runs = [r for r in self.instance.get_runs() if r.tags.get(BATCH_TAG)]  # newest first
         digests = _digests.for_runs(self.instance, runs)
         yield self._batches(runs)
+        yield from self._review(runs, digests)
         yield from self._refunds(digests)
         yield CounterMetricFamily(
             "durable_lease_expiries",
@@ -76,6 +78,29 @@ class DurableMetrics:
         for status in BATCH_STATUSES:
             family.add_metric([status], counts.get(status, 0))
         return family
+
+    def _review(self, runs: list[DagsterRun], digests: list[RunDigest]) -> Iterator[Metric]:
+        """Batches that need a person, by the status JSON's rule (``status.held_for_review``)."""
+        latest: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)  # batch -> step -> metadata
+        for run, digest in reversed(list(zip(runs, digests, strict=True))):  # oldest first: newest wins
+            for asset, numeric in digest.materialized:
+                values = dict(numeric)
+                if HELD_FOR_REVIEW_KEY in values:
+                    latest[run.tags[BATCH_TAG]][asset] = values
+        held = {
+            batch: held_for_review([per_step.get(step, {}) for step in STEPS])
+            for batch, per_step in latest.items()
+        }
+        yield GaugeMetricFamily(
+            "durable_batches_needing_review",
+            "Batches with items held for a person (status JSON `needs_review`), whatever their status.",
+            value=sum(1 for n in held.values() if n > 0),
+        )
+        yield GaugeMetricFamily(
+            "durable_items_held_for_review",
+            "Items held for review across all batches still in storage (sum of `held_for_review`).",
+            value=sum(held.values()),
+        )
 
     def _refunds(self, digests: list[RunDigest]) -> Iterator[Metric]:
         counts = ledger_counts(self.db)

@@ -72,14 +72,23 @@ SCHEMAS: dict[str, Any] = {
     },
     "Progress": {
         "type": "object",
-        "description": "The latest progress report of the batch's steps.",
+        "description": (
+            "While the batch runs: the step running now (with its latest count when it has one); a "
+            "report left by an earlier step or run is never shown as the running step's. Once the "
+            "batch has ended: its final state (`Succeeded`, or `Failed: <step>` / `Canceled: <step>` "
+            "with how far that step got)."
+        ),
         "required": ["step", "total", "label", "done", "of"],
         "properties": {
             "step": {"type": "integer", "minimum": 1, "description": "step number, 1..total"},
             "total": {"type": "integer", "minimum": 1},
             "label": {"type": "string"},
             "done": {"type": "integer", "minimum": 0},
-            "of": {"type": "integer", "minimum": 0, "description": "0 when the step has no countable work"},
+            "of": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "0 when the step has no count (nothing countable, or none reported yet)",
+            },
         },
     },
     "Step": {
@@ -97,7 +106,11 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "step": {"type": "integer", "minimum": 1},
             "step_name": {"type": "string", "description": "the Dagster step key (asset name)"},
-            "status": {"type": "string", "enum": _STEP_STATUSES},
+            "status": {
+                "type": "string",
+                "enum": _STEP_STATUSES,
+                "description": "`skipped`: stopped by a cancel before its end (resume runs it)",
+            },
             "executions": {"type": "integer", "minimum": 0, "description": "starts across the lineage"},
             "input_hash": _nullable({"type": "string"}),
             "output_ref": _nullable({"type": "string"}),
@@ -108,7 +121,15 @@ SCHEMAS: dict[str, Any] = {
     "BatchStatus": {
         "type": "object",
         "description": "The JSON of `job status --json` (CONTRACT.md). `GET /runs` omits `steps`.",
-        "required": ["id", "status", "run_ids", "percent_complete", "progress"],
+        "required": [
+            "id",
+            "status",
+            "run_ids",
+            "percent_complete",
+            "progress",
+            "needs_review",
+            "held_for_review",
+        ],
         "properties": {
             "id": {"type": "string", "pattern": BATCH_ID_REGEX},
             "status": {"type": "string", "enum": _STATUSES},
@@ -120,6 +141,21 @@ SCHEMAS: dict[str, Any] = {
                 "description": "completed steps plus the running step's fraction, over all steps",
             },
             "progress": _nullable(_ref("Progress")),
+            "needs_review": {
+                "type": "boolean",
+                "description": (
+                    "items of the batch wait for a person (held_for_review > 0), whatever its status; "
+                    "`job run`/`job resume` of such a finished batch exit 4"
+                ),
+            },
+            "held_for_review": {
+                "type": "integer",
+                "minimum": 0,
+                "description": (
+                    "items held for review: the `held_for_review` materialization metadata of the "
+                    "last step, in step order, that reports it (refunds: answers that did not match)"
+                ),
+            },
             "steps": {"type": "array", "items": _ref("Step")},
         },
     },
@@ -287,7 +323,10 @@ CANCEL_RUN: dict[str, Any] = {
 }
 METRICS: dict[str, Any] = {
     "operationId": "metrics",
-    "summary": "Prometheus text exposition: batches, refunds, lease expiries, resumes, webhooks, steps",
+    "summary": (
+        "Prometheus text exposition: batches (and those needing review), refunds, lease expiries, "
+        "resumes, webhooks, steps"
+    ),
     "description": "Names and meanings: docs/metrics.md. Values are derived from storage at scrape time.",
     "responses": {
         "200": {

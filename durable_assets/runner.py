@@ -9,7 +9,7 @@ both proceed, and it heartbeats until the run ends.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.resources import BATCH_TAG, run_ended
 from durable_assets.refunds.assets import BATCHES
-from durable_assets.status import batch_runs, check_batch_id
+from durable_assets.status import batch_runs, check_batch_id, step_states
 
 PARTITION_TAG = "dagster/partition"
 #: Dagster's run-retries tag (dagster._core.storage.tags.MAX_RETRIES_TAG), spelled out: not public API.
@@ -108,11 +108,17 @@ def start_batch(
     return _reload(instance, result.run_id)
 
 
-def resume_batch(instance: DagsterInstance, batch_id: str) -> DagsterRun | None:
+def resume_batch(
+    instance: DagsterInstance,
+    batch_id: str,
+    *,
+    on_plan: Callable[[list[str], list[str]], None] | None = None,
+) -> DagsterRun | None:
     """Continue a batch from its last committed step; None when it had already succeeded.
 
     A newest run that still looks alive is taken over only when its lease has lapsed (its worker
-    is dead); it is then marked failed with the reason, and re-executed from failure.
+    is dead); it is then marked failed with the reason, and re-executed from failure. ``on_plan``
+    hears, once the lease is held, the steps skipped (committed) and the steps about to run.
     """
     check_batch_id(batch_id)
     runs = batch_runs(instance, batch_id)
@@ -132,7 +138,13 @@ def resume_batch(instance: DagsterInstance, batch_id: str) -> DagsterRun | None:
     finished_without_reexecution = False
     with _holding_lease(instance, batch_id) as leases:
         newest = _reload(instance, newest.run_id)
-        if all_steps_committed(instance, runs):
+        states = step_states(instance, runs)
+        if on_plan is not None:
+            on_plan(
+                [s for s, state in states.items() if state == "completed"],
+                [s for s, state in states.items() if state != "completed"],
+            )
+        if all(state == "completed" for state in states.values()):
             # The worker died after the last step committed but before Dagster recorded the run's
             # end: there is nothing to re-execute (Dagster rejects an empty plan), so finish it.
             _record_run_success(instance, newest, batch_id)
@@ -164,8 +176,6 @@ def resume_batch(instance: DagsterInstance, batch_id: str) -> DagsterRun | None:
 
 
 def all_steps_committed(instance: DagsterInstance, runs: list[DagsterRun]) -> bool:
-    from durable_assets.status import step_states
-
     return all(state == "completed" for state in step_states(instance, runs).values())
 
 

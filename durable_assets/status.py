@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,12 +19,20 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunSta
 from durable_assets.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.progress import ProgressStore
+from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.resources import BATCH_TAG
-from durable_assets.refunds.assets import STEPS
+from durable_assets.refunds.assets import STEP_LABELS, STEPS
 
 BATCH_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 INPUT_VERSION_TAG_PREFIX = "dagster/input_data_version/"
+#: Materialization metadata key by which any step says how many of the batch's items it left for a
+#: person (refunds whose provider answer did not match, for the refund job). The batch's figure is
+#: that of the last step, in step order, that reports the key: a later step's count includes what
+#: earlier steps held (the refund job's report repeats the refund step's count).
+HELD_FOR_REVIEW_KEY = "held_for_review"
+#: The error a step raises when it stops because the batch was canceled (kit/cancel.py); a step that
+#: ends with it was stopped on request, not failed.
+CANCELED_ERROR = "BatchCanceledError"
 
 _RUN_STATUS = {
     DagsterRunStatus.QUEUED: "queued",
@@ -78,6 +86,8 @@ class _Step:
     finished_at: float | None = None
     output_ref: str | None = None
     input_hash: str | None = None
+    run_id: str | None = None  # the run of its latest start
+    metadata: dict[str, Any] = field(default_factory=dict)  # its latest materialization's, plain values
 
 
 def _iso(ts: float | None) -> str | None:
@@ -91,10 +101,25 @@ def _input_hash(tags: dict[str, str]) -> str | None:
     return hashlib.sha256(repr(inputs).encode()).hexdigest()[:32]
 
 
+def _plain(value: Any) -> Any:
+    """A metadata value as JSON-able Python (paths and URLs as strings, JSON as itself)."""
+    inner = getattr(value, "value", value)
+    if inner is None or isinstance(inner, bool | int | float | str | dict | list):
+        return inner
+    return str(inner)
+
+
+def _stopped_by_cancel(event: Any) -> bool:
+    data = getattr(event.event_specific_data, "user_failure_data", None)
+    error = getattr(event.event_specific_data, "error", None)
+    text = f"{getattr(data, 'description', '') or ''} {getattr(error, 'message', '') or ''}"
+    return CANCELED_ERROR in text
+
+
 def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, _Step]:
     steps = {name: _Step(name) for name in STEPS}
     for run in runs:
-        run_terminal = _RUN_STATUS.get(run.status) in TERMINAL
+        run_status = _RUN_STATUS.get(run.status)
         for record in instance.all_logs(run.run_id, of_type=_STEP_EVENTS):
             event = record.dagster_event
             if event is None or event.step_key not in steps:
@@ -104,10 +129,13 @@ def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
             if kind == DagsterEventType.STEP_START:
                 step.executions += 1
                 step.status, step.started_at, step.finished_at = "in_progress", record.timestamp, None
+                step.run_id = run.run_id
             elif kind == DagsterEventType.STEP_SUCCESS:
                 step.status, step.finished_at = "completed", record.timestamp
             elif kind == DagsterEventType.STEP_FAILURE:
-                step.status, step.finished_at = "failed", record.timestamp
+                # A step stopped by a cancel did not fail: it is left for `job resume` to run.
+                step.status = "skipped" if _stopped_by_cancel(event) else "failed"
+                step.finished_at = record.timestamp
             elif kind == DagsterEventType.STEP_SKIPPED and step.status != "completed":
                 step.status = "skipped"
             elif kind == DagsterEventType.HANDLED_OUTPUT:
@@ -116,11 +144,66 @@ def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
             elif kind == DagsterEventType.ASSET_MATERIALIZATION:
                 mat = event.step_materialization_data.materialization
                 step.input_hash = _input_hash(dict(mat.tags or {})) or step.input_hash
-        if run_terminal:
+                step.metadata = {str(k): _plain(v) for k, v in mat.metadata.items()}
+        if run_status in TERMINAL:
             for step in steps.values():
                 if step.status == "in_progress":  # its worker died or was canceled mid-step
-                    step.status = "failed"
+                    step.status = "skipped" if run_status == "canceled" else "failed"
     return steps
+
+
+def held_for_review(steps: Sequence[Any]) -> int:
+    """The batch's items held for a person: the last step (in step order) reporting the key decides.
+
+    ``steps`` are per-step metadata mappings in step order (see :data:`HELD_FOR_REVIEW_KEY`).
+    """
+    held = 0
+    for metadata in steps:
+        value = metadata.get(HELD_FOR_REVIEW_KEY)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            held = int(value)
+    return held
+
+
+def _final_progress(status: str, steps: list[_Step], report: tuple[Progress, str] | None) -> Progress:
+    """A finished batch's progress is its final state: where it ended, and how far that step got."""
+    total = len(steps)
+    if status == "succeeded":
+        return Progress(total, total, "Succeeded", 0, 0)
+    ended = next((n for n, st in enumerate(steps, 1) if st.status in ("failed", "skipped")), None)
+    if ended is None:
+        ended = next((n for n, st in enumerate(steps, 1) if st.status != "completed"), total)
+    step = steps[ended - 1]
+    label = f"{'Canceled' if status == 'canceled' else 'Failed'}: {STEP_LABELS.get(step.name, step.name)}"
+    if report is not None and report[0].step == ended and report[1] == step.run_id and report[0].counted:
+        return Progress(ended, total, label, report[0].done, report[0].of)
+    return Progress(ended, total, label, 0, 0)
+
+
+def _live_progress(
+    steps: list[_Step], report: tuple[Progress, str] | None, newest_run_id: str
+) -> Progress | None:
+    """The step running now (of the newest run), with its report's count when the report is its own.
+
+    A report left by an earlier step or an earlier run is never shown as the running step's: a
+    resume shows nothing until its first step starts, a step that reported no count shows none.
+    """
+    running = [
+        (n, st) for n, st in enumerate(steps, 1) if st.status == "in_progress" and st.run_id == newest_run_id
+    ]
+    if not running:
+        if report is not None and report[1] == newest_run_id:
+            return report[0]  # between two steps of this run: the last report of the one that just ended
+        return None
+    n, step = running[-1]
+    if report is not None and report[0].step == n and report[1] == step.run_id:
+        return report[0]
+    return Progress(n, len(steps), STEP_LABELS.get(step.name, step.name), 0, 0)
+
+
+def step_metadata(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, dict[str, Any]]:
+    """Each step's latest materialization metadata across the lineage, as plain values, in step order."""
+    return {name: step.metadata for name, step in _fold_steps(instance, runs).items()}
 
 
 def step_states(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, str]:
@@ -140,21 +223,30 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     # Progress before steps: an older report with newer step states can only undercount the running
     # step, so percent_complete never goes backwards between two polls (the other order could pair a
     # finished step's report with a snapshot taken before it finished, and drop a step's worth).
-    progress = ProgressStore(db).latest(batch_id)
-    steps = _fold_steps(instance, runs)
-    completed = sum(1 for st in steps.values() if st.status == "completed")
+    report = ProgressStore(db).latest_of_run(batch_id)
+    folded = _fold_steps(instance, runs)
+    steps = list(folded.values())
+    completed = sum(1 for st in steps if st.status == "completed")
+    if status in TERMINAL:
+        progress: Progress | None = _final_progress(status, steps, report)
+    else:
+        progress = _live_progress(steps, report, runs[-1].run_id)
     fraction = 0.0
-    if progress is not None and status in ("running", "canceling") and progress.of:
-        running = steps.get(STEPS[progress.step - 1]) if 0 < progress.step <= len(STEPS) else None
-        if running is not None and running.status == "in_progress":
-            fraction = min(progress.done / progress.of, 1.0)
+    # Only the running step's own count adds a fraction (between steps the report is a finished one's).
+    if progress is not None and status in ("running", "canceling") and progress.counted:
+        index = progress.step - 1
+        in_progress = 0 <= index < len(steps) and steps[index].status == "in_progress"
+        fraction = min(progress.done / progress.of, 1.0) if in_progress else 0.0
     percent = 100.0 if status == "succeeded" else round(100.0 * (completed + fraction) / len(STEPS), 1)
+    held = held_for_review([st.metadata for st in steps])
     out: dict[str, Any] = {
         "id": batch_id,
         "status": status,
         "run_ids": [r.run_id for r in runs],
         "percent_complete": percent,
         "progress": progress.as_dict() if progress else None,
+        "needs_review": held > 0,
+        "held_for_review": held,
     }
     if include_steps:
         out["steps"] = [
@@ -168,7 +260,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
                 "started_at": _iso(st.started_at),
                 "finished_at": _iso(st.finished_at),
             }
-            for n, st in enumerate(steps.values(), start=1)
+            for n, st in enumerate(steps, start=1)
         ]
     return out
 

@@ -26,8 +26,18 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
     assert "Traceback" not in run.stderr
 
     status = json.loads(job_cli("status", "--id", "demo", "--json").stdout)
-    assert set(status) == {"id", "status", "run_ids", "percent_complete", "progress", "steps"}
+    assert set(status) == {
+        "id",
+        "status",
+        "run_ids",
+        "percent_complete",
+        "progress",
+        "needs_review",
+        "held_for_review",
+        "steps",
+    }
     assert status["status"] == "succeeded" and status["percent_complete"] == 100.0
+    assert status["needs_review"] is False and status["held_for_review"] == 0
     assert len(status["run_ids"]) == 1 and len(status["steps"]) == 7
     for n, step in enumerate(status["steps"], start=1):
         assert set(step) == STEP_FIELDS
@@ -75,8 +85,9 @@ def test_csv_batch_quarantines_bad_rows_and_refunds_the_rest(dagster_home: Path,
     path = tmp_path / "inv.csv"
     path.write_text(header + "\n".join(rows) + "\n")
     result = job_cli("run", "--id", "csv1", "--invoices", str(path))
-    # I1's charge does not exist at the provider: the refund is held for review, not recorded as done.
-    assert result.returncode == 0, result.stderr
+    # I1's charge does not exist at the provider: the refund is held for review, not recorded as done,
+    # and the batch's only refund waiting for a person is its outcome: exit 4, not a plain success.
+    assert result.returncode == 4, result.stderr
     quarantine = (dagster_home / "batches" / "csv1" / "quarantine.csv").read_text()
     assert (
         "unknown_currency" in quarantine and "invalid_email" in quarantine and "negative_amount" in quarantine

@@ -39,6 +39,16 @@ class Progress:
     def as_dict(self) -> dict[str, int | str]:
         return asdict(self)
 
+    @property
+    def counted(self) -> bool:
+        """Whether the report carries a count; ``of == 0`` means the step has nothing to count."""
+        return self.of > 0
+
+    def describe(self) -> str:
+        """``step 4/7 Issuing refunds 450/1000``; no ``0/0`` for a step without a count."""
+        text = f"step {self.step}/{self.total} {self.label}"
+        return f"{text} {self.done}/{self.of}" if self.counted else text
+
 
 class ProgressStore:
     def __init__(self, db: DurableDatabase) -> None:
@@ -50,11 +60,16 @@ class ProgressStore:
             conn.execute(self.db.upsert(progress, ["batch_id"], values))
 
     def latest(self, batch_id: str) -> Progress | None:
+        found = self.latest_of_run(batch_id)
+        return found[0] if found is not None else None
+
+    def latest_of_run(self, batch_id: str) -> tuple[Progress, str] | None:
+        """The latest report and the run that wrote it: a reader can tell a report of an older run."""
         with self.db.engine.connect() as conn:
             row = conn.execute(sa.select(progress).where(progress.c.batch_id == batch_id)).first()
         if row is None:
             return None
-        return Progress(row.step, row.total, row.label, row.done, row.of)
+        return Progress(row.step, row.total, row.label, row.done, row.of), str(row.run_id)
 
 
 def event_log_sink(instance: DagsterInstance, run: DagsterRun) -> Callable[[Progress], None]:

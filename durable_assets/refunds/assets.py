@@ -89,10 +89,11 @@ def durable_step(fn: Callable[P, R]) -> Callable[P, R]:
         context = args[0]
         runtime = kwargs.get("runtime")
         if isinstance(context, AssetExecutionContext) and isinstance(runtime, BatchRuntime):
+            # First the step's own report (no count yet: of=0), so progress never names the step before.
+            runtime.report(_progress(context, 0, 0), force=True)
             if runtime.step_delay_seconds:
                 time.sleep(runtime.step_delay_seconds)  # demos and crash tests: a visibly slow batch
             _check_step_boundary(context, runtime)
-            runtime.report(_progress(context, 0, 0), force=True)
         try:
             return fn(*args, **kwargs)
         except TransientProviderError:

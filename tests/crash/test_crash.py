@@ -251,7 +251,10 @@ def test_cancel_mid_refund(home: Path, tmp_path: Path, simulator: Callable[..., 
         assert b["refund_requests"] == a["refund_requests"], (a, b)
         st = reader.status(batch)
         assert st is not None and st["status"] == "canceled", st
-        assert st["steps"][3]["status"] == "failed", st["steps"][3]
+        # Stopped on request, not failed; the steps after it never started.
+        assert st["steps"][3]["status"] == "skipped", st["steps"][3]
+        assert [s["status"] for s in st["steps"][4:]] == ["pending"] * 3, st["steps"]
+        assert st["progress"]["step"] == 4 and st["progress"]["label"] == "Canceled: Issuing refunds", st
 
         sim.configure(latency_ms=0)
         attempts = resume_until_accepted(batch, env, tmp_path, reader)

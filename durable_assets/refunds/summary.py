@@ -1,0 +1,38 @@
+"""What the end-of-batch summary shows for the refund job: labels for its steps' metadata.
+
+Each line names where its number comes from (step, metadata key); when several steps report it,
+the last one that did wins (a re-run step or the report repeats an earlier figure). See
+``durable_assets/summary.py`` for how lines are read and printed.
+"""
+
+from __future__ import annotations
+
+from durable_assets.summary import SummaryLine, SummarySpec
+
+REFUND_SUMMARY = SummarySpec(
+    lines=(
+        SummaryLine("records read", (("invoices", "rows"),)),
+        SummaryLine(
+            "quarantined",
+            (("validated_invoices", "quarantined"),),
+            detail=("validated_invoices", "quarantine_reasons"),
+        ),
+        SummaryLine("refund candidates", (("refund_candidates", "rows"),)),
+        SummaryLine(
+            "refunds issued",
+            (("issued_refunds", "refunds_issued"), ("batch_report", "refunds")),
+            detail=("batch_report", "refunded_by_currency_cents"),
+            money_detail=True,
+        ),
+        SummaryLine(
+            "held for review", (("issued_refunds", "held_for_review"), ("batch_report", "held_for_review"))
+        ),
+        SummaryLine("mismatched at provider", (("reconciled_refunds", "mismatched"),)),
+        SummaryLine("notices sent", (("customer_notices", "notices_sent"), ("batch_report", "notices_sent"))),
+    ),
+    files=(
+        ("report", "batch_report", "report_file"),
+        ("quarantine", "validated_invoices", "quarantine_file"),
+    ),
+    review_hint="the rows of the report with status held_for_review, and their review_note",
+)

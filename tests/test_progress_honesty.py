@@ -1,0 +1,91 @@
+"""Honest progress (issue #15, item 3), each symptom against real `job` processes.
+
+- while step 3 ran, status said `step 2/7 Validating invoices 0/0`;
+- `resume` first printed progress of a step it did not re-run, and did not say what it skipped;
+- a finished batch said `Writing the batch report`, `done 0 of 0`;
+- a cancel must leave later steps `pending` or `skipped`, never `failed`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from durable_assets.cli import _progress_line
+from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.progress import Progress, ProgressStore
+from durable_assets.runner import cancel_batch
+
+from .conftest import job_cli
+from .crash.helpers import JobProcess, instance_reader, job_env, make_home, wait_until
+
+
+def _running_step(st: dict[str, Any]) -> int | None:
+    running = [s["step"] for s in st["steps"] if s["status"] == "in_progress"]
+    return running[-1] if running else None
+
+
+def test_progress_names_the_running_step_and_a_finished_batch_its_end(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    env = job_env(home, DURABLE_STEP_DELAY_S=0.8)
+    worker = JobProcess(["run", "--id", "p1", "--size", "60"], env, tmp_path)
+    seen: list[tuple[int, dict[str, Any]]] = []
+    with instance_reader(home) as reader:
+        while worker.proc.poll() is None:
+            st = reader.status("p1")
+            step = _running_step(st) if st and st["status"] == "running" else None
+            # Read once more: a step that finished between the two reads is not a disagreement.
+            again = _running_step(reader.status("p1") or st) if step is not None else None
+            if step is not None and st and st["progress"] and again == step:
+                seen.append((step, st["progress"]))
+            time.sleep(0.1)
+        assert worker.wait(60) == 0, worker.tail()
+        final = reader.status("p1")
+    assert {step for step, _ in seen} >= {2, 3, 4}, seen  # sampled while several steps ran
+    wrong = [(step, p) for step, p in seen if p["step"] != step]
+    assert not wrong, f"progress named another step than the running one: {wrong[:3]}"
+    uncounted = [_progress_line(p, tty=False) for _, p in seen if not p["of"]]
+    assert uncounted and not any("0/0" in line for line in uncounted), uncounted
+    assert final is not None and final["status"] == "succeeded"
+    assert final["progress"] == {"step": 7, "total": 7, "label": "Succeeded", "done": 0, "of": 0}
+    human = job_cli("status", "--id", "p1", env=job_env(home)).stdout
+    assert "ended: step 7/7 Succeeded" in human and "Writing the batch report" not in human
+    assert "0/0" not in human and "0/0" not in worker.stderr
+
+
+def test_cancel_leaves_later_steps_pending_and_resume_says_what_it_skips(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    env = job_env(home)
+    slow = job_env(home, DURABLE_STEP_DELAY_S=2.0)
+    worker = JobProcess(["run", "--id", "c1", "--size", "60"], slow, tmp_path)
+    with instance_reader(home) as reader:
+        wait_until(
+            lambda: (st := reader.status("c1")) is not None and _running_step(st) == 3,
+            timeout=120,
+            what="step 3 to start",
+        )
+        assert cancel_batch(reader.instance, "c1") == "cancel requested"  # during step 3's pause
+        assert worker.wait(120) == 1, worker.tail()
+        st = reader.status("c1")
+        assert st is not None and st["status"] == "canceled"
+        statuses = [s["status"] for s in st["steps"]]
+        assert "failed" not in statuses, statuses
+        assert statuses[:2] == ["completed", "completed"] and statuses[2] == "skipped", statuses
+        assert all(s in ("pending", "skipped") for s in statuses[3:]), statuses
+        assert st["progress"]["label"] == "Canceled: Computing refund candidates", st["progress"]
+        assert "canceled at step 3 (refund_candidates)" in worker.stderr, worker.tail()
+
+        # The last report left behind belongs to a step that resume will not run again (as when a
+        # worker dies right after a step's last report): resume must not show it as its own.
+        old_run = st["run_ids"][-1]
+        ProgressStore(DurableDatabase.for_instance(reader.instance)).write(
+            "c1", old_run, Progress(2, 7, "Validating invoices", 55, 55)
+        )
+    resumed = JobProcess(["resume", "--id", "c1"], env, tmp_path)
+    assert resumed.wait(180) == 0, resumed.tail()
+    err = resumed.stderr
+    assert "resume: skipping 2 committed step(s): invoices, validated_invoices" in err, err
+    progress_lines = [line for line in err.splitlines() if line.startswith("step ")]
+    assert progress_lines and progress_lines[0].startswith("step 3/7"), progress_lines
+    assert not any(line.startswith(("step 1/7", "step 2/7")) for line in progress_lines), progress_lines
