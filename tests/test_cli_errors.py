@@ -138,7 +138,7 @@ def test_trailing_comma_csv_runs_unshifted(dagster_home: Path, tmp_path: Path) -
     assert quarantine[1:] == [], quarantine  # header only: nothing quarantined
     report = (dagster_home / "batches" / "export" / "refund_report.csv").read_text()
     assert all(f"I{n}" in report for n in range(1, 4)), report
-    assert result.returncode in (0, 1), result.stderr  # refunds of unknown charges are held for review
+    assert result.returncode == 4, result.stderr  # refunds of unknown charges are held for review
 
 
 # --- errors are one line; Dagster's output goes to the batch's log (issue #14, defect 6) -----------
@@ -204,13 +204,19 @@ def test_dead_provider_is_one_line_naming_the_setting_and_the_log(dagster_home: 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again before the run: nothing listens there
-    env = {**os.environ, "DURABLE_PAYMENTS_URL": f"http://127.0.0.1:{port}", "STRIPE_API_KEY": "sk_test_x"}
+    env = {
+        **os.environ,
+        "DURABLE_PAYMENTS_URL": f"http://127.0.0.1:{port}",
+        "STRIPE_API_KEY": "sk_test_x",
+        "DURABLE_PROVIDER_DOWN_BUDGET_S": "5",
+    }
     run = job_cli("run", "--id", "dead", "--size", "3", env=env, timeout=280)
     assert run.returncode == 1
     (line,) = _messages(run.stderr)
-    assert line.startswith("error: batch dead failed at step 1 (invoices): TransientProviderError")
-    assert "DURABLE_PAYMENTS_URL" in line and f"full log: {dagster_home / 'logs' / 'dead.log'}" in line
-    assert "ConnectionRefusedError" in (dagster_home / "logs" / "dead.log").read_text()
+    assert line.startswith("error: batch dead failed at step 1 (invoices): ProviderUnavailableError")
+    assert "DURABLE_PROVIDER_DOWN_BUDGET_S" in line
+    assert f"full log: {dagster_home / 'logs' / 'dead.log'}" in line
+    assert "Connection refus" in (dagster_home / "logs" / "dead.log").read_text()
 
 
 @pytest.mark.parametrize("argv", [["prune", "--dry-run"], ["list", "--json"], ["--help"]])
