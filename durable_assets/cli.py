@@ -187,6 +187,12 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
     p = st.get("progress")
     if p and st["status"] in ("running", "canceling"):
         print(f"  now: step {p['step']}/{p['total']} {p['label']} {p['done']}/{p['of']}")
+    auto = st.get("auto_resume")
+    if auto:
+        print(
+            f"  automatically resumed (attempt {auto['attempts']} of {auto['max_attempts']}) after its "
+            f"worker was lost: run {auto['run_ids'][-1]}"
+        )
     for s in st.get("steps", []):
         print(
             f"  {s['step']}. {s['step_name']:<20} {s['status']:<12} executions={s['executions']}"

@@ -98,6 +98,18 @@ SCHEMAS: dict[str, Any] = {
                 "description": "completed steps plus the running step's fraction, over all steps",
             },
             "progress": _nullable(_ref("Progress")),
+            "auto_resume": _nullable(
+                {
+                    "type": "object",
+                    "description": "the daemon's automatic resumes after lost workers; null if none",
+                    "required": ["attempts", "max_attempts", "run_ids"],
+                    "properties": {
+                        "attempts": {"type": "integer", "minimum": 1},
+                        "max_attempts": {"type": "integer", "minimum": 0},
+                        "run_ids": {"type": "array", "items": {"type": "string"}},
+                    },
+                }
+            ),
             "steps": {"type": "array", "items": _ref("Step")},
         },
     },

@@ -26,7 +26,8 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
     assert "Traceback" not in run.stderr
 
     status = json.loads(job_cli("status", "--id", "demo", "--json").stdout)
-    assert set(status) == {"id", "status", "run_ids", "percent_complete", "progress", "steps"}
+    assert set(status) == {"id", "status", "run_ids", "percent_complete", "progress", "auto_resume", "steps"}
+    assert status["auto_resume"] is None
     assert status["status"] == "succeeded" and status["percent_complete"] == 100.0
     assert len(status["run_ids"]) == 1 and len(status["steps"]) == 7
     for n, step in enumerate(status["steps"], start=1):
