@@ -198,7 +198,9 @@ def resume_lost_run(
     new_run_id = resume_run_id(lost.run_id)
     owner = f"auto-resume@{process_owner()}/{uuid.uuid4().hex[:8]}"
     try:
-        lease = acquire_unless_live_run(leases, batch_id, new_run_id, run_ended(instance), owner=owner)
+        # Held by no run ("pending", as `job resume` holds it before its run exists): the run we
+        # create takes it when its worker starts, and until then nobody may take the queued run for dead.
+        lease = acquire_unless_live_run(leases, batch_id, "pending", run_ended(instance), owner=owner)
     except LeaseHeldError as exc:
         return f"batch {batch_id!r}: not resuming, someone else holds it ({exc})"
     try:

@@ -78,7 +78,8 @@ def test_lost_host_is_resumed_without_a_human(home: Path, tmp_path: Path) -> Non
                 return lease if mine and sim.stats()["refunds_created"] else None
 
             def why(exc: AssertionError) -> AssertionError:
-                return AssertionError(f"{exc}\n{_diagnose(instance, first_run)}\n{dev.proc.tail()}\n{code.tail()}")
+                story = _diagnose(instance, first_run)
+                return AssertionError(f"{exc}\n{story}\n{dev.proc.tail()}\n{code.tail()}")
 
             lease = wait_until(worker_mid_refunds, timeout=180, interval=0.02, what="refunds from the worker")
             worker = int(lease.owner.rsplit(":", 1)[1])
@@ -120,12 +121,13 @@ def test_lost_host_is_resumed_without_a_human(home: Path, tmp_path: Path) -> Non
             failed = run(first_run)
             resumed = run(resumed.run_id)
             lineage = instance.get_runs(RunsFilter(tags={BATCH_TAG: batch}))
+            lineage_story = "\n".join(_diagnose(instance, r.run_id) for r in reversed(lineage))
         print(
             f"\nretry dropped {dropped:.1f} s after the kill, automatic resume at {resumed_after:.1f} s, "
             f"succeeded at {succeeded_after:.1f} s; case {time.monotonic() - started:.1f} s"
         )
         assert at_kill is not None and at_kill["steps"][3]["status"] == "in_progress", at_kill["steps"]
-        assert len(lineage) == 2, [(r.run_id, r.status, r.tags) for r in lineage]
+        assert len(lineage) == 2, lineage_story
         assert resumed.tags[AUTO_RESUME_ATTEMPT_TAG] == "1" and resumed.tags[AUTO_RESUME_MAX_TAG] == "3"
         assert resumed.tags[AUTO_RESUME_OF_TAG] == first_run and resumed.tags[BATCH_TAG] == batch
         assert WORKER_LOST_TAG not in resumed.tags
