@@ -138,7 +138,9 @@ def resume_lost_batches(
         job = job_named(run.job_name)
         if job is None:
             continue  # another code location's job: its own sensor resumes it
-        lines.append(resume_lost_run(instance, job, run, settings))
+        line = resume_lost_run(instance, job, run, settings)
+        if line:
+            lines.append(line)
     return lines
 
 
@@ -175,14 +177,18 @@ def _submit(instance: DagsterInstance, run: DagsterRun) -> str:
 
 def resume_lost_run(
     instance: DagsterInstance, job: JobDefinition, lost: DagsterRun, settings: AutoResumeSettings
-) -> str:
-    """Resume one lost run's batch, or say why not; at most one resume per lost run, ever."""
+) -> str | None:
+    """Resume one lost run's batch, or say why not (None: someone else continued it, nothing to
+    say); at most one resume per lost run, ever."""
     batch_id = lost.tags[BATCH_TAG]
     lineage = batch_runs(instance, batch_id)
     if lineage[-1].run_id != lost.run_id or instance.get_runs(
         RunsFilter(tags={PARENT_RUN_ID_TAG: lost.run_id}), limit=1
     ):
-        return f"batch {batch_id!r}: run {lost.run_id} was already continued"
+        ours = resume_run_id(lost.run_id)
+        if instance.get_run_by_id(ours) is not None:  # a tick that died before tagging the lost run
+            instance.add_run_tags(lost.run_id, {AUTO_RESUMED_BY_TAG: ours, AUTO_RETRY_RUN_ID_TAG: ours})
+        return None  # a Dagster retry, a `job resume` or the UI continued it
     db = DurableDatabase.for_instance(instance)
     if CancelStore(db).is_requested(batch_id):
         return _decide(instance, lost, "none: a cancel was requested", "a cancel is requested; not resuming")

@@ -194,3 +194,25 @@ def test_off_when_max_attempts_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DURABLE_AUTO_RESUME_AFTER_S", "5")
     settings = AutoResumeSettings.from_env()
     assert settings.max_attempts == 0 and settings.after_s == 5.0
+
+
+def test_a_resume_created_but_never_submitted_is_submitted_by_a_later_tick(instance: DagsterInstance) -> None:
+    """The code server died between creating the resume and queueing it: the next tick queues it."""
+    from durable_assets.kit.db import now
+    from durable_assets.reexecution import create_from_failure_run
+
+    lost = _lost_run(instance)
+    created = create_from_failure_run(
+        instance,
+        refund_batch_job(),
+        lost,
+        run_id=resume_run_id(lost.run_id),
+        tags={BATCH_TAG: BATCH, AUTO_RESUME_ATTEMPT_TAG: "1", AUTO_RESUME_MAX_TAG: "3"},
+    )
+    assert created.status == DagsterRunStatus.NOT_STARTED
+    job = refund_batch_job()
+    lines = resume_lost_batches(instance, lambda name: job, DUE, at=now() + 60)
+    assert any("submitted automatic resume" in line for line in lines), lines
+    assert _get(instance, created.run_id).status == DagsterRunStatus.QUEUED
+    assert _get(instance, lost.run_id).tags[AUTO_RESUMED_BY_TAG] == created.run_id
+    assert len(_children(instance, lost.run_id)) == 1
