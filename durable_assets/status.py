@@ -129,14 +129,14 @@ def step_states(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
     return {name: step.status for name, step in _fold_steps(instance, runs).items()}
 
 
-def auto_resume_summary(runs: Sequence[DagsterRun]) -> dict[str, Any] | None:
-    """The daemon's automatic resumes of the lineage (``durable_assets.auto_resume``), or None.
+def is_auto_resume(run: DagsterRun) -> bool:
+    """Started by the daemon's automatic resume (a run retry of one inherits its tags, not its parent)."""
+    return bool(run.parent_run_id) and run.tags.get(AUTO_RESUME_OF_TAG) == run.parent_run_id
 
-    Only runs it started count: a run-retry child of one inherits its tags, but not its parent.
-    """
-    own = [
-        r for r in runs if r.tags.get(AUTO_RESUME_OF_TAG) and r.tags[AUTO_RESUME_OF_TAG] == r.parent_run_id
-    ]
+
+def auto_resume_summary(runs: Sequence[DagsterRun]) -> dict[str, Any] | None:
+    """The daemon's automatic resumes of the lineage (``durable_assets.auto_resume``), or None."""
+    own = [r for r in runs if is_auto_resume(r)]
     if not own:
         return None
     last = own[-1].tags

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter, reconstructable
 
-from durable_assets import runner
+from durable_assets import cli, runner
 from durable_assets.auto_resume import AutoResumeSettings, resume_lost_batches, resume_lost_run, resume_run_id
 from durable_assets.definitions import refund_batch_job
 from durable_assets.errors import LeaseHeldError
@@ -84,7 +84,9 @@ def _children(instance: DagsterInstance, run_id: str) -> list[DagsterRun]:
     return list(instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": run_id})))
 
 
-def test_a_lost_run_is_resumed_from_failure_once_however_many_ticks(instance: DagsterInstance) -> None:
+def test_a_lost_run_is_resumed_from_failure_once_however_many_ticks(
+    instance: DagsterInstance, capsys: pytest.CaptureFixture[str]
+) -> None:
     lost = _lost_run(instance)
     lines = _tick(instance)
     assert any("attempt 1 of 3" in line for line in lines), lines
@@ -102,6 +104,8 @@ def test_a_lost_run_is_resumed_from_failure_once_however_many_ticks(instance: Da
     status = batch_status(instance, BATCH)
     assert status["auto_resume"] == {"attempts": 1, "max_attempts": 3, "run_ids": [resumed.run_id]}
     assert status["status"] == "queued"
+    cli._print_status(status, as_json=False)  # what `job status --id ID` prints
+    assert "automatically resumed (attempt 1 of 3)" in capsys.readouterr().out
     # The lease was only held while deciding: the resumed run's worker can take it.
     lease = LeaseStore(DurableDatabase.for_instance(instance)).get(BATCH)
     assert lease is not None and not lease.is_live()

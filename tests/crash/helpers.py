@@ -259,11 +259,11 @@ class DagsterDev:
             tags={"dagster/partition": batch_id},
         )
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 30) -> None:
         """SIGTERM lets dagster dev stop its children; then kill whatever of its group is left."""
         if self.proc.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
-            if not self.proc.exited_within(30):
+            if not self.proc.exited_within(grace_s):
                 self.proc.reap_group()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
