@@ -123,8 +123,8 @@ def resume_batch(instance: DagsterInstance, batch_id: str) -> DagsterRun | None:
             # Someone else (the daemon's automatic resume, another `job resume`) moved the batch on
             # between our look and our lease: theirs is the resume; starting a second one would race it.
             raise LeaseHeldError(
-                f"batch {batch_id!r} was just resumed by run {runs[-1].run_id}; follow it with "
-                f"`job status --id {batch_id}`"
+                f"batch {batch_id!r} was just resumed by run {runs[-1].run_id}, which took its lease "
+                f"first; follow it with `job status --id {batch_id}`"
             )
         newest = runs[-1]
         if all_steps_committed(instance, runs):
@@ -177,7 +177,8 @@ def _refuse_if_worker_alive(instance: DagsterInstance, leases: LeaseStore, run: 
         if started is None:
             raise LeaseHeldError(
                 f"run {run.run_id} of batch {run.tags.get(BATCH_TAG)!r} is {run.status.value.lower()} and "
-                "has not started yet; it continues the batch once the daemon launches it (or `job cancel` it)"
+                "has not started (nor taken the batch's lease) yet; it continues the batch once the daemon "
+                "launches it (or `job cancel` it)"
             )
         if t - started < leases.ttl_s:
             raise LeaseHeldError(

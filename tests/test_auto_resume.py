@@ -140,7 +140,7 @@ def test_concurrent_ticks_start_one_resume(instance: DagsterInstance) -> None:
 def test_job_resume_refuses_while_the_automatic_resume_is_queued(instance: DagsterInstance) -> None:
     lost = _lost_run(instance)
     _tick(instance)
-    with pytest.raises(LeaseHeldError, match="has not started yet"):
+    with pytest.raises(LeaseHeldError, match="has not started"):
         runner.resume_batch(instance, BATCH)
     assert len(batch_runs(instance, BATCH)) == 2, "no second run beside the queued resume"
     assert len(_children(instance, lost.run_id)) == 1
