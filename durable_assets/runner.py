@@ -171,16 +171,18 @@ def _refuse_if_worker_alive(instance: DagsterInstance, leases: LeaseStore, run: 
     if lease is None or lease.run_id != run.run_id:
         # The run has not taken the lease (a lapsed one is an earlier run's): it is queued, starting,
         # or its worker died right after starting. Only the last is ours to take over; a queued run
-        # (e.g. the daemon's automatic resume) would otherwise start beside this resume.
+        # of the daemon's (e.g. its automatic resume) would otherwise start beside this resume.
         record = instance.get_run_record_by_id(run.run_id)
         started = record.start_time if record and record.start_time else None
-        if started is None:
+        if started is None and run.remote_job_origin is not None:
             raise LeaseHeldError(
                 f"run {run.run_id} of batch {run.tags.get(BATCH_TAG)!r} is {run.status.value.lower()} and "
                 "has not started (nor taken the batch's lease) yet; it continues the batch once the daemon "
                 "launches it (or `job cancel` it)"
             )
-        if t - started < leases.ttl_s:
+        # A CLI run that never started (its process died right after creating it) is dead once the
+        # lease it would have adopted has lapsed; without any lease, wait for one as before.
+        if (started is None and lease is None) or (started is not None and t - started < leases.ttl_s):
             raise LeaseHeldError(
                 f"run {run.run_id} of batch {run.tags.get(BATCH_TAG)!r} has not taken its lease yet; "
                 f"try again in {leases.ttl_s:.0f} s"
