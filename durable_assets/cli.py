@@ -363,6 +363,12 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
         print(f"  {now}: {_progress_line(p, tty=False)}")
     if st.get("needs_review"):
         print(f"  needs review: {st['held_for_review']} held for a person")
+    auto = st.get("auto_resume")
+    if auto:
+        print(
+            f"  automatically resumed (attempt {auto['attempts']} of {auto['max_attempts']}) after its "
+            f"worker was lost: run {auto['run_ids'][-1]}"
+        )
     for s in st.get("steps", []):
         print(
             f"  {s['step']}. {s['step_name']:<20} {s['status']:<12} executions={s['executions']}"

@@ -17,6 +17,7 @@ from dagster import (
     in_process_executor,
 )
 
+from durable_assets.auto_resume import AutoResumeSettings, auto_resume_sensor
 from durable_assets.batch_webhooks import webhook_sensors
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
@@ -54,7 +55,11 @@ defs = Definitions(
     jobs=[refund_batch, retention],
     schedules=[build_daily_schedule(refund_batch), retention_schedule],
     executor=in_process_executor,
-    sensors=webhook_sensors(),  # terminal-status webhooks for runs the daemon launches
+    sensors=[
+        *webhook_sensors(),  # terminal-status webhooks for runs the daemon launches
+        # re-executes batches whose worker was lost and whose retry Dagster dropped
+        auto_resume_sensor(AutoResumeSettings.from_env()),
+    ],
     resources={
         "payments": PaymentGateway(
             payments_url=_optional_env("DURABLE_PAYMENTS_URL"),

@@ -22,7 +22,7 @@ from durable_assets.kit.metrics import RunDigest, RunDigests, histogram, ledger_
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.webhooks import DELIVERED, FAILED, PENDING, Outbox
 from durable_assets.refunds.assets import STEPS
-from durable_assets.status import HELD_FOR_REVIEW_KEY, held_for_review, run_status_label
+from durable_assets.status import HELD_FOR_REVIEW_KEY, held_for_review, is_auto_resume, run_status_label
 
 __all__ = ["WORKER_LOST_TAG", "DurableMetrics", "render_metrics"]
 
@@ -54,6 +54,12 @@ class DurableMetrics:
             "durable_resumes",
             "Re-executions of a batch (job resume, UI re-execution, automatic retry): runs with a parent.",
             value=sum(1 for r in runs if r.parent_run_id),
+        )
+        yield CounterMetricFamily(
+            "durable_auto_resumes",
+            "Re-executions started by the daemon's automatic resume after a lost worker whose retry "
+            "Dagster dropped.",
+            value=sum(1 for r in runs if is_auto_resume(r)),
         )
         yield from self._webhooks()
         steps: dict[str, list[float]] = defaultdict(list)

@@ -156,6 +156,18 @@ SCHEMAS: dict[str, Any] = {
                     "last step, in step order, that reports it (refunds: answers that did not match)"
                 ),
             },
+            "auto_resume": _nullable(
+                {
+                    "type": "object",
+                    "description": "the daemon's automatic resumes after lost workers; null if none",
+                    "required": ["attempts", "max_attempts", "run_ids"],
+                    "properties": {
+                        "attempts": {"type": "integer", "minimum": 1},
+                        "max_attempts": {"type": "integer", "minimum": 0},
+                        "run_ids": {"type": "array", "items": {"type": "string"}},
+                    },
+                }
+            ),
             "steps": {"type": "array", "items": _ref("Step")},
         },
     },

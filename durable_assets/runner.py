@@ -32,21 +32,14 @@ from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.resources import BATCH_TAG, run_ended
+from durable_assets.reexecution import LIVE, batch_tags, record_run_success
 from durable_assets.refunds.assets import BATCHES
 from durable_assets.status import batch_runs, check_batch_id, step_states
 
-PARTITION_TAG = "dagster/partition"
 #: Dagster's run-retries tag (dagster._core.storage.tags.MAX_RETRIES_TAG), spelled out: not public API.
 MAX_RETRIES_TAG = "dagster/max_retries"
 #: Dagster's console logger prints every event at DEBUG; the CLI shows its own progress instead.
 QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-_LIVE = {
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-    DagsterRunStatus.CANCELING,
-}
 
 
 def resolve_dagster_home() -> tuple[Path, str]:
@@ -62,10 +55,6 @@ def resolve_dagster_home() -> tuple[Path, str]:
 
 def lease_ttl_s() -> float:
     return float(os.environ.get("DURABLE_LEASE_TTL_S", 15.0))
-
-
-def _tags(batch_id: str) -> dict[str, str]:
-    return {BATCH_TAG: batch_id, PARTITION_TAG: batch_id}
 
 
 @contextmanager
@@ -102,7 +91,7 @@ def start_batch(
                 reconstructable(refund_batch_job),
                 instance,
                 run_config={"ops": {"invoices": {"config": config}}, **QUIET_LOGS},
-                tags=_tags(batch_id),
+                tags=batch_tags(batch_id),
             )
     batch_webhooks.notify_batch(instance, batch_id)
     return _reload(instance, result.run_id)
@@ -131,13 +120,21 @@ def resume_batch(
         return None
     db = DurableDatabase.for_instance(instance)
     _refuse_if_worker_alive(instance, LeaseStore(db, ttl_s=lease_ttl_s()), newest)
-    if newest.status not in _LIVE:
+    if newest.status not in LIVE:
         # The end this resume leaves is an event even if the process that saw it died before
         # enqueueing it; it goes out with the new run's event after the re-execution.
         batch_webhooks.enqueue_if_terminal(instance, newest.run_id)
     finished_without_reexecution = False
     with _holding_lease(instance, batch_id) as leases:
-        newest = _reload(instance, newest.run_id)
+        runs = batch_runs(instance, batch_id)
+        if runs[-1].run_id != newest.run_id:
+            # Someone else (the daemon's automatic resume, another `job resume`) moved the batch on
+            # between our look and our lease: theirs is the resume; starting a second one would race it.
+            raise LeaseHeldError(
+                f"batch {batch_id!r} was just resumed by run {runs[-1].run_id}, which took its lease "
+                f"first; follow it with `job status --id {batch_id}`"
+            )
+        newest = runs[-1]
         states = step_states(instance, runs)
         if on_plan is not None:
             on_plan(
@@ -147,9 +144,9 @@ def resume_batch(
         if all(state == "completed" for state in states.values()):
             # The worker died after the last step committed but before Dagster recorded the run's
             # end: there is nothing to re-execute (Dagster rejects an empty plan), so finish it.
-            _record_run_success(instance, newest, batch_id)
+            record_run_success(instance, newest, batch_id, by="`job resume`")
             finished_without_reexecution = True
-        elif newest.status in _LIVE:
+        elif newest.status in LIVE:
             previous = leases.get(batch_id)
             # max_retries=0 on the dead run only: this resume re-executes it, so the daemon's run
             # retries (which would see a failure with no reason and retry it too) must not.
@@ -169,33 +166,14 @@ def resume_batch(
                     reconstructable(refund_batch_job),
                     instance,
                     reexecution_options=ReexecutionOptions.from_failure(newest.run_id, instance),
-                    tags=_tags(batch_id),
+                    tags=batch_tags(batch_id),
                 )
     batch_webhooks.notify_batch(instance, batch_id)
     return None if finished_without_reexecution else _reload(instance, result.run_id)
 
 
-def all_steps_committed(instance: DagsterInstance, runs: list[DagsterRun]) -> bool:
-    return all(state == "completed" for state in step_states(instance, runs).values())
-
-
-def _record_run_success(instance: DagsterInstance, run: DagsterRun, batch_id: str) -> None:
-    """Append the RUN_SUCCESS event the dead worker could not write; the UI and status then agree."""
-    from dagster import DagsterEvent, DagsterEventType
-
-    event = DagsterEvent(
-        event_type_value=DagsterEventType.RUN_SUCCESS.value,
-        job_name=run.job_name,
-        message=(
-            f"durable-assets: every step of batch {batch_id!r} had committed when its worker died; "
-            "`job resume` recorded the run's success instead of re-executing nothing."
-        ),
-    )
-    instance.report_dagster_event(event, run_id=run.run_id)
-
-
 def _refuse_if_worker_alive(instance: DagsterInstance, leases: LeaseStore, run: DagsterRun) -> None:
-    if run.status not in _LIVE:
+    if run.status not in LIVE:
         return
     lease = leases.get(run.tags.get(BATCH_TAG, ""))
     t = now()
@@ -205,10 +183,21 @@ def _refuse_if_worker_alive(instance: DagsterInstance, leases: LeaseStore, run: 
             f"its lease expires in {lease.expires_at - t:.1f} s if that worker is dead. Try again then, "
             "or `job cancel` it."
         )
-    if lease is None:
+    if lease is None or lease.run_id != run.run_id:
+        # The run has not taken the lease (a lapsed one is an earlier run's): it is queued, starting,
+        # or its worker died right after starting. Only the last is ours to take over; a queued run
+        # of the daemon's (e.g. its automatic resume) would otherwise start beside this resume.
         record = instance.get_run_record_by_id(run.run_id)
         started = record.start_time if record and record.start_time else None
-        if started is None or t - started < leases.ttl_s:
+        if started is None and run.remote_job_origin is not None:
+            raise LeaseHeldError(
+                f"run {run.run_id} of batch {run.tags.get(BATCH_TAG)!r} is {run.status.value.lower()} and "
+                "has not started (nor taken the batch's lease) yet; it continues the batch once the daemon "
+                "launches it (or `job cancel` it)"
+            )
+        # A CLI run that never started (its process died right after creating it) is dead once the
+        # lease it would have adopted has lapsed; without any lease, wait for one as before.
+        if (started is None and lease is None) or (started is not None and t - started < leases.ttl_s):
             raise LeaseHeldError(
                 f"run {run.run_id} of batch {run.tags.get(BATCH_TAG)!r} has not taken its lease yet; "
                 f"try again in {leases.ttl_s:.0f} s"
@@ -222,7 +211,7 @@ def cancel_batch(instance: DagsterInstance, batch_id: str) -> str:
     if not runs:
         raise UnknownBatchError(f"no batch {batch_id!r} to cancel in {instance.root_directory}")
     newest = runs[-1]
-    if newest.status not in _LIVE:
+    if newest.status not in LIVE:
         return "already finished"
     CancelStore(DurableDatabase.for_instance(instance)).request(batch_id)
     if newest.status in (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED):

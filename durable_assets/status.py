@@ -19,6 +19,7 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunSta
 from durable_assets.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.launcher import AUTO_RESUME_ATTEMPT_TAG, AUTO_RESUME_MAX_TAG, AUTO_RESUME_OF_TAG
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.refunds.assets import STEP_LABELS, STEPS
@@ -211,6 +212,24 @@ def step_states(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
     return {name: step.status for name, step in _fold_steps(instance, runs).items()}
 
 
+def is_auto_resume(run: DagsterRun) -> bool:
+    """Started by the daemon's automatic resume (a run retry of one inherits its tags, not its parent)."""
+    return bool(run.parent_run_id) and run.tags.get(AUTO_RESUME_OF_TAG) == run.parent_run_id
+
+
+def auto_resume_summary(runs: Sequence[DagsterRun]) -> dict[str, Any] | None:
+    """The daemon's automatic resumes of the lineage (``durable_assets.auto_resume``), or None."""
+    own = [r for r in runs if is_auto_resume(r)]
+    if not own:
+        return None
+    last = own[-1].tags
+    return {
+        "attempts": int(last.get(AUTO_RESUME_ATTEMPT_TAG, len(own))),
+        "max_attempts": int(last.get(AUTO_RESUME_MAX_TAG, 0)),
+        "run_ids": [r.run_id for r in own],
+    }
+
+
 def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> dict[str, Any]:
     check_batch_id(batch_id)
     runs = batch_runs(instance, batch_id)
@@ -247,6 +266,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         "progress": progress.as_dict() if progress else None,
         "needs_review": held > 0,
         "held_for_review": held,
+        "auto_resume": auto_resume_summary(runs),
     }
     if include_steps:
         out["steps"] = [

@@ -34,8 +34,10 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
         "progress",
         "needs_review",
         "held_for_review",
+        "auto_resume",
         "steps",
     }
+    assert status["auto_resume"] is None
     assert status["status"] == "succeeded" and status["percent_complete"] == 100.0
     assert status["needs_review"] is False and status["held_for_review"] == 0
     assert len(status["run_ids"]) == 1 and len(status["steps"]) == 7

@@ -92,6 +92,7 @@ def test_counters_match_known_batch_outcomes(
     assert _one(s, "durable_refunds_replayed_total") == refunds
     assert _one(s, "durable_lease_expiries_total") == 1
     assert _one(s, "durable_resumes_total") == 1
+    assert _one(s, "durable_auto_resumes_total") == 0  # a re-execution, not the daemon's automatic resume
     assert _one(s, "durable_webhook_deliveries_total", outcome="delivered") == 2  # m-ok and m-fail
     assert _one(s, "durable_webhook_deliveries_total", outcome="failed") == 0
     assert _one(s, "durable_webhook_deliveries_pending") == 0

@@ -8,7 +8,8 @@
     the repository's own ``dagster_home/dagster.yaml`` (``LeaseAwareRunLauncher``, run monitoring,
     run retries) and a real ``dagster-daemon``. The worker (the ``dagster api execute_run`` process,
     found from its lease's ``host:pid``) is SIGKILLed; we time run monitoring marking the run
-    FAILURE and run retries starting the re-execution.
+    FAILURE and run retries starting the re-execution; when the code server died too and Dagster
+    drops the retry, the automatic resume (``durable_assets.auto_resume``) starting it instead.
 Baseline: the same daemon and monitoring config with Dagster's ``DefaultRunLauncher``. It cannot
 check a worker's health, so the run stays STARTED; we watch it for a bounded time.
 
@@ -47,7 +48,8 @@ INVOICES = 200
 STEP_DELAY_S = 0.5  # keeps the worker visibly alive until the kill
 OBSERVE_S = {"smoke": 15.0, "quick": 30.0, "full": 60.0}  # how long the baseline is watched
 WORKSPACE = REPO / "workspace.yaml"
-LOCATION = "durable_assets.definitions:defs"
+#: The code location's name as workspace.yaml sets it (the launch mutation names it).
+LOCATION = yaml.safe_load(WORKSPACE.read_text())["load_from"][0]["python_module"]["location_name"]
 
 
 def run(size: Size, workdir: Path) -> Result:
@@ -97,7 +99,13 @@ def run(size: Size, workdir: Path) -> Result:
 
 def _retry_text(d: dict[str, Any]) -> str:
     if d.get("retry_started_after_s") is None:
-        return "no automatic re-execution (Dagster dropped the retry: code location unreachable)"
+        dropped = "Dagster dropped the retry (code location unreachable)"
+        if d.get("auto_resume_started_after_s") is None:
+            return f"no automatic re-execution ({dropped})"
+        return (
+            f"{dropped}; automatic resume started at {d['auto_resume_started_after_s']:.1f} s "
+            f"({d['auto_resume_run_status']})"
+        )
     return f"re-execution started at {d['retry_started_after_s']:.1f} s ({d['retry_run_status']})"
 
 
@@ -212,7 +220,24 @@ def _kill_and_watch(
             what="run retries to create a re-execution (or give up)",
         )
         if retry == LOST:
-            return result | {"retry_started_after_s": None, "retry_run_status": LOST}
+            result |= {"retry_started_after_s": None, "retry_run_status": LOST}
+            if not lease_aware:
+                return result
+            # The daemon brings its code server back on its next workspace refresh (<= 60 s); then
+            # the automatic resume (durable_assets.auto_resume, default settings) continues the batch.
+            resumed = wait_until(
+                lambda: _auto_resume_of(view, run_id),
+                timeout=AUTO_RESUME_WAIT_S,
+                interval=0.5,
+                what="the automatic resume",
+            )
+            started_at = wait_until(lambda: _start_time(view, resumed), 240, 0.1, "the resume to start")
+            wait_until(lambda: _ended(view, resumed, None), timeout=300, what="the resume to finish")
+            return result | {
+                "auto_resume_created_after_s": round(_created(view, resumed) - kill_wall, 2),
+                "auto_resume_started_after_s": round(started_at - kill_wall, 2),
+                "auto_resume_run_status": _status(view, resumed),
+            }
         started_at = wait_until(lambda: _start_time(view, retry), 180, 0.1, "the re-execution to start")
         if mode == MODES[-1]:  # the last batch of this daemon: see its re-execution through
             wait_until(lambda: _ended(view, retry, None), timeout=240, what="the re-execution to finish")
@@ -235,6 +260,17 @@ def _kill_and_watch(
 
 
 LOST = "lost: the retry daemon could not reach the code location"
+#: Workspace refresh (60 s) + DURABLE_AUTO_RESUME_AFTER_S (30 s) + sensor interval (15 s), with room.
+AUTO_RESUME_WAIT_S = 240.0
+
+
+def _auto_resume_of(view: InstanceView, run_id: str) -> str | None:
+    from dagster import RunsFilter
+
+    from durable_assets.kit.launcher import AUTO_RESUME_OF_TAG
+
+    runs = view.instance.get_runs(RunsFilter(tags={AUTO_RESUME_OF_TAG: run_id}), limit=1)
+    return runs[0].run_id if runs else None
 
 
 def _retry_lost(daemon: Proc, offset: int) -> str | None:

@@ -24,6 +24,14 @@ from durable_assets.kit.resources import BATCH_TAG
 PARTITION_TAG = "dagster/partition"
 #: Set on a run failed because its worker stopped renewing its lease (counted by /metrics).
 WORKER_LOST_TAG = "durable/worker_lost"
+#: Set on a re-execution started by the daemon's automatic resume (``durable_assets.auto_resume``):
+#: which attempt it is, out of how many the batch may have, and which lost run it continues.
+AUTO_RESUME_ATTEMPT_TAG = "durable/auto_resume_attempt"
+AUTO_RESUME_MAX_TAG = "durable/auto_resume_max_attempts"
+AUTO_RESUME_OF_TAG = "durable/auto_resume_of"
+#: Set on a lost run once the automatic resume has decided about it: the run that continues it, or
+#: why none will (attempts spent, cancel requested, every step committed).
+AUTO_RESUMED_BY_TAG = "durable/auto_resumed_by"
 
 
 def batch_of(run: DagsterRun) -> str | None:

@@ -204,8 +204,18 @@ class DagsterDev:
     with the monitoring poll shortened so a test waits seconds, not tens of seconds.
     """
 
-    def __init__(self, home: Path, env: Mapping[str, str], log_dir: Path, poll_interval_s: int = 2) -> None:
+    def __init__(
+        self,
+        home: Path,
+        env: Mapping[str, str],
+        log_dir: Path,
+        poll_interval_s: int = 2,
+        code_server: CodeServer | None = None,
+    ) -> None:
         shipped = (REPO / "dagster_home" / "dagster.yaml").read_text()
+        # With a code server of its own, `dagster dev` only connects to it (a deployment's layout);
+        # otherwise it starts one as a child that nothing restarts once it dies.
+        self.workspace = code_server.workspace_file(log_dir) if code_server else REPO / "workspace.yaml"
         self.poll_interval_s = poll_interval_s
         pg_url = pg_url_of(home)
         storage = f"storage:\n  postgres:\n    postgres_url: {pg_url}\n" if pg_url else ""
@@ -218,7 +228,7 @@ class DagsterDev:
 
     def start(self) -> DagsterDev:
         """Start it (open the instance from the test first: first-open creates the SQLite files)."""
-        command = [str(REPO / ".venv" / "bin" / "dagster"), "dev", "-w", str(REPO / "workspace.yaml")]
+        command = [str(REPO / ".venv" / "bin" / "dagster"), "dev", "-w", str(self.workspace)]
         env = {**self.env, "DAGSTER_HOME": str(self.home)}
         self.proc = JobProcess(["-h", "127.0.0.1", "-p", str(self.port)], env, self.log_dir, command)
         wait_until(self._ready, timeout=120, interval=0.25, what="the Dagster webserver")
@@ -249,14 +259,72 @@ class DagsterDev:
             tags={"dagster/partition": batch_id},
         )
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 30) -> None:
         """SIGTERM lets dagster dev stop its children; then kill whatever of its group is left."""
         if self.proc.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
-            if not self.proc.exited_within(30):
+            if not self.proc.exited_within(grace_s):
                 self.proc.reap_group()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+class CodeServer:
+    """The code location's gRPC server (`dagster api grpc`) as its own process group, as a deployment
+    runs it on the worker's host: the run workers it launches are its children, in its group, so one
+    ``killpg`` is the host dying; :meth:`start` again is the host's supervisor bringing it back.
+    """
+
+    LOCATION = "durable_assets"
+
+    def __init__(self, env: Mapping[str, str], log_dir: Path) -> None:
+        self.env, self.log_dir = env, log_dir
+        self.port = free_port()
+        self.proc: JobProcess | None = None
+
+    def workspace_file(self, directory: Path) -> Path:
+        path = directory / "grpc_workspace.yaml"
+        path.write_text(
+            "load_from:\n  - grpc_server:\n      host: 127.0.0.1\n"
+            f"      port: {self.port}\n      location_name: {self.LOCATION}\n"
+        )
+        return path
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 120) -> CodeServer:
+        args = ["--host", "127.0.0.1", "--port", str(self.port), "--location-name", self.LOCATION]
+        args += ["--module-name", "durable_assets.definitions", "--attribute", "defs"]
+        command = [str(REPO / ".venv" / "bin" / "dagster"), "api", "grpc"]
+        self.proc = JobProcess(args, self.env, self.log_dir, command)
+        wait_until(self._serving, timeout=timeout, interval=0.25, what="the code server")
+        return self
+
+    def _serving(self) -> bool:
+        from dagster._grpc.client import DagsterGrpcClient
+
+        assert self.proc is not None and self.proc.proc.poll() is None, f"code server exited\n{self.tail()}"
+        try:
+            DagsterGrpcClient(port=self.port, host="127.0.0.1").ping("")
+            return True
+        except Exception:
+            return False
+
+    def kill_host(self) -> None:
+        """SIGKILL the code server and every run worker it launched, at once (one process group)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.reap_group()
+
+    def tail(self) -> str:
+        return self.proc.tail() if self.proc is not None else "(code server not started)"
 
 
 def free_port() -> int:
