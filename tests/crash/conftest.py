@@ -3,14 +3,31 @@ test (Dagster's storage and our tables together, as `dagster_home/postgres` conf
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from .helpers import make_home
+from .helpers import Simulator, make_home
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def home(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     pg_url = str(request.getfixturevalue("pg_database")) if request.param == "postgres" else None
     return make_home(tmp_path, pg_url)
+
+
+@pytest.fixture
+def simulator(tmp_path: Path) -> Iterator[Callable[..., Simulator]]:
+    """Start simulators with fault options; every one is stopped after the test."""
+    started: list[Simulator] = []
+
+    def start(**faults: Any) -> Simulator:
+        sim = Simulator(tmp_path / f"simulator-{len(started)}.db", **faults)
+        started.append(sim)
+        return sim
+
+    yield start
+    for sim in started:
+        sim.close()

@@ -16,7 +16,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,20 +49,6 @@ CRASH_POINTS = int(os.environ.get("DURABLE_CRASH_POINTS", "20"))
 #: Postgres repeats the same seeded points, fewer of them: each batch costs it more process startup.
 PG_CRASH_POINTS = int(os.environ.get("DURABLE_PG_CRASH_POINTS", str(max(CRASH_POINTS // 2, 1))))
 CRASH_SEED = 20261129
-
-
-@pytest.fixture
-def simulator(tmp_path: Path) -> Iterator[Callable[..., Simulator]]:
-    started: list[Simulator] = []
-
-    def start(**faults: Any) -> Simulator:
-        sim = Simulator(tmp_path / f"simulator-{len(started)}.db", **faults)
-        started.append(sim)
-        return sim
-
-    yield start
-    for sim in started:
-        sim.close()
 
 
 def _status_cli(batch_id: str, env: dict[str, str], logs: Path) -> dict[str, Any]:

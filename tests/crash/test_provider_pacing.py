@@ -7,7 +7,7 @@ worker sent. SQLite instances only: what is under test is the client's pacing, n
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +28,6 @@ from .helpers import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def simulator(tmp_path: Path) -> Iterator[Callable[..., Simulator]]:
-    started: list[Simulator] = []
-
-    def start(**faults: Any) -> Simulator:
-        sim = Simulator(tmp_path / f"simulator-{len(started)}.db", **faults)
-        started.append(sim)
-        return sim
-
-    yield start
-    for sim in started:
-        sim.close()
 
 
 def test_default_settings_get_past_a_rate_limiting_provider(
