@@ -56,7 +56,6 @@ def test_progress_names_the_running_step_and_a_finished_batch_its_end(tmp_path: 
 
 def test_cancel_leaves_later_steps_pending_and_resume_says_what_it_skips(tmp_path: Path) -> None:
     home = make_home(tmp_path)
-    env = job_env(home)
     slow = job_env(home, DURABLE_STEP_DELAY_S=2.0)
     worker = JobProcess(["run", "--id", "c1", "--size", "60"], slow, tmp_path)
     with instance_reader(home) as reader:
@@ -82,7 +81,9 @@ def test_cancel_leaves_later_steps_pending_and_resume_says_what_it_skips(tmp_pat
         ProgressStore(DurableDatabase.for_instance(reader.instance)).write(
             "c1", old_run, Progress(2, 7, "Validating invoices", 55, 55)
         )
-    resumed = JobProcess(["resume", "--id", "c1"], env, tmp_path)
+    # Each step of the resume lasts at least a second, so the watcher sees step 3 before step 4
+    # however loaded the machine is (without it, step 3 can finish between two polls).
+    resumed = JobProcess(["resume", "--id", "c1"], job_env(home, DURABLE_STEP_DELAY_S=1.0), tmp_path)
     assert resumed.wait(180) == 0, resumed.tail()
     err = resumed.stderr
     assert "resume: skipping 2 committed step(s): invoices, validated_invoices" in err, err
