@@ -294,7 +294,7 @@ class InstanceView:
         return dict(Counter(str(point) for key, point in rows if key in keys))
 
     def runs(self, batch_id: str) -> list[Any]:
-        from durable_assets.status import batch_runs
+        from durable_assets.ops.status import batch_runs
 
         return batch_runs(self.instance, batch_id)
 

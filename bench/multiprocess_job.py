@@ -16,9 +16,9 @@ import sys
 
 from dagster import AssetSelection, Definitions, JobDefinition, define_asset_job, multiprocess_executor
 
-from durable_assets import runner
 from durable_assets.definitions import REFUND_JOB, defs
 from durable_assets.kit import leases
+from durable_assets.ops import runner
 from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
 
 OWNER_ENV = "BENCH_LEASE_OWNER"
@@ -52,7 +52,7 @@ def main() -> None:
     if not os.environ.get(OWNER_ENV):  # set before the step processes are spawned: they inherit it
         os.environ[OWNER_ENV] = f"{socket.gethostname()}:{os.getpid()}"
         leases.process_owner = runner.process_owner = lambda: os.environ[OWNER_ENV]
-    from durable_assets.cli import _instance
+    from durable_assets.ops.cli import _instance
 
     runner.refund_batch_job = refund_batch_job_multiprocess  # start_batch's reconstructable target
     run = runner.start_batch(_instance(False), batch_id, size=size)

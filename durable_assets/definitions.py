@@ -17,14 +17,15 @@ from dagster import (
     in_process_executor,
 )
 
-from durable_assets.auto_resume import AutoResumeSettings, auto_resume_sensor
-from durable_assets.batch_webhooks import webhook_sensors
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
+from durable_assets.ops.auto_resume import AutoResumeSettings, auto_resume_sensor
+from durable_assets.ops.batch_webhooks import webhook_sensors
+from durable_assets.ops.retention import retention, retention_schedule
+from durable_assets.payments.resources import PaymentGateway
 from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
 from durable_assets.refunds.checks import ALL_CHECKS
-from durable_assets.refunds.resources import CustomerMailbox, PaymentGateway, RefundLimits
+from durable_assets.refunds.resources import CustomerMailbox, RefundLimits
 from durable_assets.refunds.schedules import build_daily_schedule
-from durable_assets.retention import retention, retention_schedule
 
 REFUND_JOB = "refund_batch"
 

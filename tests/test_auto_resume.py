@@ -15,12 +15,10 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter, reconstructable
 
-from durable_assets import cli, runner
-from durable_assets.auto_resume import AutoResumeSettings, resume_lost_batches, resume_lost_run, resume_run_id
 from durable_assets.definitions import refund_batch_job
-from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.errors import LeaseHeldError
 from durable_assets.kit.launcher import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
@@ -30,7 +28,14 @@ from durable_assets.kit.launcher import (
 )
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.resources import BATCH_TAG
-from durable_assets.status import batch_runs, batch_status
+from durable_assets.ops import cli, runner
+from durable_assets.ops.auto_resume import (
+    AutoResumeSettings,
+    resume_lost_batches,
+    resume_lost_run,
+    resume_run_id,
+)
+from durable_assets.ops.status import batch_runs, batch_status
 
 BATCH = "lost-1"
 DUE = AutoResumeSettings(max_attempts=3, after_s=0.0, interval_s=1, lease_ttl_s=30.0)
@@ -203,7 +208,7 @@ def test_off_when_max_attempts_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_resume_created_but_never_submitted_is_submitted_by_a_later_tick(instance: DagsterInstance) -> None:
     """The code server died between creating the resume and queueing it: the next tick queues it."""
     from durable_assets.kit.db import now
-    from durable_assets.reexecution import create_from_failure_run
+    from durable_assets.ops.reexecution import create_from_failure_run
 
     lost = _lost_run(instance)
     created = create_from_failure_run(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_assets import cli
+from durable_assets.ops import cli
 
 from .conftest import REPO, job_cli
 
@@ -250,8 +250,8 @@ def test_prune_dry_run_piped_to_head(dagster_home: Path) -> None:
 def test_ceiling_errors_name_the_variable_to_raise() -> None:
     import pandas as pd
 
-    from durable_assets.errors import RefundCeilingExceededError
     from durable_assets.refunds.assets import enforce_guardrails
+    from durable_assets.refunds.errors import RefundCeilingExceededError
     from durable_assets.refunds.resources import RefundLimits
 
     candidates = pd.DataFrame(
@@ -272,7 +272,7 @@ def test_ceiling_errors_name_the_variable_to_raise() -> None:
 
 
 def test_settings_errors_name_the_option_or_variable() -> None:
-    from durable_assets.errors import UsageError, WebhookConfigError
+    from durable_assets.kit.errors import UsageError, WebhookConfigError
     from durable_assets.kit.retention import RetentionPolicy
     from durable_assets.kit.webhooks import WebhookSettings
 

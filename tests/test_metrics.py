@@ -11,10 +11,10 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus, ReexecutionOptions, execute_job, reconstructable
 from prometheus_client.parser import text_string_to_metric_families
 
-from durable_assets import runner
 from durable_assets.definitions import refund_batch_job
 from durable_assets.kit.resources import BATCH_TAG
-from durable_assets.metrics import WORKER_LOST_TAG, render_metrics
+from durable_assets.ops import runner
+from durable_assets.ops.metrics import WORKER_LOST_TAG, render_metrics
 from durable_assets.payments.store import PaymentStore
 
 from .webhooks.receiver import Receiver

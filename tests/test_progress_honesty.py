@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from durable_assets.cli import _progress_line
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.progress import Progress, ProgressStore
-from durable_assets.runner import cancel_batch
+from durable_assets.ops.cli import _progress_line
+from durable_assets.ops.runner import cancel_batch
 
 from .conftest import job_cli
 from .crash.helpers import JobProcess, instance_reader, job_env, make_home, wait_until

@@ -36,16 +36,16 @@ from dagster._core.storage.runs.schema import RunsTable
 from dagster._core.utils import make_new_run_id
 from dagster_shared.serdes import deserialize_value
 
-from durable_assets.errors import PruneInProgressError, UsageError
 from durable_assets.kit import db as kit_db
 from durable_assets.kit import retention as kit_retention
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
+from durable_assets.kit.errors import PruneInProgressError, UsageError
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.retention import DAY_S, RetentionPolicy, read_archive
-from durable_assets.retention import policy_from_env, prune_batches
+from durable_assets.ops.retention import policy_from_env, prune_batches
 
 from .conftest import REPO, job_cli
 
@@ -410,7 +410,7 @@ _DRIVER = textwrap.dedent(
     import os, signal, sys
     from dagster import DagsterInstance
     import durable_assets.kit.retention as kit_retention
-    from durable_assets.retention import prune_batches
+    from durable_assets.ops.retention import prune_batches
 
     point, nth, kit_retention.CHUNK_SIZE = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     real, calls = getattr(kit_retention, point), [0]

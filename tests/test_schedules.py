@@ -16,8 +16,8 @@ from dagster._scheduler.scheduler import launch_scheduled_runs
 
 from durable_assets.definitions import defs
 from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.ops.runner import start_batch
 from durable_assets.refunds.schedules import DAILY_SCHEDULE, daily_batch_id
-from durable_assets.runner import start_batch
 
 from .conftest import REPO, job_cli
 

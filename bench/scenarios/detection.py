@@ -9,7 +9,7 @@
     run retries) and a real ``dagster-daemon``. The worker (the ``dagster api execute_run`` process,
     found from its lease's ``host:pid``) is SIGKILLed; we time run monitoring marking the run
     FAILURE and run retries starting the re-execution; when the code server died too and Dagster
-    drops the retry, the automatic resume (``durable_assets.auto_resume``) starting it instead.
+    drops the retry, the automatic resume (``durable_assets.ops.auto_resume``) starting it instead.
 Baseline: the same daemon and monitoring config with Dagster's ``DefaultRunLauncher``. It cannot
 check a worker's health, so the run stays STARTED; we watch it for a bounded time.
 
@@ -224,7 +224,7 @@ def _kill_and_watch(
             if not lease_aware:
                 return result
             # The daemon brings its code server back on its next workspace refresh (<= 60 s); then
-            # the automatic resume (durable_assets.auto_resume, default settings) continues the batch.
+            # the automatic resume (durable_assets.ops.auto_resume, default settings) continues the batch.
             resumed = wait_until(
                 lambda: _auto_resume_of(view, run_id),
                 timeout=AUTO_RESUME_WAIT_S,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from durable_assets.errors import BatchCanceledError
 from durable_assets.kit.db import DurableDatabase, cancel_requests, now
+from durable_assets.kit.errors import BatchCanceledError
 
 
 class CancelStore:

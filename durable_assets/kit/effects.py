@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from durable_assets.errors import LeaseHeldError, ProviderRejectedError, ProviderResponseMismatchError
+from durable_assets.kit.errors import LeaseHeldError, ProviderRejectedError, ProviderResponseMismatchError
 from durable_assets.kit.ledger import Intent, Ledger, LedgerEntry
 from durable_assets.kit.pacing import Backoff, RateLimiter, Result, call_with_retries
 

@@ -24,7 +24,7 @@ from durable_assets.kit.resources import BATCH_TAG
 PARTITION_TAG = "dagster/partition"
 #: Set on a run failed because its worker stopped renewing its lease (counted by /metrics).
 WORKER_LOST_TAG = "durable/worker_lost"
-#: Set on a re-execution started by the daemon's automatic resume (``durable_assets.auto_resume``):
+#: Set on a re-execution started by the daemon's automatic resume (``durable_assets.ops.auto_resume``):
 #: which attempt it is, out of how many the batch may have, and which lost run it continues.
 AUTO_RESUME_ATTEMPT_TAG = "durable/auto_resume_attempt"
 AUTO_RESUME_MAX_TAG = "durable/auto_resume_max_attempts"

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from durable_assets.errors import FencedOutError, LeaseHeldError
 from durable_assets.kit.db import DurableDatabase, leases, now
+from durable_assets.kit.errors import FencedOutError, LeaseHeldError
 
 DEFAULT_LEASE_TTL_S = 15.0
 

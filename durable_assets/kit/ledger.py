@@ -28,8 +28,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from durable_assets.errors import IdempotencyKeyMismatchError
 from durable_assets.kit.db import DurableDatabase, effect_subjects, idempotency, now
+from durable_assets.kit.errors import IdempotencyKeyMismatchError
 
 STARTED = "started"
 FINISHED = "finished"

@@ -8,7 +8,7 @@ backs off as one instead of sixteen threads retrying on their own. ``Retry-After
 
 A 429 is the provider pacing us, never a fault: it is not an attempt and never makes a request give
 up. Faults (5xx, connection errors, timeouts) are retried with backoff until the provider has given
-no successful answer for the down budget; then :class:`~durable_assets.errors.ProviderUnavailableError`
+no successful answer for the down budget; then :class:`~durable_assets.kit.errors.ProviderUnavailableError`
 names the setting that controls it. A budget in seconds, unlike a count of attempts, bounds how long
 a batch waits for a dead provider whatever the concurrency, the chunking or the request timeout.
 """
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from durable_assets.errors import (
+from durable_assets.kit.errors import (
     IdempotencyKeyInFlightError,
     ProviderUnavailableError,
     TransientProviderError,

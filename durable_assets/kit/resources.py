@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dagster import ConfigurableResource, DagsterInstance, InitResourceContext
 from pydantic import Field, PrivateAttr
 
-from durable_assets.errors import FencedOutError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.errors import FencedOutError
 from durable_assets.kit.leases import (
     DEFAULT_LEASE_TTL_S,
     Heartbeat,

@@ -50,9 +50,9 @@ from dagster._core.storage.runs.schema import RunsTable, RunTagsTable
 from dagster._core.storage.runs.sql_run_storage import SqlRunStorage
 from dagster_shared.serdes import serialize_value
 
-from durable_assets.errors import ArchiveError, BatchConflictError, PruneInProgressError, UsageError
 from durable_assets.kit import db as kit_db
 from durable_assets.kit.db import DurableDatabase, now
+from durable_assets.kit.errors import ArchiveError, BatchConflictError, PruneInProgressError, UsageError
 from durable_assets.kit.leases import Lease, LeaseStore
 from durable_assets.kit.ledger import STARTED
 

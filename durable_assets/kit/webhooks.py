@@ -39,8 +39,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from durable_assets.errors import WebhookConfigError, WebhookVerificationError
 from durable_assets.kit.db import DurableDatabase, now, webhook_outbox
+from durable_assets.kit.errors import WebhookConfigError, WebhookVerificationError
 
 SECRET_PREFIX = "whsec_"
 #: Standard Webhooks' recommended replay window for receivers.

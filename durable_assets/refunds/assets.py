@@ -31,22 +31,22 @@ from dagster import (
 from dagster._core.storage.dagster_run import DagsterRunStatus
 from pydantic import Field
 
-from durable_assets.errors import (
+from durable_assets.kit.effects import EffectReport, EffectRunner, RateLimiter, call_with_retries
+from durable_assets.kit.errors import (
     BatchCanceledError,
     DurableError,
-    RefundAboveRefundableError,
-    RefundCeilingExceededError,
     TransientProviderError,
 )
-from durable_assets.kit.effects import EffectReport, EffectRunner, RateLimiter, call_with_retries
 from durable_assets.kit.ledger import Intent, LedgerEntry
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
+from durable_assets.payments.resources import PaymentGateway
 from durable_assets.refunds import schema as s
+from durable_assets.refunds.errors import RefundAboveRefundableError, RefundCeilingExceededError
 from durable_assets.refunds.frames import frame_digest, typed, write_csv_atomically
 from durable_assets.refunds.keys import charge_key, notice_key, refund_key, refund_subject
 from durable_assets.refunds.policy import compute_refund_candidates, summarize
-from durable_assets.refunds.resources import CustomerMailbox, PaymentGateway, RefundLimits
+from durable_assets.refunds.resources import CustomerMailbox, RefundLimits
 from durable_assets.refunds.synthetic import synthetic_invoices
 from durable_assets.refunds.validation import read_invoice_file, validate_invoices
 

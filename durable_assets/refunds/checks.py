@@ -25,9 +25,10 @@ from dagster import (
 )
 
 from durable_assets.kit.effects import call_with_retries
+from durable_assets.payments.resources import PaymentGateway
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.assets import BATCHES, issued_refunds, reconciled_refunds
-from durable_assets.refunds.resources import PaymentGateway, RefundLimits
+from durable_assets.refunds.resources import RefundLimits
 
 # A check must be partitioned like its asset so it reads this batch's frame, not every batch's.
 # Dagster marks that as preview; the warning would otherwise print on every `job` command.

@@ -1,64 +1,12 @@
-"""Resources of the refund pipeline: the payment gateway, the customer mailbox, the money limits."""
+"""Resources of the refund pipeline: the customer mailbox and the money limits."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
-from durable_assets.kit.pacing import Backoff, RateLimiter, shared_limiter
-from durable_assets.payments.gateway import RefundGateway, gateway_from_settings
+from durable_assets.payments.resources import instance_dir
 from durable_assets.refunds.notices import Mailbox
-
-
-def _instance_dir(context: InitResourceContext) -> Path:
-    if context.instance is None:
-        raise RuntimeError("the refund pipeline needs a Dagster instance (set DAGSTER_HOME)")
-    return Path(context.instance.root_directory)
-
-
-class PaymentGateway(ConfigurableResource):
-    """The Stripe-compatible provider: embedded in the instance by default, or any base URL.
-
-    Concurrency and the client-side rate limit are what make a 100k-refund batch take minutes,
-    not hours, against a provider that answers in 100-500 ms and limits request rates. The rate is
-    learned from the provider's 429s and shared by every step, check and thread of the process
-    (:mod:`durable_assets.kit.pacing`); ``rate_limit_per_second`` only caps it.
-    """
-
-    payments_url: str | None = Field(default=None, description="Stripe-compatible base URL; unset = embedded")
-    api_key: str | None = Field(default=None, description="Secret key for the provider (STRIPE_API_KEY)")
-    concurrency: int = Field(default=16, ge=1, le=256)
-    rate_limit_per_second: float | None = Field(default=None, description="Client-side cap on requests/s")
-    provider_down_budget_seconds: float = Field(
-        default=60.0,
-        gt=0,
-        description="How long the provider may let nothing through before the step fails "
-        "(DURABLE_PROVIDER_DOWN_BUDGET_S)",
-    )
-    timeout_seconds: float = 10.0
-
-    _gateway: RefundGateway | None = PrivateAttr(default=None)
-    _provider: str = PrivateAttr(default="")
-
-    def setup_for_execution(self, context: InitResourceContext) -> None:
-        embedded = str(_instance_dir(context) / "payments.db")
-        self._gateway = gateway_from_settings(self.payments_url, self.api_key, embedded)
-        self._provider = self.payments_url or f"embedded:{embedded}"
-
-    @property
-    def gateway(self) -> RefundGateway:
-        if self._gateway is None:
-            raise RuntimeError("PaymentGateway used outside a run")
-        return self._gateway
-
-    def limiter(self) -> RateLimiter:
-        """The process's one limiter for this provider: what one step learns, the next one knows."""
-        return shared_limiter(self._provider, self.rate_limit_per_second)
-
-    def backoff(self) -> Backoff:
-        return Backoff(down_budget_s=self.provider_down_budget_seconds)
 
 
 class CustomerMailbox(ConfigurableResource):
@@ -69,7 +17,7 @@ class CustomerMailbox(ConfigurableResource):
     _mailbox: Mailbox | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        self._mailbox = Mailbox(self.path or _instance_dir(context) / "mailbox.db")
+        self._mailbox = Mailbox(self.path or instance_dir(context) / "mailbox.db")
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._mailbox is not None:

@@ -2,12 +2,12 @@
 
 Each line names where its number comes from (step, metadata key); when several steps report it,
 the last one that did wins (a re-run step or the report repeats an earlier figure). See
-``durable_assets/summary.py`` for how lines are read and printed.
+``durable_assets/ops/summary.py`` for how lines are read and printed.
 """
 
 from __future__ import annotations
 
-from durable_assets.summary import SummaryLine, SummarySpec
+from durable_assets.ops.summary import SummaryLine, SummarySpec
 
 REFUND_SUMMARY = SummarySpec(
     lines=(

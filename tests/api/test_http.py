@@ -127,7 +127,7 @@ def test_openapi_is_an_openapi_3_document_with_bearer_auth(served: Served) -> No
 def test_unexpected_errors_are_500_json_without_a_traceback(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from durable_assets import api
+    from durable_assets.ops import api
 
     def boom(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("secret internal detail")

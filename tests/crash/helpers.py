@@ -181,14 +181,14 @@ def _sigkill_self(self, context):
 
 
 BatchRuntime.teardown_after_execution = _sigkill_self
-from durable_assets.cli import main
+from durable_assets.ops.cli import main
 
 sys.exit(main(sys.argv[1:]))
 """
 
 
 def job_killed_in_teardown(args: list[str], env: Mapping[str, str], log_dir: Path) -> JobProcess:
-    """`job ...` (the same entry point, ``durable_assets.cli:main``) in a process that SIGKILLs
+    """`job ...` (the same entry point, ``durable_assets.ops.cli:main``) in a process that SIGKILLs
     itself when the run's resources are torn down: after the last step's success is recorded and
     before Dagster records the run's. A random kill lands in that ~50 ms window only by luck.
     """
@@ -363,8 +363,8 @@ class InstanceReader:
 
     def status(self, batch_id: str) -> dict[str, Any] | None:
         """``job status --json``'s object, or None while the batch has no run yet."""
-        from durable_assets.errors import UnknownBatchError
-        from durable_assets.status import batch_status
+        from durable_assets.kit.errors import UnknownBatchError
+        from durable_assets.ops.status import batch_status
 
         try:
             return batch_status(self.instance, batch_id)
@@ -372,7 +372,7 @@ class InstanceReader:
             return None
 
     def has_runs(self, batch_id: str) -> bool:
-        from durable_assets.status import batch_runs
+        from durable_assets.ops.status import batch_runs
 
         return bool(batch_runs(self.instance, batch_id))
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import stripe
 
-from durable_assets.errors import (
+from durable_assets.kit.errors import (
     IdempotencyKeyInFlightError,
     IdempotencyKeyMismatchError,
     ProviderRejectedError,
@@ -339,7 +339,7 @@ def test_real_job_provider_serve_loses_every_answer_and_moves_the_balance_once(t
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, "-c", "from durable_assets.cli import main; raise SystemExit(main())"]
+    command = [sys.executable, "-c", "from durable_assets.ops.cli import main; raise SystemExit(main())"]
     options = [
         "--port",
         str(port),

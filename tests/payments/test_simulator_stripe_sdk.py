@@ -18,8 +18,7 @@ import httpx
 import pytest
 import stripe
 
-from durable_assets.cli import build_parser
-from durable_assets.errors import (
+from durable_assets.kit.errors import (
     IdempotencyKeyInFlightError,
     IdempotencyKeyMismatchError,
     ProviderRejectedError,
@@ -27,6 +26,7 @@ from durable_assets.errors import (
     TransientProviderError,
     UsageError,
 )
+from durable_assets.ops.cli import build_parser
 from durable_assets.payments.gateway import (
     EmbeddedGateway,
     RefundGateway,
@@ -295,7 +295,7 @@ def test_job_provider_serve_takes_api_keys(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, "-c", "from durable_assets.cli import main; raise SystemExit(main())"]
+    command = [sys.executable, "-c", "from durable_assets.ops.cli import main; raise SystemExit(main())"]
     options = ["--port", str(port), "--db", str(tmp_path / "cli.db"), "--api-key", "rk_test_cli"]
     server = subprocess.Popen([*command, "provider", "serve", *options], stderr=subprocess.PIPE, text=True)
     try:

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, build_run_status_sensor_context, build_sensor_context
 
-from durable_assets import batch_webhooks, runner
 from durable_assets.definitions import defs, refund_batch_job
-from durable_assets.errors import WebhookConfigError
 from durable_assets.kit.db import DurableDatabase, now
+from durable_assets.kit.errors import WebhookConfigError
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.webhooks import DELIVERED, FAILED, Outbox
-from durable_assets.status import batch_status
+from durable_assets.ops import batch_webhooks, runner
+from durable_assets.ops.status import batch_status
 
 from ..crash.helpers import wait_until
 from .receiver import Receiver

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_assets import runner
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.webhooks import DELIVERED, FAULT_KILL_AFTER_SEND, PENDING, Outbox
+from durable_assets.ops import runner
 
 from ..crash.helpers import (
     EXIT_FAILED,

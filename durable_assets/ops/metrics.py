@@ -21,8 +21,8 @@ from durable_assets.kit.ledger import FINISHED, REVIEW
 from durable_assets.kit.metrics import RunDigest, RunDigests, histogram, ledger_counts, render
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.webhooks import DELIVERED, FAILED, PENDING, Outbox
+from durable_assets.ops.status import HELD_FOR_REVIEW_KEY, held_for_review, is_auto_resume, run_status_label
 from durable_assets.refunds.assets import STEPS
-from durable_assets.status import HELD_FOR_REVIEW_KEY, held_for_review, is_auto_resume, run_status_label
 
 __all__ = ["WORKER_LOST_TAG", "DurableMetrics", "render_metrics"]
 

@@ -24,7 +24,7 @@ from dagster import (
     op,
 )
 
-from durable_assets.errors import UsageError
+from durable_assets.kit.errors import UsageError
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.retention import PruneReport, RetentionPolicy, prune
 from durable_assets.refunds.assets import BATCHES
@@ -67,7 +67,7 @@ def prune_batches(
     archive_dir: str | None = None,
     dry_run: bool = False,
 ) -> PruneReport:
-    from durable_assets.status import batch_status
+    from durable_assets.ops.status import batch_status
 
     return prune(
         instance,
@@ -116,7 +116,7 @@ def prune_old_batches(context: OpExecutionContext, config: PruneConfig) -> None:
     )
 
 
-@job(executor_def=in_process_executor, description="Retention: see durable_assets/retention.py")
+@job(executor_def=in_process_executor, description="Retention: see durable_assets/ops/retention.py")
 def retention() -> None:
     prune_old_batches()
 

@@ -20,7 +20,7 @@ from dagster import (
 )
 
 from durable_assets.kit.resources import BATCH_TAG
-from durable_assets.status import step_states
+from durable_assets.ops.status import step_states
 
 PARTITION_TAG = "dagster/partition"
 #: Dagster's lineage tags (dagster._core.storage.tags), spelled out: not public API. The UI groups a

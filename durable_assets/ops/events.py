@@ -15,12 +15,12 @@ from typing import Any
 
 from dagster import DagsterEventType, DagsterInstance
 
-from durable_assets.errors import UnknownBatchError
+from durable_assets.kit.errors import UnknownBatchError
 from durable_assets.kit.progress import progress_from_event
 from durable_assets.kit.runlog import LineageFeed, LineageRecord
 from durable_assets.kit.sse import ServerSentEvent
+from durable_assets.ops.status import batch_runs, check_batch_id
 from durable_assets.refunds.assets import STEPS
-from durable_assets.status import batch_runs, check_batch_id
 
 STEP_EVENT_STATUS = {
     DagsterEventType.STEP_START: "in_progress",

@@ -23,18 +23,18 @@ from dagster import (
     reconstructable,
 )
 
-from durable_assets import batch_webhooks
-from durable_assets.batch_log import batch_output
 from durable_assets.definitions import refund_batch_job
-from durable_assets.errors import BatchExistsError, LeaseHeldError, UnknownBatchError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
+from durable_assets.kit.errors import BatchExistsError, LeaseHeldError, UnknownBatchError
 from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.resources import BATCH_TAG, run_ended
-from durable_assets.reexecution import LIVE, batch_tags, record_run_success
+from durable_assets.ops import batch_webhooks
+from durable_assets.ops.batch_log import batch_output
+from durable_assets.ops.reexecution import LIVE, batch_tags, record_run_success
+from durable_assets.ops.status import batch_runs, check_batch_id, step_states
 from durable_assets.refunds.assets import BATCHES
-from durable_assets.status import batch_runs, check_batch_id, step_states
 
 #: Dagster's run-retries tag (dagster._core.storage.tags.MAX_RETRIES_TAG), spelled out: not public API.
 MAX_RETRIES_TAG = "dagster/max_retries"

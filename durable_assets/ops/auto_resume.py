@@ -48,9 +48,9 @@ from dagster import (
     sensor,
 )
 
-from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
+from durable_assets.kit.errors import LeaseHeldError
 from durable_assets.kit.launcher import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
@@ -60,14 +60,14 @@ from durable_assets.kit.launcher import (
 )
 from durable_assets.kit.leases import DEFAULT_LEASE_TTL_S, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.resources import BATCH_TAG, run_ended
-from durable_assets.reexecution import (
+from durable_assets.ops.reexecution import (
     PARENT_RUN_ID_TAG,
     ROOT_RUN_ID_TAG,
     all_steps_committed,
     create_from_failure_run,
     record_run_success,
 )
-from durable_assets.status import batch_runs
+from durable_assets.ops.status import batch_runs
 
 SENSOR_NAME = "auto_resume_lost_batches"
 #: Dagster's run-retry bookkeeping (dagster._core.storage.tags), spelled out: not public API. Set on

@@ -16,9 +16,9 @@ from typing import Any
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
-from durable_assets.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.launcher import AUTO_RESUME_ATTEMPT_TAG, AUTO_RESUME_MAX_TAG, AUTO_RESUME_OF_TAG
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.resources import BATCH_TAG
@@ -218,7 +218,7 @@ def is_auto_resume(run: DagsterRun) -> bool:
 
 
 def auto_resume_summary(runs: Sequence[DagsterRun]) -> dict[str, Any] | None:
-    """The daemon's automatic resumes of the lineage (``durable_assets.auto_resume``), or None."""
+    """The daemon's automatic resumes of the lineage (``durable_assets.ops.auto_resume``), or None."""
     own = [r for r in runs if is_auto_resume(r)]
     if not own:
         return None

@@ -55,7 +55,7 @@ from durable_assets.kit.webhooks import (
     describe_pending,
     message_id,
 )
-from durable_assets.status import batch_runs, batch_status
+from durable_assets.ops.status import batch_runs, batch_status
 
 EVENT_TYPES = {
     DagsterRunStatus.SUCCESS: "batch.succeeded",

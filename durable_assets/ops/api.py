@@ -34,9 +34,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from durable_assets import openapi, runner
-from durable_assets.errors import BatchConflictError, InvalidBatchIdError, UnknownBatchError, UsageError
-from durable_assets.events import BatchEventFeed
+from durable_assets.kit.errors import BatchConflictError, InvalidBatchIdError, UnknownBatchError, UsageError
 from durable_assets.kit.http_guard import (
     RETRY_AFTER_S,
     ConnectionLimits,
@@ -44,9 +42,11 @@ from durable_assets.kit.http_guard import (
     over_capacity_body,
 )
 from durable_assets.kit.sse import SharedFeeds, event_stream, parse_last_event_id
-from durable_assets.status import batch_status, list_batches
+from durable_assets.ops import openapi, runner
+from durable_assets.ops.events import BatchEventFeed
+from durable_assets.ops.status import batch_status, list_batches
 
-logger = logging.getLogger("durable_assets.api")
+logger = logging.getLogger("durable_assets.ops.api")
 
 TOKEN_ENV = "DURABLE_API_TOKEN"
 #: Seconds of silence before a keepalive comment on an event stream (tests set it lower).
@@ -146,7 +146,7 @@ class Endpoint:
     path: str
     method: str
     handler: Handler
-    #: The OpenAPI operation object (see durable_assets/openapi.py).
+    #: The OpenAPI operation object (see durable_assets/ops/openapi.py).
     operation: dict[str, Any]
     #: Served without the bearer token; CONTRACT.md allows this for /healthz only.
     public: bool = False
@@ -260,7 +260,7 @@ async def run_events(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    from durable_assets.metrics import render_metrics  # prometheus_client only when scraped
+    from durable_assets.ops.metrics import render_metrics  # prometheus_client only when scraped
 
     body = await run_in_threadpool(render_metrics, _instance(request))
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

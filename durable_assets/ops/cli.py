@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
-from durable_assets.errors import DurableError, UsageError
+from durable_assets.kit.errors import DurableError, UsageError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
 #: The batch succeeded but some of its items wait for a person (status JSON ``needs_review``).
@@ -141,7 +141,7 @@ def _day(text: str) -> Any:
 
 
 def _batch_id(text: str) -> str:
-    from durable_assets.status import BATCH_ID_PATTERN
+    from durable_assets.ops.status import BATCH_ID_PATTERN
 
     if not BATCH_ID_PATTERN.fullmatch(text):
         raise argparse.ArgumentTypeError(
@@ -241,7 +241,7 @@ def _db_file(text: str) -> str:
 def _instance(verbose: bool) -> Any:
     from dagster import DagsterInstance
 
-    from durable_assets.runner import resolve_dagster_home
+    from durable_assets.ops.runner import resolve_dagster_home
 
     home, why = resolve_dagster_home()
     if verbose:
@@ -275,8 +275,8 @@ def _watch(instance: Any, batch_id: str, stop: threading.Event, out: TextIO) -> 
     Only while the batch runs: before a resume's first step starts, the batch still shows its old
     run's end, which is not progress of this process.
     """
-    from durable_assets.errors import UnknownBatchError
-    from durable_assets.status import batch_status
+    from durable_assets.kit.errors import UnknownBatchError
+    from durable_assets.ops.status import batch_status
 
     tty = out.isatty()
     last = ""
@@ -317,8 +317,8 @@ def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
 
 def _finish(instance: Any, batch_id: str) -> int:
     """The end-of-batch summary (summary.py) and the exit code it means."""
-    from durable_assets.status import batch_runs, batch_status
-    from durable_assets.summary import batch_summary, spec_for
+    from durable_assets.ops.status import batch_runs, batch_status
+    from durable_assets.ops.summary import batch_summary, spec_for
 
     st = batch_status(instance, batch_id)
     runs = batch_runs(instance, batch_id)
@@ -336,7 +336,7 @@ def _finish(instance: Any, batch_id: str) -> int:
 
 def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
     """One line: the step, the reason our code gave, and the log with everything else."""
-    from durable_assets.batch_log import batch_failure, log_path
+    from durable_assets.ops.batch_log import batch_failure, log_path
 
     runs = [r for r in (instance.get_run_by_id(run_id) for run_id in st["run_ids"]) if r is not None]
     step_key, reason = batch_failure(instance, runs)
@@ -385,7 +385,7 @@ def _say_plan(skipped: Sequence[str], to_run: Sequence[str]) -> None:
 
 
 def _prune(instance: Any, args: argparse.Namespace) -> int:
-    from durable_assets.retention import policy_from_env, prune_batches
+    from durable_assets.ops.retention import policy_from_env, prune_batches
 
     policy = policy_from_env(args.completed_days, args.failed_days, args.ledger_days)
     report = prune_batches(instance, policy=policy, archive_dir=args.archive_dir, dry_run=args.dry_run)
@@ -448,11 +448,11 @@ def _check_before_instance(args: argparse.Namespace) -> None:
 
         read_invoice_file(args.invoices)  # unreadable or malformed: exit 2, and the ID stays unused
     if args.command == "backfill":
-        from durable_assets.backfill import days_between
+        from durable_assets.ops.backfill import days_between
 
         days_between(args.first, args.last)
     if args.command == "prune":
-        from durable_assets.retention import policy_from_env
+        from durable_assets.ops.retention import policy_from_env
 
         policy_from_env(args.completed_days, args.failed_days, args.ledger_days)
 
@@ -514,15 +514,15 @@ def _dispatch(args: argparse.Namespace) -> int:
             ) from exc
         return EXIT_OK
     if args.command == "serve":
-        from durable_assets.api import ApiSettings
-        from durable_assets.api import serve as serve_api
+        from durable_assets.ops.api import ApiSettings
+        from durable_assets.ops.api import serve as serve_api
 
         # Bad values: exit 2 before the instance is opened.
         settings = ApiSettings.from_env(cors_origins=args.cors_origin)
         serve_api(_instance(args.verbose), args.host, args.port, settings)
         return EXIT_OK
 
-    from durable_assets import runner, status
+    from durable_assets.ops import runner, status
 
     instance = _instance(args.verbose)
     if args.command == "run":
@@ -551,7 +551,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "prune":
         return _prune(instance, args)
     if args.command == "backfill":
-        from durable_assets.backfill import backfill_days, days_between
+        from durable_assets.ops.backfill import backfill_days, days_between
 
         days = days_between(args.first, args.last)  # checked already; cheap
         return EXIT_OK if backfill_days(instance, days, print) else EXIT_FAILED

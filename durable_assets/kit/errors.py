@@ -81,15 +81,6 @@ class GuardrailError(DurableError):
     """A safety limit would be crossed (refund above refundable amount, batch ceiling)."""
 
 
-class RefundCeilingExceededError(GuardrailError):
-    """The batch's refunds would exceed the per-batch count or amount ceiling
-    (``DURABLE_MAX_REFUNDS_PER_BATCH``, ``DURABLE_MAX_AMOUNT_PER_BATCH_CENTS``)."""
-
-
-class RefundAboveRefundableError(GuardrailError):
-    """A refund was about to be requested for more than the invoice's refundable amount."""
-
-
 # --- payment provider ---------------------------------------------------------------------------
 
 

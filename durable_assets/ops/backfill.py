@@ -13,10 +13,10 @@ from datetime import date, timedelta
 
 from dagster import DagsterInstance, DagsterRunStatus
 
-from durable_assets.errors import DurableError, UsageError
+from durable_assets.kit.errors import DurableError, UsageError
+from durable_assets.ops.runner import resume_batch, start_batch
+from durable_assets.ops.status import batch_runs, batch_status
 from durable_assets.refunds.schedules import daily_batch_id, daily_invoice_config
-from durable_assets.runner import resume_batch, start_batch
-from durable_assets.status import batch_runs, batch_status
 
 #: A longer range is almost certainly a typo in a year; split it deliberately if it is not.
 MAX_DAYS = 366

@@ -14,7 +14,7 @@ from typing import Any
 
 from dagster import DagsterInstance, DagsterRun
 
-from durable_assets.status import batch_runs, held_for_review, step_metadata
+from durable_assets.ops.status import batch_runs, held_for_review, step_metadata
 
 #: Lines are wrapped to this many columns (a breakdown of many reasons stays readable).
 WIDTH = 100
