@@ -1,4 +1,4 @@
-"""The Dagster code location: the refund pipeline wired to the durability kit.
+"""The Dagster code location: the durable jobs, registered once, with the resources they share.
 
 Configuration comes from the environment (CONTRACT.md): ``DURABLE_PAYMENTS_URL`` and
 ``STRIPE_API_KEY`` select a Stripe-compatible provider; tuning knobs are optional ``DURABLE_*``.
@@ -8,26 +8,15 @@ from __future__ import annotations
 
 import os
 
-from dagster import (
-    AssetSelection,
-    Definitions,
-    EnvVar,
-    JobDefinition,
-    define_asset_job,
-    in_process_executor,
-)
+from dagster import EnvVar, JobDefinition
 
-from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
+from durable_assets.kit import BatchRuntime, DurableJobs, IdempotencyLedger
 from durable_assets.ops.auto_resume import AutoResumeSettings, auto_resume_sensor
 from durable_assets.ops.batch_webhooks import webhook_sensors
 from durable_assets.ops.retention import retention, retention_schedule
 from durable_assets.payments.resources import PaymentGateway
-from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
-from durable_assets.refunds.checks import ALL_CHECKS
+from durable_assets.refunds.job import REFUND_JOB, refund_batch
 from durable_assets.refunds.resources import CustomerMailbox, RefundLimits
-from durable_assets.refunds.schedules import build_daily_schedule
-
-REFUND_JOB = "refund_batch"
 
 
 def _env_float(name: str, default: float) -> float:
@@ -39,23 +28,12 @@ def _optional_env(name: str) -> EnvVar | None:
     return EnvVar(name) if os.environ.get(name) else None
 
 
-# The in-process executor runs all steps in the run worker's process: ~0.1 s per step instead of
-# ~4 s to spawn a subprocess per step. The cost: no process isolation between steps (one step's
-# crash takes the run worker down), which leases and resume are built to absorb.
-refund_batch = define_asset_job(
-    REFUND_JOB,
-    selection=AssetSelection.assets(*ALL_ASSETS),
-    partitions_def=BATCHES,
-    executor_def=in_process_executor,
-    description="One refund batch, end to end. Partition = batch ID.",
-)
+#: The one registration point: every durable job of this code location, the default first.
+durable_jobs = DurableJobs([refund_batch])
 
-defs = Definitions(
-    assets=ALL_ASSETS,
-    asset_checks=ALL_CHECKS,
-    jobs=[refund_batch, retention],
-    schedules=[build_daily_schedule(refund_batch), retention_schedule],
-    executor=in_process_executor,
+defs = durable_jobs.definitions(
+    jobs=[retention],
+    schedules=[retention_schedule],
     sensors=[
         *webhook_sensors(),  # terminal-status webhooks for runs the daemon launches
         # re-executes batches whose worker was lost and whose retry Dagster dropped
@@ -89,4 +67,4 @@ defs = Definitions(
 
 def refund_batch_job() -> JobDefinition:
     """Module-level factory so ``reconstructable`` can rebuild the job in any process."""
-    return defs.resolve_job_def(REFUND_JOB)
+    return durable_jobs.job_definition(REFUND_JOB)

@@ -39,8 +39,8 @@ def test_empty_instance_renders_zeros(dagster_home: Path) -> None:
         text = render_metrics(instance)
     s = _samples(text)
     assert _one(s, "durable_batches", status="running") == 0
-    assert _one(s, "durable_refunds_requested_total") == 0
-    assert "# TYPE durable_refunds_created_total counter" in text
+    assert "durable_effects_requested_total{" not in text
+    assert "# TYPE durable_effects_created_total counter" in text
     assert "# TYPE durable_step_duration_seconds histogram" in text
 
 
@@ -86,10 +86,10 @@ def test_counters_match_known_batch_outcomes(
     assert (
         sum(_one(s, "durable_batches", status=x) for x in ("queued", "running", "canceling", "canceled")) == 0
     )
-    assert _one(s, "durable_refunds_requested_total") == refunds
-    assert _one(s, "durable_refunds_created_total") == refunds
-    assert _one(s, "durable_refunds_held_for_review_total") == 0
-    assert _one(s, "durable_refunds_replayed_total") == refunds
+    assert _one(s, "durable_effects_requested_total", scope="refund") == refunds
+    assert _one(s, "durable_effects_created_total", scope="refund") == refunds
+    assert _one(s, "durable_effects_held_for_review_total", scope="refund") == 0
+    assert _one(s, "durable_effects_replayed_total", step="issued_refunds") == refunds
     assert _one(s, "durable_lease_expiries_total") == 1
     assert _one(s, "durable_resumes_total") == 1
     assert _one(s, "durable_auto_resumes_total") == 0  # a re-execution, not the daemon's automatic resume

@@ -169,8 +169,8 @@ def test_a_batch_with_nothing_to_refund_succeeds(
 
 def test_empty_notices_checkpoint_of_an_older_release_still_merges() -> None:
     """A batch that failed at the report on an empty notices frame (float64 columns) resumes."""
+    from durable_assets.kit.frames import typed
     from durable_assets.refunds import schema as s
-    from durable_assets.refunds.frames import typed
 
     old_notices = pd.DataFrame({"invoice_id": [], "recipient": [], "message_id": [], "sent": []})
     assert old_notices["invoice_id"].dtype == "float64"  # what pandas infers from zero rows

@@ -29,6 +29,10 @@ class InvalidBatchIdError(UsageError):
     """A batch ID does not match ``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``."""
 
 
+class UnknownJobError(UsageError):
+    """``--job`` names no registered durable job."""
+
+
 class InputFileError(UsageError):
     """An invoice file could not be read, or lacks required columns."""
 

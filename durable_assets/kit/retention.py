@@ -554,7 +554,7 @@ def prune(
     archive_dir: Path,
     *,
     batch_tag: str,
-    partitions_def_name: str | None = None,
+    partitions_def_names: Sequence[str] = (),
     status_fn: Callable[[str], dict[str, Any]] | None = None,
     dry_run: bool = False,
     at: float | None = None,
@@ -603,7 +603,7 @@ def prune(
             run_ids = [rid for lin, _, _ in ready for rid in lin.run_ids]
             batch_ids = [lin.batch_id for lin, _, _ in ready]
             _delete_event_logs(instance, run_ids)
-            if partitions_def_name:
+            for partitions_def_name in partitions_def_names:  # a batch is a partition of its job's only
                 _delete_partitions(instance, partitions_def_name, batch_ids)
             _delete_own_rows(db, batch_ids)  # also drops the leases taken above
             _delete_runs(instance, run_ids)

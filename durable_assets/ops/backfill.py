@@ -1,9 +1,9 @@
-"""Backfill daily refund batches for a range of days, exactly as the daily schedule would name them.
+"""Backfill a job's daily batches for a range of days, exactly as its daily schedule would name them.
 
 Each day runs in this process, one after another, like ``job run`` (this process is the worker):
 a day whose batch already succeeded is skipped, one that exists but did not finish is resumed from
 its last committed step, a missing one is started with the schedule's input for that day. Running
-the same backfill twice therefore refunds nothing twice and finishes what the first left undone.
+the same backfill twice therefore repeats no side effect and finishes what the first left undone.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from datetime import date, timedelta
 from dagster import DagsterInstance, DagsterRunStatus
 
 from durable_assets.kit.errors import DurableError, UsageError
+from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.runner import resume_batch, start_batch
 from durable_assets.ops.status import batch_runs, batch_status
-from durable_assets.refunds.schedules import daily_batch_id, daily_invoice_config
 
 #: A longer range is almost certainly a typo in a year; split it deliberately if it is not.
 MAX_DAYS = 366
@@ -31,11 +31,16 @@ def days_between(first: date, last: date) -> list[date]:
     return [first + timedelta(days=i) for i in range(n)]
 
 
-def backfill_days(instance: DagsterInstance, days: list[date], say: Callable[[str], None]) -> bool:
-    """Run or resume each day's batch; True when every day ends succeeded."""
+def backfill_days(
+    instance: DagsterInstance, days: list[date], say: Callable[[str], None], *, job: str | None = None
+) -> bool:
+    """Run or resume each day's batch of durable job ``job``; True when every day ends succeeded."""
+    durable = durable_jobs().get(job)
+    if durable.daily is None:
+        raise UsageError(f"job {durable.name!r} has no daily schedule to backfill")
     ok = True
     for day in days:
-        batch_id = daily_batch_id(day)
+        batch_id = durable.daily.batch_id(day)
         runs = batch_runs(instance, batch_id)
         if runs and runs[-1].status == DagsterRunStatus.SUCCESS:
             say(f"{batch_id}: already succeeded")
@@ -44,8 +49,7 @@ def backfill_days(instance: DagsterInstance, days: list[date], say: Callable[[st
             if runs:
                 resume_batch(instance, batch_id)
             else:
-                source = daily_invoice_config(day)
-                start_batch(instance, batch_id, invoices=source.get("path"))
+                start_batch(instance, batch_id, job=durable.name, input_path=durable.daily.input_path(day))
         except DurableError as exc:
             say(f"{batch_id}: {exc}")
             ok = False

@@ -31,16 +31,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="job", description="Crash-safe, exactly-once refund batches on Dagster.")
+    p = _Parser(prog="job", description="Crash-safe, exactly-once batch jobs on Dagster.")
     p.add_argument("--verbose", action="store_true", help="say which instance is used; tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="start batch ID and run it to the end")
+    run.add_argument("--job", metavar="NAME", help="the durable job (see `job jobs`; default refund_batch)")
     run.add_argument("--id", required=True, type=_batch_id)
     run.add_argument(
         "--input",
         "--invoices",
-        dest="invoices",
+        dest="input",
         metavar="PATH",
         help="CSV or Parquet file (schema in README); default: synthetic",
     )
@@ -63,7 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
 
     lst = sub.add_parser("list", help="batches, newest first")
+    lst.add_argument("--job", metavar="NAME", help="only the batches of this durable job")
     lst.add_argument("--json", action="store_true")
+
+    jobs = sub.add_parser("jobs", help="the registered durable jobs")
+    jobs.add_argument("--json", action="store_true")
 
     prune = sub.add_parser("prune", help="archive, then delete, old finished batches (docs/retention.md)")
     prune.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
@@ -76,7 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--archive-dir", type=_directory, help="where archives go (default $DAGSTER_HOME/archive)"
     )
     prune.add_argument("--json", action="store_true")
-    bf = sub.add_parser("backfill", help="run or finish the daily batches daily-YYYY-MM-DD of a range")
+    bf = sub.add_parser(
+        "backfill", help="run or finish a job's daily batches (e.g. daily-YYYY-MM-DD) of a range"
+    )
+    bf.add_argument(
+        "--job", metavar="NAME", help="a durable job with a daily schedule (default refund_batch)"
+    )
     bf.add_argument("--from", dest="first", required=True, type=_day, help="first day, YYYY-MM-DD")
     bf.add_argument("--to", dest="last", required=True, type=_day, help="last day, YYYY-MM-DD (inclusive)")
 
@@ -356,7 +366,10 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(st, indent=2))
         return
-    print(f"batch {st['id']}: {st['status']} ({st['percent_complete']}%)  runs: {len(st['run_ids'])}")
+    print(
+        f"batch {st['id']} ({st['job']}): {st['status']} ({st['percent_complete']}%)  "
+        f"runs: {len(st['run_ids'])}"
+    )
     p = st.get("progress")
     if p:
         now = "now" if st["status"] in ("running", "canceling", "queued") else "ended"
@@ -374,6 +387,36 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
             f"  {s['step']}. {s['step_name']:<20} {s['status']:<12} executions={s['executions']}"
             f"  finished={s['finished_at'] or '-'}"
         )
+
+
+def _print_jobs(as_json: bool) -> int:
+    from durable_assets.ops.registry import durable_jobs
+
+    jobs = durable_jobs()
+    if as_json:
+        print(json.dumps([_job_dict(j, default=j is jobs.default) for j in jobs], indent=2))
+        return EXIT_OK
+    for job in jobs:
+        print(f"{job.name}{' (default)' if job is jobs.default else ''}: {job.description}")
+        for n, step in enumerate(job.steps, 1):
+            effect = f"  [side effects: {step.effect_scope}]" if step.mutates else ""
+            print(f"  {n}. {step.key:<24} {step.label}{effect}")
+        if job.daily:
+            print(f"  schedule: {job.daily.schedule_name} ({job.daily.cron} UTC, ships stopped)")
+    return EXIT_OK
+
+
+def _job_dict(job: Any, *, default: bool) -> dict[str, Any]:
+    return {
+        "name": job.name,
+        "description": job.description,
+        "default": default,
+        "steps": [
+            {"step": n, "step_name": s.key, "label": s.label, "effect_scope": s.effect_scope}
+            for n, s in enumerate(job.steps, 1)
+        ],
+        "schedule": job.daily.schedule_name if job.daily else None,
+    }
 
 
 def _say_plan(skipped: Sequence[str], to_run: Sequence[str]) -> None:
@@ -443,10 +486,12 @@ def _check_before_instance(args: argparse.Namespace) -> None:
         check_worker_env()
     if args.command == "serve":
         check_worker_env({"DURABLE_API_HEARTBEAT_S": (False, 0, True)})
-    if args.command == "run" and args.invoices:
-        from durable_assets.refunds.validation import read_invoice_file
+    if args.command in ("run", "backfill", "list"):
+        from durable_assets.ops.registry import durable_jobs
 
-        read_invoice_file(args.invoices)  # unreadable or malformed: exit 2, and the ID stays unused
+        job = durable_jobs().get(args.job)  # an unknown --job: exit 2 before anything is opened
+        if args.command == "run" and args.input and job.check_input is not None:
+            job.check_input(args.input)  # unreadable or malformed: exit 2, and the ID stays unused
     if args.command == "backfill":
         from durable_assets.ops.backfill import days_between
 
@@ -522,6 +567,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         serve_api(_instance(args.verbose), args.host, args.port, settings)
         return EXIT_OK
 
+    if args.command == "jobs":
+        return _print_jobs(args.json)
+
     from durable_assets.ops import runner, status
 
     instance = _instance(args.verbose)
@@ -529,7 +577,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         _with_progress(
             instance,
             args.id,
-            lambda: runner.start_batch(instance, args.id, invoices=args.invoices, size=args.size),
+            lambda: runner.start_batch(
+                instance, args.id, job=args.job, input_path=args.input, size=args.size
+            ),
         )
         return _finish(instance, args.id)
     if args.command == "resume":
@@ -554,17 +604,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         from durable_assets.ops.backfill import backfill_days, days_between
 
         days = days_between(args.first, args.last)  # checked already; cheap
-        return EXIT_OK if backfill_days(instance, days, print) else EXIT_FAILED
+        return EXIT_OK if backfill_days(instance, days, print, job=args.job) else EXIT_FAILED
     if args.command == "list":
-        batches = status.list_batches(instance)
+        batches = status.list_batches(instance, job=args.job)
         if args.json:
             print(json.dumps(batches, indent=2))
         else:
             for b in batches:
                 review = f"  needs review: {b['held_for_review']}" if b.get("needs_review") else ""
                 print(
-                    f"{b['id']:<30} {b['status']:<10} {b['percent_complete']:>5}%  runs={len(b['run_ids'])}"
-                    f"{review}"
+                    f"{b['id']:<30} {b['job']:<18} {b['status']:<10} {b['percent_complete']:>5}%  "
+                    f"runs={len(b['run_ids'])}{review}"
                 )
         return EXIT_OK
     raise UsageError(f"unknown command {args.command}")

@@ -19,8 +19,8 @@ from durable_assets.kit.errors import UnknownBatchError
 from durable_assets.kit.progress import progress_from_event
 from durable_assets.kit.runlog import LineageFeed, LineageRecord
 from durable_assets.kit.sse import ServerSentEvent
+from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.status import batch_runs, check_batch_id
-from durable_assets.refunds.assets import STEPS
 
 STEP_EVENT_STATUS = {
     DagsterEventType.STEP_START: "in_progress",
@@ -47,6 +47,11 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
+def _step_keys(job_name: str) -> tuple[str, ...]:
+    jobs = durable_jobs()
+    return (jobs.owning(job_name) or jobs.default).step_keys
+
+
 def to_server_sent_event(batch_id: str, item: LineageRecord) -> ServerSentEvent | None:
     """The stream's event for one event-log record, or None for records the stream does not show."""
     entry = item.record.event_log_entry
@@ -59,9 +64,10 @@ def to_server_sent_event(batch_id: str, item: LineageRecord) -> ServerSentEvent 
         return ServerSentEvent(
             item.event_id, "status", {"id": batch_id, "status": RUN_EVENT_STATUS[kind], **base}
         )
-    if kind in STEP_EVENT_STATUS and event.step_key in STEPS:
+    steps = _step_keys(item.run.job_name)
+    if kind in STEP_EVENT_STATUS and event.step_key in steps:
         data = {
-            "step": STEPS.index(event.step_key) + 1,
+            "step": steps.index(event.step_key) + 1,
             "step_name": event.step_key,
             "status": STEP_EVENT_STATUS[kind],
             **base,

@@ -2,8 +2,9 @@
 
 Counters are totals over what storage still holds (runs, events, ledger and outbox rows); when
 retention prunes old batches a total may drop, which Prometheus treats as a counter reset
-(``rate()``/``increase()`` stay correct). Idempotency keys outlive runs, so the refund totals are
-the ledger's, across every batch. Use :func:`render_metrics` from any server route.
+(``rate()``/``increase()`` stay correct). Idempotency keys outlive runs, so the side-effect totals
+are the ledger's, across every batch and job, labelled by the effect's ledger scope (``refund``,
+``customer``, ...). Use :func:`render_metrics` from any server route.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from durable_assets.kit.ledger import FINISHED, REVIEW
 from durable_assets.kit.metrics import RunDigest, RunDigests, histogram, ledger_counts, render
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.webhooks import DELIVERED, FAILED, PENDING, Outbox
+from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.status import HELD_FOR_REVIEW_KEY, held_for_review, is_auto_resume, run_status_label
-from durable_assets.refunds.assets import STEPS
 
 __all__ = ["WORKER_LOST_TAG", "DurableMetrics", "render_metrics"]
 
-REFUND_SCOPE = "refund"
+#: The metadata key by which a mutating step reports intents it found settled and did not send again.
+REPLAYED_KEY = "reused_from_ledger"
 BATCH_STATUSES = ("queued", "running", "canceling", "succeeded", "failed", "canceled")
 
 _digests = RunDigests()
@@ -44,7 +46,7 @@ class DurableMetrics:
         digests = _digests.for_runs(self.instance, runs)
         yield self._batches(runs)
         yield from self._review(runs, digests)
-        yield from self._refunds(digests)
+        yield from self._effects(digests)
         yield CounterMetricFamily(
             "durable_lease_expiries",
             "Runs failed because their worker stopped renewing its lease (dead worker detected).",
@@ -93,8 +95,10 @@ class DurableMetrics:
                 values = dict(numeric)
                 if HELD_FOR_REVIEW_KEY in values:
                     latest[run.tags[BATCH_TAG]][asset] = values
+        jobs = durable_jobs()
+        job_of = {run.tags[BATCH_TAG]: jobs.owning(run.job_name) or jobs.default for run in runs}
         held = {
-            batch: held_for_review([per_step.get(step, {}) for step in STEPS])
+            batch: held_for_review([per_step.get(step, {}) for step in job_of[batch].step_keys])
             for batch, per_step in latest.items()
         }
         yield GaugeMetricFamily(
@@ -108,30 +112,42 @@ class DurableMetrics:
             value=sum(held.values()),
         )
 
-    def _refunds(self, digests: list[RunDigest]) -> Iterator[Metric]:
+    def _effects(self, digests: list[RunDigest]) -> Iterator[Metric]:
         counts = ledger_counts(self.db)
-        per_point = {point: n for (scope, point), n in counts.items() if scope == REFUND_SCOPE}
-        yield CounterMetricFamily(
-            "durable_refunds_requested",
-            "Refunds whose intent was committed before the provider was asked (one per idempotency key).",
-            value=sum(per_point.values()),
+        requested = CounterMetricFamily(
+            "durable_effects_requested",
+            "Side effects whose intent was committed before the foreign call (one per idempotency key).",
+            labels=["scope"],
         )
-        yield CounterMetricFamily(
-            "durable_refunds_created",
-            "Refunds the provider confirmed and the ledger recorded as finished.",
-            value=per_point.get(FINISHED, 0),
+        created = CounterMetricFamily(
+            "durable_effects_created",
+            "Side effects the foreign system confirmed and the ledger recorded as finished.",
+            labels=["scope"],
         )
-        yield CounterMetricFamily(
-            "durable_refunds_held_for_review",
-            "Refunds whose provider answer did not match the request: held for a human, never retried.",
-            value=per_point.get(REVIEW, 0),
+        review = CounterMetricFamily(
+            "durable_effects_held_for_review",
+            "Side effects whose answer did not match the request: held for a person, never retried.",
+            labels=["scope"],
         )
-        replayed = sum(d.metadata("issued_refunds", "reused_from_ledger") for d in digests)
-        yield CounterMetricFamily(
-            "durable_refunds_replayed",
-            "Refunds a re-executed refund step found already settled in the ledger and did not send again.",
-            value=replayed,
+        for scope in sorted({scope for scope, _point in counts}):
+            requested.add_metric([scope], sum(n for (sc, _p), n in counts.items() if sc == scope))
+            created.add_metric([scope], counts.get((scope, FINISHED), 0))
+            review.add_metric([scope], counts.get((scope, REVIEW), 0))
+        yield requested
+        yield created
+        yield review
+        replayed: dict[str, float] = defaultdict(float)
+        for digest in digests:
+            for step, numeric in digest.materialized:
+                replayed[step] += dict(numeric).get(REPLAYED_KEY, 0.0)
+        family = CounterMetricFamily(
+            "durable_effects_replayed",
+            "Side effects a re-executed step found already settled in the ledger and did not send again.",
+            labels=["step"],
         )
+        for step in sorted(replayed):
+            family.add_metric([step], replayed[step])
+        yield family
 
     def _webhooks(self) -> Iterator[Metric]:
         stats = Outbox(self.db).stats()

@@ -27,7 +27,7 @@ from dagster import (
 from durable_assets.kit.errors import UsageError
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.retention import PruneReport, RetentionPolicy, prune
-from durable_assets.refunds.assets import BATCHES
+from durable_assets.ops.registry import durable_jobs
 
 
 def _env_days(name: str, default: float) -> float:
@@ -74,7 +74,7 @@ def prune_batches(
         policy or policy_from_env(),
         archive_dir_for(instance, archive_dir),
         batch_tag=BATCH_TAG,
-        partitions_def_name=BATCHES.name,
+        partitions_def_names=sorted({job.partitions_name for job in durable_jobs()}),
         status_fn=lambda batch_id: batch_status(instance, batch_id),
         dry_run=dry_run,
     )

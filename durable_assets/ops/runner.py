@@ -20,10 +20,8 @@ from dagster import (
     DagsterRunStatus,
     ReexecutionOptions,
     execute_job,
-    reconstructable,
 )
 
-from durable_assets.definitions import refund_batch_job
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import BatchExistsError, LeaseHeldError, UnknownBatchError
@@ -33,8 +31,8 @@ from durable_assets.kit.resources import BATCH_TAG, run_ended
 from durable_assets.ops import batch_webhooks
 from durable_assets.ops.batch_log import batch_output
 from durable_assets.ops.reexecution import LIVE, batch_tags, record_run_success
+from durable_assets.ops.registry import durable_jobs, job_of_runs, reconstructable_job
 from durable_assets.ops.status import batch_runs, check_batch_id, step_states
-from durable_assets.refunds.assets import BATCHES
 
 #: Dagster's run-retries tag (dagster._core.storage.tags.MAX_RETRIES_TAG), spelled out: not public API.
 MAX_RETRIES_TAG = "dagster/max_retries"
@@ -69,28 +67,33 @@ def _holding_lease(instance: DagsterInstance, batch_id: str) -> Iterator[LeaseSt
 
 
 def start_batch(
-    instance: DagsterInstance, batch_id: str, *, invoices: str | None = None, size: int = 1000
+    instance: DagsterInstance,
+    batch_id: str,
+    *,
+    job: str | None = None,
+    input_path: str | None = None,
+    size: int = 1000,
 ) -> DagsterRun:
-    """Run a new batch to the end in this process; returns the finished run.
+    """Run a new batch of durable job ``job`` (the default one if None) to the end in this process.
 
-    Its terminal webhook is sent from here (bounded) after the lease is released: no daemon needed.
+    Returns the finished run. Its terminal webhook is sent from here (bounded) after the lease is
+    released: no daemon needed.
     """
     check_batch_id(batch_id)
+    durable = durable_jobs().get(job)
     batch_webhooks.settings()  # a broken webhook configuration fails before the run, not after it
     with _holding_lease(instance, batch_id):
         if batch_runs(instance, batch_id):
             raise BatchExistsError(
                 f"batch {batch_id!r} already exists; use `job resume --id {batch_id}` or a new ID"
             )
-        instance.add_dynamic_partitions(BATCHES.name or "batches", [batch_id])
-        config: dict[str, Any] = {"size": size}
-        if invoices:
-            config["path"] = str(Path(invoices).resolve())
+        instance.add_dynamic_partitions(durable.partitions_name, [batch_id])
+        config = durable.run_config(str(Path(input_path).resolve()) if input_path else None, size)
         with batch_output(instance, batch_id, "run"):
             result = execute_job(
-                reconstructable(refund_batch_job),
+                reconstructable_job(durable),
                 instance,
-                run_config={"ops": {"invoices": {"config": config}}, **QUIET_LOGS},
+                run_config={**config, **QUIET_LOGS},
                 tags=batch_tags(batch_id),
             )
     batch_webhooks.notify_batch(instance, batch_id)
@@ -163,7 +166,7 @@ def resume_batch(
             CancelStore(db).clear(batch_id)
             with batch_output(instance, batch_id, "resume"):
                 result = execute_job(
-                    reconstructable(refund_batch_job),
+                    reconstructable_job(job_of_runs(runs)),
                     instance,
                     reexecution_options=ReexecutionOptions.from_failure(newest.run_id, instance),
                     tags=batch_tags(batch_id),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +22,7 @@ from durable_assets.kit.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.launcher import AUTO_RESUME_ATTEMPT_TAG, AUTO_RESUME_MAX_TAG, AUTO_RESUME_OF_TAG
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.resources import BATCH_TAG
-from durable_assets.refunds.assets import STEP_LABELS, STEPS
+from durable_assets.ops.registry import job_of_runs
 
 BATCH_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 INPUT_VERSION_TAG_PREFIX = "dagster/input_data_version/"
@@ -118,7 +118,7 @@ def _stopped_by_cancel(event: Any) -> bool:
 
 
 def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, _Step]:
-    steps = {name: _Step(name) for name in STEPS}
+    steps = {name: _Step(name) for name in job_of_runs(runs).step_keys}
     for run in runs:
         run_status = _RUN_STATUS.get(run.status)
         for record in instance.all_logs(run.run_id, of_type=_STEP_EVENTS):
@@ -166,7 +166,9 @@ def held_for_review(steps: Sequence[Any]) -> int:
     return held
 
 
-def _final_progress(status: str, steps: list[_Step], report: tuple[Progress, str] | None) -> Progress:
+def _final_progress(
+    status: str, steps: list[_Step], report: tuple[Progress, str] | None, labels: Mapping[str, str]
+) -> Progress:
     """A finished batch's progress is its final state: where it ended, and how far that step got."""
     total = len(steps)
     if status == "succeeded":
@@ -175,14 +177,14 @@ def _final_progress(status: str, steps: list[_Step], report: tuple[Progress, str
     if ended is None:
         ended = next((n for n, st in enumerate(steps, 1) if st.status != "completed"), total)
     step = steps[ended - 1]
-    label = f"{'Canceled' if status == 'canceled' else 'Failed'}: {STEP_LABELS.get(step.name, step.name)}"
+    label = f"{'Canceled' if status == 'canceled' else 'Failed'}: {labels.get(step.name, step.name)}"
     if report is not None and report[0].step == ended and report[1] == step.run_id and report[0].counted:
         return Progress(ended, total, label, report[0].done, report[0].of)
     return Progress(ended, total, label, 0, 0)
 
 
 def _live_progress(
-    steps: list[_Step], report: tuple[Progress, str] | None, newest_run_id: str
+    steps: list[_Step], report: tuple[Progress, str] | None, newest_run_id: str, labels: Mapping[str, str]
 ) -> Progress | None:
     """The step running now (of the newest run), with its report's count when the report is its own.
 
@@ -199,7 +201,7 @@ def _live_progress(
     n, step = running[-1]
     if report is not None and report[0].step == n and report[1] == step.run_id:
         return report[0]
-    return Progress(n, len(steps), STEP_LABELS.get(step.name, step.name), 0, 0)
+    return Progress(n, len(steps), labels.get(step.name, step.name), 0, 0)
 
 
 def step_metadata(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, dict[str, Any]]:
@@ -243,23 +245,26 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     # step, so percent_complete never goes backwards between two polls (the other order could pair a
     # finished step's report with a snapshot taken before it finished, and drop a step's worth).
     report = ProgressStore(db).latest_of_run(batch_id)
+    job = job_of_runs(runs)
+    labels = {st.key: st.label for st in job.steps}
     folded = _fold_steps(instance, runs)
     steps = list(folded.values())
     completed = sum(1 for st in steps if st.status == "completed")
     if status in TERMINAL:
-        progress: Progress | None = _final_progress(status, steps, report)
+        progress: Progress | None = _final_progress(status, steps, report, labels)
     else:
-        progress = _live_progress(steps, report, runs[-1].run_id)
+        progress = _live_progress(steps, report, runs[-1].run_id, labels)
     fraction = 0.0
     # Only the running step's own count adds a fraction (between steps the report is a finished one's).
     if progress is not None and status in ("running", "canceling") and progress.counted:
         index = progress.step - 1
         in_progress = 0 <= index < len(steps) and steps[index].status == "in_progress"
         fraction = min(progress.done / progress.of, 1.0) if in_progress else 0.0
-    percent = 100.0 if status == "succeeded" else round(100.0 * (completed + fraction) / len(STEPS), 1)
+    percent = 100.0 if status == "succeeded" else round(100.0 * (completed + fraction) / len(steps), 1)
     held = held_for_review([st.metadata for st in steps])
     out: dict[str, Any] = {
         "id": batch_id,
+        "job": job.name,
         "status": status,
         "run_ids": [r.run_id for r in runs],
         "percent_complete": percent,
@@ -285,8 +290,8 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     return out
 
 
-def list_batches(instance: DagsterInstance) -> list[dict[str, Any]]:
-    """Every batch, newest first (by its newest run)."""
+def list_batches(instance: DagsterInstance, *, job: str | None = None) -> list[dict[str, Any]]:
+    """Every batch (of durable job ``job``, or of all), newest first (by its newest run)."""
     newest: dict[str, float] = {}
     for _key, batch_ids in instance.get_run_tags(tag_keys=[BATCH_TAG]):
         for bid in batch_ids:
@@ -294,4 +299,5 @@ def list_batches(instance: DagsterInstance) -> list[dict[str, Any]]:
             if records:
                 newest[bid] = records[0].create_timestamp.timestamp()
     ordered = sorted(newest, key=lambda b: newest[b], reverse=True)
-    return [batch_status(instance, b, include_steps=False) for b in ordered]
+    batches = [batch_status(instance, b, include_steps=False) for b in ordered]
+    return [b for b in batches if job is None or b["job"] == job]

@@ -14,27 +14,12 @@ from typing import Any
 
 from dagster import DagsterInstance, DagsterRun
 
+from durable_assets.kit import SummarySpec
+from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.status import batch_runs, held_for_review, step_metadata
 
 #: Lines are wrapped to this many columns (a breakdown of many reasons stays readable).
 WIDTH = 100
-
-
-@dataclass(frozen=True)
-class SummaryLine:
-    """One labelled figure: the value of the last of ``sources`` (step, key) that a step reported."""
-
-    label: str
-    sources: tuple[tuple[str, str], ...]
-    detail: tuple[str, str] | None = None  # (step, key) shown after the figure, e.g. a breakdown
-    money_detail: bool = False  # the detail maps currency -> minor units
-
-
-@dataclass(frozen=True)
-class SummarySpec:
-    lines: tuple[SummaryLine, ...] = ()
-    files: tuple[tuple[str, str, str], ...] = ()  # (label, step, key) of a path the step wrote
-    review_hint: str = ""  # where a person finds the held items
 
 
 @dataclass(frozen=True)
@@ -213,7 +198,6 @@ def batch_summary(instance: DagsterInstance, batch_id: str, status: str, spec: S
 
 
 def spec_for(job_name: str) -> SummarySpec | None:
-    """The summary lines a job declared (the refund job's are in refunds/summary.py)."""
-    from durable_assets.refunds.summary import REFUND_SUMMARY
-
-    return {"refund_batch": REFUND_SUMMARY}.get(job_name)
+    """The summary lines the job declared in its descriptor, if any."""
+    job = durable_jobs().owning(job_name)
+    return job.summary if job else None

@@ -7,43 +7,39 @@ through the idempotency ledger and check cancel and fencing before every request
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
-import functools
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import pandas as pd
 from dagster import (
     AssetExecutionContext,
-    Backoff,
     Config,
-    DataVersion,
     DynamicPartitionsDefinition,
-    Failure,
-    Jitter,
     MaterializeResult,
     MetadataValue,
-    RetryPolicy,
-    asset,
 )
-from dagster._core.storage.dagster_run import DagsterRunStatus
 from pydantic import Field
 
-from durable_assets.kit.effects import EffectReport, EffectRunner, RateLimiter, call_with_retries
-from durable_assets.kit.errors import (
-    BatchCanceledError,
-    DurableError,
-    TransientProviderError,
+from durable_assets.kit import (
+    BatchRuntime,
+    EffectReport,
+    EffectRunner,
+    IdempotencyLedger,
+    Intent,
+    LedgerEntry,
+    batch_dir,
+    call_with_retries,
+    durable_asset,
+    effect_runner,
+    frame_result,
+    step_progress,
+    typed,
+    write_csv_atomically,
 )
-from durable_assets.kit.ledger import Intent, LedgerEntry
-from durable_assets.kit.progress import Progress
-from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.payments.resources import PaymentGateway
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.errors import RefundAboveRefundableError, RefundCeilingExceededError
-from durable_assets.refunds.frames import frame_digest, typed, write_csv_atomically
 from durable_assets.refunds.keys import charge_key, notice_key, refund_key, refund_subject
 from durable_assets.refunds.policy import compute_refund_candidates, summarize
 from durable_assets.refunds.resources import CustomerMailbox, RefundLimits
@@ -51,84 +47,6 @@ from durable_assets.refunds.synthetic import synthetic_invoices
 from durable_assets.refunds.validation import read_invoice_file, validate_invoices
 
 BATCHES = DynamicPartitionsDefinition(name="batches")
-
-#: Step order (topological), used for "step n of N" progress.
-STEPS = (
-    "invoices",
-    "validated_invoices",
-    "refund_candidates",
-    "issued_refunds",
-    "reconciled_refunds",
-    "customer_notices",
-    "batch_report",
-)
-STEP_LABELS = {
-    "invoices": "Loading invoices",
-    "validated_invoices": "Validating invoices",
-    "refund_candidates": "Computing refund candidates",
-    "issued_refunds": "Issuing refunds",
-    "reconciled_refunds": "Reconciling with the provider",
-    "customer_notices": "Notifying customers",
-    "batch_report": "Writing the batch report",
-}
-
-#: Whole-step retries for transient faults that escape a step (the ledger makes a retried step
-#: resume where it stopped). A provider down for DURABLE_PROVIDER_DOWN_BUDGET_S is not one of them:
-#: ProviderUnavailableError fails the step at once, so the budget is the whole wait, not 4 times it.
-TRANSIENT_RETRY = RetryPolicy(max_retries=3, delay=2, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS)
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def durable_step(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn our errors into a Dagster ``Failure`` the UI shows plainly; only transient ones may retry."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        context = args[0]
-        runtime = kwargs.get("runtime")
-        if isinstance(context, AssetExecutionContext) and isinstance(runtime, BatchRuntime):
-            # First the step's own report (no count yet: of=0), so progress never names the step before.
-            runtime.report(_progress(context, 0, 0), force=True)
-            if runtime.step_delay_seconds:
-                time.sleep(runtime.step_delay_seconds)  # demos and crash tests: a visibly slow batch
-            _check_step_boundary(context, runtime)
-        try:
-            return fn(*args, **kwargs)
-        except TransientProviderError:
-            raise
-        except DurableError as exc:
-            raise Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
-
-    return wrapper
-
-
-def _check_step_boundary(context: AssetExecutionContext, runtime: BatchRuntime) -> None:
-    run = context.instance.get_run_by_id(context.run_id)
-    if run is not None and run.status == DagsterRunStatus.CANCELING:
-        raise Failure(description="BatchCanceledError: the run was asked to stop", allow_retries=False)
-    try:
-        runtime.check_may_continue()
-    except DurableError as exc:
-        raise Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
-
-
-def _progress(context: AssetExecutionContext, done: int, of: int) -> Progress:
-    name = context.asset_key.path[-1]
-    return Progress(STEPS.index(name) + 1, len(STEPS), STEP_LABELS[name], done, of)
-
-
-def _result(df: pd.DataFrame, metadata: Mapping[str, Any]) -> MaterializeResult:
-    return MaterializeResult(
-        value=df,
-        data_version=DataVersion(frame_digest(df)),
-        metadata={"rows": len(df), **metadata},
-    )
-
-
-def _batch_dir(context: AssetExecutionContext) -> Path:
-    return Path(context.instance.root_directory) / "batches" / context.partition_key
 
 
 class InvoiceSource(Config):
@@ -149,24 +67,20 @@ def _effects(
 ) -> EffectRunner:
     """``provider=False``: the effect does not go to the payment provider, so neither its pace nor
     its health is the provider's (customer notices go to the mailbox)."""
-    return EffectRunner(
-        ledger=ledger.ledger,
+    return effect_runner(
+        context,
+        runtime,
+        ledger,
         scope=scope,
-        owner=context.run_id,
         perform=perform,
-        fence=runtime.fence,
-        guard=runtime.check_may_continue,
         concurrency=payments.concurrency,
-        limiter=payments.limiter() if provider else RateLimiter(None),
+        limiter=payments.limiter() if provider else None,
         backoff=payments.backoff(),
-        key_retention_s=ledger.key_retention_s,
-        on_progress=lambda done, of: runtime.report(_progress(context, done, of), force=done == of),
         **kwargs,
     )
 
 
-@asset(partitions_def=BATCHES, group_name="ingest", retry_policy=TRANSIENT_RETRY)
-@durable_step
+@durable_asset(label="Loading invoices", partitions_def=BATCHES, group_name="ingest", effect_scope="charge")
 def invoices(
     context: AssetExecutionContext,
     config: InvoiceSource,
@@ -182,7 +96,7 @@ def invoices(
     """
     if config.path:
         raw = read_invoice_file(config.path)
-        return _result(raw, {"source": config.path})
+        return frame_result(raw, {"source": config.path})
     raw = synthetic_invoices(context.partition_key, config.size)
     chargeable = validate_invoices(raw, require_charge_id=False).valid
     gateway = payments.gateway
@@ -213,13 +127,12 @@ def invoices(
         i.params["invoice_id"]: report.results[i.key]["id"] for i in intents if i.key in report.results
     }
     raw[s.CHARGE_ID] = raw[s.INVOICE_ID].map(charge_ids).fillna("")
-    return _result(
+    return frame_result(
         raw, {"source": "synthetic", "charges_created": report.sent, "charges_reused": report.replayed}
     )
 
 
-@asset(partitions_def=BATCHES, group_name="ingest")
-@durable_step
+@durable_asset(label="Validating invoices", partitions_def=BATCHES, group_name="ingest", retry_policy=None)
 def validated_invoices(
     context: AssetExecutionContext, invoices: pd.DataFrame, runtime: BatchRuntime
 ) -> MaterializeResult:
@@ -230,13 +143,13 @@ def validated_invoices(
     No refund is ever computed from a quarantined row.
     """
     result = validate_invoices(invoices)
-    quarantine_path = write_csv_atomically(result.quarantined, _batch_dir(context) / "quarantine.csv")
+    quarantine_path = write_csv_atomically(result.quarantined, batch_dir(context) / "quarantine.csv")
     reasons = (
         result.quarantined[s.REASONS].str.split(";").explode().value_counts().to_dict()
         if len(result.quarantined)
         else {}
     )
-    return _result(
+    return frame_result(
         result.valid,
         {
             "quarantined": len(result.quarantined),
@@ -246,8 +159,9 @@ def validated_invoices(
     )
 
 
-@asset(partitions_def=BATCHES, group_name="policy")
-@durable_step
+@durable_asset(
+    label="Computing refund candidates", partitions_def=BATCHES, group_name="policy", retry_policy=None
+)
 def refund_candidates(
     context: AssetExecutionContext, validated_invoices: pd.DataFrame, runtime: BatchRuntime
 ) -> MaterializeResult:
@@ -259,7 +173,7 @@ def refund_candidates(
     """
     candidates = compute_refund_candidates(validated_invoices)
     summary = summarize(candidates)
-    return _result(
+    return frame_result(
         candidates,
         {"refund_total_cents": int(candidates["refund_cents"].sum()), "summary": MetadataValue.json(summary)},
     )
@@ -304,8 +218,7 @@ def verify_refund(intent: Intent, answer: Mapping[str, Any]) -> str | None:
     return "; ".join(problems) or None
 
 
-@asset(partitions_def=BATCHES, group_name="payouts", retry_policy=TRANSIENT_RETRY)
-@durable_step
+@durable_asset(label="Issuing refunds", partitions_def=BATCHES, group_name="payouts", effect_scope="refund")
 def issued_refunds(
     context: AssetExecutionContext,
     refund_candidates: pd.DataFrame,
@@ -360,7 +273,7 @@ def issued_refunds(
     report = runner.run(intents)
     out = _outcome_frame(intents, report)
     refunded = out[out["status"] == s.RefundOutcome.REFUNDED]
-    return _result(
+    return frame_result(
         out,
         {
             "refunds_issued": len(refunded),
@@ -416,8 +329,7 @@ def _review_note(intent: Intent, review: Mapping[str, Any] | None) -> str:
     return str(review)
 
 
-@asset(partitions_def=BATCHES, group_name="payouts", retry_policy=TRANSIENT_RETRY)
-@durable_step
+@durable_asset(label="Reconciling with the provider", partitions_def=BATCHES, group_name="payouts")
 def reconciled_refunds(
     context: AssetExecutionContext,
     issued_refunds: pd.DataFrame,
@@ -446,8 +358,8 @@ def reconciled_refunds(
     ]
     out.loc[refunded.index, "reconciliation"] = ["matched" if m else "mismatch" for m in matches]
     out = typed(out, s.RECONCILED_DTYPES)
-    runtime.report(_progress(context, len(refunded), len(refunded)), force=True)
-    return _result(
+    runtime.report(step_progress(context, len(refunded), len(refunded)), force=True)
+    return frame_result(
         out,
         {
             "matched": int((out["reconciliation"] == "matched").sum()),
@@ -456,8 +368,9 @@ def reconciled_refunds(
     )
 
 
-@asset(partitions_def=BATCHES, group_name="customers", retry_policy=TRANSIENT_RETRY)
-@durable_step
+@durable_asset(
+    label="Notifying customers", partitions_def=BATCHES, group_name="customers", effect_scope="notice"
+)
 def customer_notices(
     context: AssetExecutionContext,
     reconciled_refunds: pd.DataFrame,
@@ -511,11 +424,12 @@ def customer_notices(
         ),
         s.NOTICE_DTYPES,
     )
-    return _result(out, {"notices_sent": report.sent, "notices_reused_from_ledger": report.replayed})
+    return frame_result(out, {"notices_sent": report.sent, "notices_reused_from_ledger": report.replayed})
 
 
-@asset(partitions_def=BATCHES, group_name="reporting")
-@durable_step
+@durable_asset(
+    label="Writing the batch report", partitions_def=BATCHES, group_name="reporting", retry_policy=None
+)
 def batch_report(
     context: AssetExecutionContext,
     validated_invoices: pd.DataFrame,
@@ -534,10 +448,10 @@ def batch_report(
         how="left",
     )
     report["notice_sent"] = report["notice_sent"].fillna(False).astype(bool)
-    path = write_csv_atomically(report, _batch_dir(context) / "refund_report.csv")
+    path = write_csv_atomically(report, batch_dir(context) / "refund_report.csv")
     refunded = report[report["status"] == s.RefundOutcome.REFUNDED]
     totals = refunded.groupby(s.CURRENCY)["amount_cents"].sum()
-    return _result(
+    return frame_result(
         report,
         {
             "report_file": MetadataValue.path(str(path)),
@@ -560,4 +474,4 @@ ALL_ASSETS = [
     batch_report,
 ]
 
-__all__ = ["ALL_ASSETS", "BATCHES", "STEPS", "BatchCanceledError", "InvoiceSource"]
+__all__ = ["ALL_ASSETS", "BATCHES", "InvoiceSource"]

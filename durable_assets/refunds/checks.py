@@ -24,7 +24,7 @@ from dagster import (
     asset_check,
 )
 
-from durable_assets.kit.effects import call_with_retries
+from durable_assets.kit import call_with_retries
 from durable_assets.payments.resources import PaymentGateway
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.assets import BATCHES, issued_refunds, reconciled_refunds

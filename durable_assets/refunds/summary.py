@@ -7,7 +7,7 @@ the last one that did wins (a re-run step or the report repeats an earlier figur
 
 from __future__ import annotations
 
-from durable_assets.ops.summary import SummaryLine, SummarySpec
+from durable_assets.kit import SummaryLine, SummarySpec
 
 REFUND_SUMMARY = SummarySpec(
     lines=(

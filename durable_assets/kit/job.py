@@ -1,0 +1,248 @@
+"""The durable-job descriptor: everything the operations layer needs to know about one job.
+
+A pipeline describes itself once — its assets in step order, the labels users see, which steps
+cause side effects and through which ledger scope, how ``--input``/``--size`` become the first
+step's config, which lines its end-of-batch summary shows — and registers the descriptor in the
+code location's :class:`DurableJobs`. The CLI, the HTTP API, metrics, webhooks and retention read
+only descriptors, so a new job needs no change of theirs.
+
+Labels and effect scopes travel on the assets' definition metadata (set by
+:func:`durable_assets.kit.steps.durable_asset`), and the step list on the asset job's metadata, so
+a running step and the Dagster UI see the same description the descriptor holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from dagster import (
+    AssetChecksDefinition,
+    AssetsDefinition,
+    AssetSelection,
+    Definitions,
+    DynamicPartitionsDefinition,
+    ExecutorDefinition,
+    JobDefinition,
+    define_asset_job,
+    in_process_executor,
+)
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+
+from durable_assets.kit.errors import UnknownJobError
+from durable_assets.kit.schedules import DailyBatches
+
+#: Asset definition metadata: the step's label ("Issuing refunds") and its ledger scope, if it mutates.
+LABEL_KEY = "durable/label"
+EFFECT_SCOPE_KEY = "durable/effect_scope"
+#: Asset job metadata: the ordered ``[key, label]`` pairs, read by a running step for "step n of N".
+STEPS_KEY = "durable/steps"
+
+
+@dataclass(frozen=True)
+class DurableStep:
+    """One step as users see it: Dagster's step key, its label, and the effect scope it writes through."""
+
+    key: str
+    label: str
+    effect_scope: str | None = None
+
+    @property
+    def mutates(self) -> bool:
+        return self.effect_scope is not None
+
+
+@dataclass(frozen=True)
+class SummaryLine:
+    """One labelled figure: the value of the last of ``sources`` (step, key) that a step reported."""
+
+    label: str
+    sources: tuple[tuple[str, str], ...]
+    detail: tuple[str, str] | None = None  # (step, key) shown after the figure, e.g. a breakdown
+    money_detail: bool = False  # the detail maps currency -> minor units
+
+
+@dataclass(frozen=True)
+class SummarySpec:
+    """The end-of-batch summary a job asks for; without one, every step's scalar metadata is shown."""
+
+    lines: tuple[SummaryLine, ...] = ()
+    files: tuple[tuple[str, str, str], ...] = ()  # (label, step, key) of a path the step wrote
+    review_hint: str = ""  # where a person finds the held items
+
+
+InputConfig = Callable[[str | None, int], Mapping[str, Any]]
+
+
+def path_and_size(path: str | None, size: int) -> dict[str, Any]:
+    """The usual first-step config: a file to read, or the size of a synthetic batch."""
+    return {"size": size, **({"path": path} if path else {})}
+
+
+class DurableJob:
+    """A Dagster asset job made durable: one batch is one partition, run as one run lineage.
+
+    ``assets`` are the steps in the order users see them (a topological order of their deps); the
+    first one receives ``input_config(path, size)`` as its run config. Each batch ID becomes a
+    partition of ``partitions``, so two batches never share a stored output. ``daily`` adds a
+    schedule (shipped stopped) that starts one batch per day, and ``job backfill`` for past days.
+    ``check_input(path)`` reads an input file before a batch is created, so a bad file is a usage
+    error (exit 2) that leaves the batch ID unused.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        assets: Sequence[AssetsDefinition],
+        partitions: DynamicPartitionsDefinition,
+        description: str,
+        checks: Sequence[AssetChecksDefinition] = (),
+        summary: SummarySpec | None = None,
+        input_config: InputConfig = path_and_size,
+        executor_def: ExecutorDefinition = in_process_executor,
+        daily: DailyBatches | None = None,
+        check_input: Callable[[str], object] | None = None,
+    ) -> None:
+        if not assets:
+            raise ValueError(f"durable job {name!r} needs at least one asset")
+        self.name = name
+        self.assets = tuple(assets)
+        self.partitions = partitions
+        self.description = description
+        self.checks = tuple(checks)
+        self.summary = summary
+        self.input_config = input_config
+        self.executor_def = executor_def
+        self.daily = daily
+        self.check_input = check_input
+        _check_step_order(name, self.assets)
+
+    def __repr__(self) -> str:
+        return f"DurableJob({self.name!r}, steps={[s.key for s in self.steps]})"
+
+    @cached_property
+    def steps(self) -> tuple[DurableStep, ...]:
+        return tuple(_step_of(a) for a in self.assets)
+
+    @property
+    def step_keys(self) -> tuple[str, ...]:
+        return tuple(s.key for s in self.steps)
+
+    def label(self, step_key: str) -> str:
+        return next((s.label for s in self.steps if s.key == step_key), step_key)
+
+    @property
+    def partitions_name(self) -> str:
+        return self.partitions.name or self.name
+
+    @cached_property
+    def asset_job(self) -> UnresolvedAssetJobDefinition:
+        return define_asset_job(
+            self.name,
+            selection=AssetSelection.assets(*self.assets),
+            partitions_def=self.partitions,
+            executor_def=self.executor_def,
+            description=self.description,
+            metadata={STEPS_KEY: [[s.key, s.label] for s in self.steps]},
+        )
+
+    def run_config(self, input_path: str | None, size: int) -> dict[str, Any]:
+        """The run config of a batch's first run: the input, given to the first step."""
+        return {"ops": {self.steps[0].key: {"config": dict(self.input_config(input_path, size))}}}
+
+
+class DurableJobs:
+    """The code location's durable jobs (the first is the default) and their ``Definitions``.
+
+    One registration point: ``definitions()`` adds every job's assets, checks and asset job to
+    whatever else the location defines (resources, schedules, sensors, other jobs).
+    """
+
+    def __init__(self, jobs: Iterable[DurableJob]) -> None:
+        self._jobs = {j.name: j for j in jobs}
+        if not self._jobs:
+            raise ValueError("register at least one durable job")
+        self._defs: Definitions | None = None
+
+    def __iter__(self) -> Iterator[DurableJob]:
+        return iter(self._jobs.values())
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    @property
+    def default(self) -> DurableJob:
+        return next(iter(self._jobs.values()))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._jobs)
+
+    def get(self, name: str | None) -> DurableJob:
+        """The job called ``name`` (the default for None); an unknown name is a usage error."""
+        if name is None:
+            return self.default
+        try:
+            return self._jobs[name]
+        except KeyError:
+            raise UnknownJobError(
+                f"no durable job {name!r}; registered: {', '.join(self._jobs)} (see `job jobs`)"
+            ) from None
+
+    def owning(self, job_name: str) -> DurableJob | None:
+        """The durable job a Dagster run of ``job_name`` belongs to, if any."""
+        return self._jobs.get(job_name)
+
+    def definitions(
+        self,
+        *,
+        resources: Mapping[str, Any],
+        jobs: Sequence[Any] = (),
+        schedules: Sequence[Any] = (),
+        sensors: Sequence[Any] = (),
+    ) -> Definitions:
+        if self._defs is None:
+            self._defs = Definitions(
+                assets=[a for j in self for a in j.assets],
+                asset_checks=[c for j in self for c in j.checks],
+                jobs=[*(j.asset_job for j in self), *jobs],
+                schedules=[*(j.daily.schedule(j) for j in self if j.daily), *schedules],
+                sensors=list(sensors),
+                resources=dict(resources),
+                executor=in_process_executor,
+            )
+        return self._defs
+
+    def job_definition(self, name: str) -> JobDefinition:
+        """The resolved Dagster job (needs :meth:`definitions` to have been called)."""
+        if self._defs is None:
+            raise RuntimeError("DurableJobs.definitions() has not been called in this code location")
+        return self._defs.resolve_job_def(self.get(name).name)
+
+
+def _step_of(asset: AssetsDefinition) -> DurableStep:
+    key = asset.key
+    metadata = asset.specs_by_key[key].metadata or {}
+    name = key.path[-1]
+    label = _plain(metadata.get(LABEL_KEY)) or name
+    scope = _plain(metadata.get(EFFECT_SCOPE_KEY)) or None
+    return DurableStep(name, str(label), str(scope) if scope else None)
+
+
+def _plain(value: Any) -> Any:
+    return getattr(value, "value", value)
+
+
+def _check_step_order(name: str, assets: Sequence[AssetsDefinition]) -> None:
+    """Step numbers are what users read; a step listed before one it depends on would lie."""
+    seen: set[Any] = set()
+    mine = {a.key for a in assets}
+    for a in assets:
+        upstream = {dep for deps in a.asset_deps.values() for dep in deps} & mine
+        if not upstream <= seen:
+            missing = ", ".join(k.to_user_string() for k in upstream - seen)
+            raise ValueError(f"durable job {name!r}: step {a.key.to_user_string()} comes before {missing}")
+        seen.add(a.key)

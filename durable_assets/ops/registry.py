@@ -1,0 +1,65 @@
+"""Where the operations layer finds the durable jobs: the code location's :class:`DurableJobs`.
+
+The location is a module with a ``durable_jobs`` attribute (``durable_assets.definitions`` unless
+``DURABLE_CODE_LOCATION`` names another), the same module Dagster loads (``workspace.yaml``). A
+user's own location registers its jobs there and every command serves them, with no change here.
+Runs are rebuilt in any process through :func:`job_definition`, a module-level function that
+``build_reconstructable_job`` can name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+from functools import cache
+
+from dagster import DagsterRun, JobDefinition, build_reconstructable_job
+from dagster._core.definitions.reconstruct import ReconstructableJob
+
+from durable_assets.kit import DurableJob, DurableJobs
+from durable_assets.kit.errors import UsageError
+
+CODE_LOCATION_ENV = "DURABLE_CODE_LOCATION"
+DEFAULT_CODE_LOCATION = "durable_assets.definitions"
+
+
+def code_location() -> str:
+    return os.environ.get(CODE_LOCATION_ENV) or DEFAULT_CODE_LOCATION
+
+
+@cache
+def _load(module: str) -> DurableJobs:
+    try:
+        jobs = getattr(importlib.import_module(module), "durable_jobs", None)
+    except ImportError as exc:
+        raise UsageError(f"cannot import the code location {module!r} ({CODE_LOCATION_ENV}): {exc}") from exc
+    if not isinstance(jobs, DurableJobs):
+        raise UsageError(
+            f"the code location {module!r} ({CODE_LOCATION_ENV}) has no `durable_jobs = DurableJobs([...])`"
+        )
+    return jobs
+
+
+def durable_jobs() -> DurableJobs:
+    """The registered jobs of this process's code location."""
+    return _load(code_location())
+
+
+def job_definition(module: str, name: str) -> JobDefinition:
+    """The resolved Dagster job ``name`` of ``module``'s location (the reconstructable target)."""
+    return _load(module).job_definition(name)
+
+
+def reconstructable_job(job: DurableJob) -> ReconstructableJob:
+    return build_reconstructable_job(
+        "durable_assets.ops.registry",
+        "job_definition",
+        reconstructable_args=(code_location(), job.name),  # type: ignore[arg-type]  # any picklable tuple
+    )
+
+
+def job_of_runs(runs: Sequence[DagsterRun]) -> DurableJob:
+    """The durable job a batch's lineage belongs to (its first run's job); the default if unknown."""
+    jobs = durable_jobs()
+    return (jobs.owning(runs[0].job_name) if runs else None) or jobs.default
