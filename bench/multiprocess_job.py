@@ -14,12 +14,13 @@ import os
 import socket
 import sys
 
-from dagster import AssetSelection, Definitions, JobDefinition, define_asset_job, multiprocess_executor
+from dagster import multiprocess_executor
 
-from durable_assets.definitions import REFUND_JOB, defs
-from durable_assets.kit import leases
+from durable_assets.definitions import defs
+from durable_assets.kit import DurableJob, DurableJobs, leases
 from durable_assets.ops import runner
-from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
+from durable_assets.ops.registry import CODE_LOCATION_ENV
+from durable_assets.refunds.job import refund_batch
 
 OWNER_ENV = "BENCH_LEASE_OWNER"
 
@@ -28,23 +29,19 @@ if os.environ.get(OWNER_ENV):
     leases.process_owner = lambda: _owner
     runner.process_owner = lambda: _owner
 
-multiprocess_defs = Definitions(
-    assets=ALL_ASSETS,
-    jobs=[
-        define_asset_job(
-            REFUND_JOB,
-            selection=AssetSelection.assets(*ALL_ASSETS),
-            partitions_def=BATCHES,
+#: This module is a code location of its own (DURABLE_CODE_LOCATION): the refund job, one executor changed.
+durable_jobs = DurableJobs(
+    [
+        DurableJob(
+            refund_batch.name,
+            assets=refund_batch.assets,
+            partitions=refund_batch.partitions,
+            description=refund_batch.description,
             executor_def=multiprocess_executor,
         )
-    ],
-    resources=defs.resources,
+    ]
 )
-
-
-def refund_batch_job_multiprocess() -> JobDefinition:
-    """Module-level, so ``reconstructable`` can rebuild it in every step process."""
-    return multiprocess_defs.resolve_job_def(REFUND_JOB)
+multiprocess_defs = durable_jobs.definitions(resources=defs.resources)
 
 
 def main() -> None:
@@ -52,9 +49,9 @@ def main() -> None:
     if not os.environ.get(OWNER_ENV):  # set before the step processes are spawned: they inherit it
         os.environ[OWNER_ENV] = f"{socket.gethostname()}:{os.getpid()}"
         leases.process_owner = runner.process_owner = lambda: os.environ[OWNER_ENV]
+    os.environ[CODE_LOCATION_ENV] = __name__ if __name__ != "__main__" else "bench.multiprocess_job"
     from durable_assets.ops.cli import _instance
 
-    runner.refund_batch_job = refund_batch_job_multiprocess  # start_batch's reconstructable target
     run = runner.start_batch(_instance(False), batch_id, size=size)
     print(f"batch {batch_id}: {run.status.value}")
     sys.exit(0 if run.status.value == "SUCCESS" else 1)

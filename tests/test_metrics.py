@@ -75,7 +75,7 @@ def test_counters_match_known_batch_outcomes(
             tags={BATCH_TAG: "m-ok", "dagster/partition": "m-ok"},
         )
         assert again.success
-        failed = runner.start_batch(instance, "m-fail", invoices=str(bad), size=SIZE)
+        failed = runner.start_batch(instance, "m-fail", input_path=str(bad), size=SIZE)
         assert failed.status == DagsterRunStatus.FAILURE
         instance.add_run_tags(failed.run_id, {WORKER_LOST_TAG: "lease expired"})
         s = _samples(render_metrics(instance))

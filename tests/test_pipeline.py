@@ -12,10 +12,13 @@ from dagster import DagsterInstance, materialize
 from durable_assets.definitions import defs
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.payments.store import PaymentStore
-from durable_assets.refunds.assets import ALL_ASSETS, BATCHES, STEPS
+from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
+from durable_assets.refunds.job import refund_batch
 from durable_assets.refunds.notices import Mailbox
 
 from .conftest import job_cli
+
+STEPS = refund_batch.step_keys
 
 
 def _materialize(

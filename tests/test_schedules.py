@@ -17,9 +17,11 @@ from dagster._scheduler.scheduler import launch_scheduled_runs
 from durable_assets.definitions import defs
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.ops.runner import start_batch
-from durable_assets.refunds.schedules import DAILY_SCHEDULE, daily_batch_id
+from durable_assets.refunds.schedules import DAILY_REFUNDS, DAILY_SCHEDULE
 
 from .conftest import REPO, job_cli
+
+daily_batch_id = DAILY_REFUNDS.batch_id
 
 TICK = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
 BATCH = "daily-2026-11-29"

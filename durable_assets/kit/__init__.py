@@ -19,6 +19,7 @@ from durable_assets.kit.errors import (
     ProviderRejectedError,
     ProviderResponseMismatchError,
     TransientProviderError,
+    UsageError,
 )
 from durable_assets.kit.frames import typed, write_csv_atomically
 from durable_assets.kit.job import (
@@ -68,6 +69,7 @@ __all__ = [
     "SummaryLine",
     "SummarySpec",
     "TransientProviderError",
+    "UsageError",
     "batch_dir",
     "call_with_retries",
     "durable_asset",

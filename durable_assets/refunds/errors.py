@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from durable_assets.kit.errors import GuardrailError
+from durable_assets.kit import GuardrailError
 
 
 class RefundCeilingExceededError(GuardrailError):

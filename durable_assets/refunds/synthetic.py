@@ -39,7 +39,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from durable_assets.kit.errors import UsageError
+from durable_assets.kit import UsageError
 from durable_assets.refunds import schema as s
 
 __all__ = ["MIX", "batch_prefix", "synthetic_invoices", "synthetic_mix"]

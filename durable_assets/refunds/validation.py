@@ -29,7 +29,7 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
-from durable_assets.kit.errors import InputFileError
+from durable_assets.kit import InputFileError
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.schema import QuarantineReason as R
 

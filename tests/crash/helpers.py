@@ -675,7 +675,9 @@ def notices_for(home: Path, expected: Expected) -> int:
 
 def assert_batch_complete(status: Mapping[str, Any], home: Path, batch_id: str) -> None:
     """Succeeded, every step completed, and every step's stored output exists."""
-    from durable_assets.refunds.assets import STEPS
+    from durable_assets.refunds.job import refund_batch
+
+    STEPS = refund_batch.step_keys
 
     assert status["status"] == "succeeded", status
     assert [s["status"] for s in status["steps"]] == ["completed"] * len(STEPS), status["steps"]

@@ -69,7 +69,7 @@ def test_failed_then_each_terminal_state_once(
     r = receiver()
     hooks(r.url())
     with DagsterInstance.get() as instance:
-        run = runner.start_batch(instance, "wh-fail", invoices=_bad_invoices(tmp_path), size=SIZE)
+        run = runner.start_batch(instance, "wh-fail", input_path=_bad_invoices(tmp_path), size=SIZE)
         assert run.status == DagsterRunStatus.FAILURE
         # The resume fails the same way: a second, distinct batch.failed (another run's end).
         again = runner.resume_batch(instance, "wh-fail")
@@ -101,7 +101,7 @@ def test_cancel_of_a_run_not_started_sends_batch_canceled(
 def test_which_ends_are_events(dagster_home: Path, tmp_path: Path, hooks: Callable[..., None]) -> None:
     """Superseded runs and a failure taken over by a live resume are not the batch's end."""
     with DagsterInstance.get() as instance:
-        first = runner.start_batch(instance, "wh-rules", invoices=_bad_invoices(tmp_path), size=SIZE)
+        first = runner.start_batch(instance, "wh-rules", input_path=_bad_invoices(tmp_path), size=SIZE)
         event, why = batch_webhooks.terminal_event(instance, first.run_id)
         assert event is not None and event.event_type == "batch.failed", why
         leases = LeaseStore(DurableDatabase.for_instance(instance))

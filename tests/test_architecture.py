@@ -1,0 +1,89 @@
+"""The layers stay layers: the kit and the operations layer never import a pipeline.
+
+Read from the source (``ast``), not from ``sys.modules``, so a lazy import inside a function counts
+too. The rules:
+
+- ``kit`` imports only the kit (and third-party code): it is the library users build on.
+- ``ops`` (CLI, HTTP API, webhooks, metrics, retention) imports the kit and the provider adapter,
+  never a pipeline: it finds jobs through the registry, so it serves any registered job.
+- a pipeline imports the kit only through its public API (``from durable_assets.kit import X``
+  with ``X`` in ``__all__``), never ``ops``, and never another pipeline.
+- ``payments`` (the provider: embedded, simulator, gateway) imports neither ops nor a pipeline.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import durable_assets.kit
+
+PACKAGE = Path(durable_assets.kit.__file__).parent.parent
+PIPELINES = ("refunds", "credit_migration")
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names) for every import in the file; relative imports resolved against the package."""
+    found: list[tuple[str, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, []) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node.module, [alias.name for alias in node.names]))
+    return [(m, names) for m, names in found if m == "durable_assets" or m.startswith("durable_assets.")]
+
+
+def _modules(layer: str) -> list[Path]:
+    return sorted((PACKAGE / layer).rglob("*.py"))
+
+
+def _layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _violations(layer: str, allowed: set[str]) -> list[str]:
+    return [
+        f"{path.relative_to(PACKAGE.parent)} imports {module}"
+        for path in _modules(layer)
+        for module, _names in _imports(path)
+        if _layer_of(module) not in allowed
+    ]
+
+
+def test_the_kit_imports_only_itself() -> None:
+    assert _modules("kit")
+    assert _violations("kit", {"kit"}) == []
+
+
+def test_the_operations_layer_never_imports_a_pipeline() -> None:
+    assert _modules("ops")
+    assert _violations("ops", {"kit", "ops", "payments", "settings"}) == []
+
+
+def test_the_provider_imports_no_pipeline_and_no_operations() -> None:
+    assert _violations("payments", {"kit", "payments", "settings"}) == []
+
+
+@pytest.mark.parametrize("pipeline", [p for p in PIPELINES if (PACKAGE / p).is_dir()])
+def test_a_pipeline_uses_only_the_kits_public_api(pipeline: str) -> None:
+    public = set(durable_assets.kit.__all__)
+    wrong = []
+    for path in _modules(pipeline):
+        for module, names in _imports(path):
+            where = f"{path.relative_to(PACKAGE.parent)}: {module}"
+            layer = _layer_of(module)
+            if layer == "kit" and (module != "durable_assets.kit" or not set(names) <= public):
+                wrong.append(f"{where} {sorted(set(names) - public) or '(a private module)'}")
+            elif layer not in ("kit", "payments", "settings", pipeline):
+                wrong.append(where)
+    assert wrong == []
+
+
+def test_the_public_api_is_importable_and_documented() -> None:
+    for name in durable_assets.kit.__all__:
+        value = getattr(durable_assets.kit, name)
+        if callable(value) and not isinstance(value, str):
+            assert (value.__doc__ or "").strip(), f"durable_assets.kit.{name} has no docstring"
