@@ -1,4 +1,4 @@
-"""Apply many keyed side effects exactly once, fast: the engine behind the refund and notice steps.
+"""Apply many keyed side effects exactly once, fast: the engine behind every mutating step.
 
 Per chunk: check the guard (cancel, fence), claim the chunk's keys in the ledger (intents commit
 before any call), reuse recorded results, send the rest concurrently under the process's shared

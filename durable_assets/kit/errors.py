@@ -34,7 +34,7 @@ class UnknownJobError(UsageError):
 
 
 class InputFileError(UsageError):
-    """An invoice file could not be read, or lacks required columns."""
+    """An input file could not be read, or lacks required columns."""
 
 
 # --- batches -------------------------------------------------------------------------------------

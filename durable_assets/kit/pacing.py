@@ -186,7 +186,7 @@ class Backoff:
         return ProviderUnavailableError(
             f"Payment provider unavailable: no successful answer for {down_s:.0f} s, giving up after "
             f"{self.budget_setting}={self.down_budget_s:g} s. Raise {self.budget_setting} to wait longer, "
-            f"or `job resume` once the provider is back (refunds it confirmed are not sent again).{cause}"
+            f"or `job resume` once the provider is back (effects it confirmed are not sent again).{cause}"
         )
 
 

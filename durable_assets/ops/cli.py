@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, text in (
         ("resume", "continue batch ID from its last committed step"),
-        ("cancel", "ask batch ID to stop at the next step boundary or refund chunk"),
+        ("cancel", "ask batch ID to stop at the next step boundary or side-effect chunk"),
     ):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("--id", required=True, type=_batch_id)
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- option types: every value is checked while parsing, before an instance or a batch exists ------
 
-#: The synthetic generator's bound (the ``invoices`` step's config allows no more).
+#: The synthetic generators' bound (the first steps' configs allow no more).
 MAX_SIZE = 10_000_000
 
 

@@ -1,7 +1,7 @@
 """What a batch's event stream carries: ``progress``, ``step`` and ``status`` events.
 
 Every event is read from the batch's Dagster event logs (kit/runlog.py): step and run status
-changes are Dagster's own events and progress reports are engine events the refund steps write
+changes are Dagster's own events and progress reports are engine events the durable steps write
 there (kit/progress.py). One source in one id sequence is what makes the ids increase, the
 interleaving true, and a resume with ``Last-Event-ID`` exact: the same storage always yields the
 same events with the same ids, whichever server process reads it.

@@ -1,4 +1,4 @@
-"""Retention for refund batches: the kit's prune, wired to this pipeline, for the CLI and Dagster.
+"""Retention for every durable job's batches: the kit's prune, for the CLI and Dagster.
 
 ``job prune`` and the daily ``retention`` schedule call the same :func:`prune_batches`, so a
 batch's fate never depends on which one ran. Configuration comes from the environment

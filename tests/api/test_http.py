@@ -164,7 +164,7 @@ def test_metrics_parse_as_prometheus_text_and_count_the_finished_batch(served: S
     }
     refunds = Expected.of(served.batch_id, 20).n
     assert samples[("durable_batches", (("status", "succeeded"),))] >= 1
-    assert samples[("durable_refunds_created_total", ())] == refunds
-    assert samples[("durable_refunds_requested_total", ())] == refunds
-    assert samples[("durable_refunds_held_for_review_total", ())] == 0
+    assert samples[("durable_effects_created_total", (("scope", "refund"),))] == refunds
+    assert samples[("durable_effects_requested_total", (("scope", "refund"),))] == refunds
+    assert samples[("durable_effects_held_for_review_total", (("scope", "refund"),))] == 0
     assert samples[("durable_lease_expiries_total", ())] == 0
