@@ -17,8 +17,8 @@ from functools import cache
 from dagster import DagsterRun, JobDefinition, build_reconstructable_job
 from dagster._core.definitions.reconstruct import ReconstructableJob
 
-from durable_assets.kit import DurableJob, DurableJobs
-from durable_assets.kit.errors import UsageError
+from durable_assets.kit import BATCH_TAG, DurableJob, DurableJobs
+from durable_assets.kit.errors import UnknownJobError, UsageError
 
 CODE_LOCATION_ENV = "DURABLE_CODE_LOCATION"
 DEFAULT_CODE_LOCATION = "durable_assets.definitions"
@@ -60,6 +60,19 @@ def reconstructable_job(job: DurableJob) -> ReconstructableJob:
 
 
 def job_of_runs(runs: Sequence[DagsterRun]) -> DurableJob:
-    """The durable job a batch's lineage belongs to (its first run's job); the default if unknown."""
+    """The durable job a batch's lineage belongs to (its first run's job).
+
+    A batch of a job this code location does not register (another location's, or a job since
+    removed) is a usage error naming the job, not a status folded over some other job's steps.
+    """
     jobs = durable_jobs()
-    return (jobs.owning(runs[0].job_name) if runs else None) or jobs.default
+    if not runs:
+        return jobs.default
+    job = jobs.owning(runs[0].job_name)
+    if job is None:
+        raise UnknownJobError(
+            f"batch {runs[0].tags.get(BATCH_TAG, '?')!r} is a batch of job {runs[0].job_name!r}, which the "
+            f"code location {code_location()!r} does not register; set {CODE_LOCATION_ENV} to the module "
+            "that does"
+        )
+    return job

@@ -22,7 +22,7 @@ from durable_assets.kit.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.launcher import AUTO_RESUME_ATTEMPT_TAG, AUTO_RESUME_MAX_TAG, AUTO_RESUME_OF_TAG
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.resources import BATCH_TAG
-from durable_assets.ops.registry import job_of_runs
+from durable_assets.ops.registry import durable_jobs, job_of_runs
 
 BATCH_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 INPUT_VERSION_TAG_PREFIX = "dagster/input_data_version/"
@@ -291,13 +291,18 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
 
 
 def list_batches(instance: DagsterInstance, *, job: str | None = None) -> list[dict[str, Any]]:
-    """Every batch (of durable job ``job``, or of all), newest first (by its newest run)."""
+    """Every batch (of durable job ``job``, or of all), newest first (by its newest run).
+
+    Batches of jobs this code location does not register (an instance shared with another
+    location) are left out: their steps are not known here.
+    """
+    jobs = durable_jobs()
     newest: dict[str, float] = {}
     for _key, batch_ids in instance.get_run_tags(tag_keys=[BATCH_TAG]):
         for bid in batch_ids:
             records = instance.get_run_records(RunsFilter(tags={BATCH_TAG: bid}), limit=1)
-            if records:
+            job_name = records[0].dagster_run.job_name if records else None
+            if job_name and jobs.owning(job_name) and job in (None, job_name):
                 newest[bid] = records[0].create_timestamp.timestamp()
     ordered = sorted(newest, key=lambda b: newest[b], reverse=True)
-    batches = [batch_status(instance, b, include_steps=False) for b in ordered]
-    return [b for b in batches if job is None or b["job"] == job]
+    return [batch_status(instance, b, include_steps=False) for b in ordered]
