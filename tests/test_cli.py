@@ -28,6 +28,7 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
     status = json.loads(job_cli("status", "--id", "demo", "--json").stdout)
     assert set(status) == {
         "id",
+        "job",
         "status",
         "run_ids",
         "percent_complete",
@@ -37,7 +38,7 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
         "auto_resume",
         "steps",
     }
-    assert status["auto_resume"] is None
+    assert status["auto_resume"] is None and status["job"] == "refund_batch"
     assert status["status"] == "succeeded" and status["percent_complete"] == 100.0
     assert status["needs_review"] is False and status["held_for_review"] == 0
     assert len(status["run_ids"]) == 1 and len(status["steps"]) == 7
