@@ -14,6 +14,7 @@ from datetime import date, timedelta
 from dagster import DagsterInstance, DagsterRunStatus
 
 from durable_assets.kit.errors import DurableError, UsageError
+from durable_assets.kit.status_model import BatchStatus
 from durable_assets.ops.runner import resume_batch, start_batch
 from durable_assets.ops.status import batch_runs, batch_status
 from durable_assets.refunds.schedules import daily_batch_id, daily_invoice_config
@@ -52,5 +53,5 @@ def backfill_days(instance: DagsterInstance, days: list[date], say: Callable[[st
             continue
         state = batch_status(instance, batch_id, include_steps=False)["status"]
         say(f"{batch_id}: {state}")
-        ok = ok and state == "succeeded"
+        ok = ok and state == BatchStatus.SUCCEEDED
     return ok
