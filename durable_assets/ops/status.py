@@ -125,11 +125,8 @@ def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
             kind = event.event_type
             if kind == DagsterEventType.STEP_START:
                 step.executions += 1
-                step.status, step.started_at, step.finished_at = (
-                    StepStatus.IN_PROGRESS,
-                    record.timestamp,
-                    None,
-                )
+                step.status = StepStatus.IN_PROGRESS
+                step.started_at, step.finished_at = record.timestamp, None
                 step.run_id = run.run_id
             elif kind == DagsterEventType.STEP_SUCCESS:
                 step.status, step.finished_at = StepStatus.COMPLETED, record.timestamp
