@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
+from dagster import DagsterEventType, DagsterInstance, RunRecord, RunsFilter
 from dagster._core.storage.event_log.schema import (
     AssetEventTagsTable,
     ConcurrencySlotsTable,
@@ -55,6 +55,7 @@ from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import ArchiveError, BatchConflictError, PruneInProgressError, UsageError
 from durable_assets.kit.leases import Lease, LeaseStore
 from durable_assets.kit.ledger import STARTED
+from durable_assets.kit.status_model import BatchStatus
 
 DAY_S = 86_400.0
 ARCHIVE_FORMAT = 1
@@ -67,11 +68,6 @@ CHUNK_SIZE = 200
 #: Event rows read per query while archiving.
 EVENT_PAGE = 1000
 _IN_CLAUSE = 400  # SQLite's bound-parameter limit is 32766 (999 on old builds); stay well below
-_TERMINAL = {
-    DagsterRunStatus.SUCCESS: "succeeded",
-    DagsterRunStatus.FAILURE: "failed",
-    DagsterRunStatus.CANCELED: "canceled",
-}
 _ASSET_EVENTS = (DagsterEventType.ASSET_MATERIALIZATION.value, DagsterEventType.ASSET_OBSERVATION.value)
 T = TypeVar("T")
 
@@ -94,8 +90,8 @@ class RetentionPolicy:
             if not value >= 0 or value == float("inf"):  # also rejects NaN
                 raise UsageError(f"{where} must be a number of days >= 0, got {value}")
 
-    def horizon_days(self, status: str) -> float:
-        return self.completed_days if status == "succeeded" else self.failed_days
+    def horizon_days(self, status: BatchStatus) -> float:
+        return self.completed_days if status == BatchStatus.SUCCEEDED else self.failed_days
 
 
 @dataclass
@@ -111,14 +107,13 @@ class Lineage:
 
     @property
     def in_progress(self) -> bool:
-        return any(r.dagster_run.status not in _TERMINAL for r in self.records)
+        return any(not BatchStatus.of_run(r.dagster_run.status).terminal for r in self.records)
 
     @property
-    def status(self) -> str:
-        """The newest run's outcome; ``in_progress`` while any run is not terminal."""
-        if self.in_progress:
-            return "in_progress"
-        return _TERMINAL[self.records[-1].dagster_run.status]
+    def status(self) -> BatchStatus:
+        """The newest run's status word; terminal once ``in_progress`` is false, the only time a
+        lineage is archived or reported."""
+        return BatchStatus.of_run(self.records[-1].dagster_run.status)
 
     @property
     def ended_at(self) -> float | None:

@@ -14,6 +14,7 @@ from datetime import date, timedelta
 from dagster import DagsterInstance, DagsterRunStatus
 
 from durable_assets.kit.errors import DurableError, UsageError
+from durable_assets.kit.status_model import BatchStatus
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.runner import resume_batch, start_batch
 from durable_assets.ops.status import batch_runs, batch_status
@@ -56,5 +57,5 @@ def backfill_days(
             continue
         state = batch_status(instance, batch_id, include_steps=False)["status"]
         say(f"{batch_id}: {state}")
-        ok = ok and state == "succeeded"
+        ok = ok and state == BatchStatus.SUCCEEDED
     return ok

@@ -46,6 +46,7 @@ from dagster import (
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.status_model import BatchStatus
 from durable_assets.kit.webhooks import (
     Deliverer,
     FlushReport,
@@ -57,10 +58,10 @@ from durable_assets.kit.webhooks import (
 )
 from durable_assets.ops.status import batch_runs, batch_status
 
+#: The webhook ``type`` of each run status that ends a batch: ``batch.`` + the status word.
 EVENT_TYPES = {
-    DagsterRunStatus.SUCCESS: "batch.succeeded",
-    DagsterRunStatus.FAILURE: "batch.failed",
-    DagsterRunStatus.CANCELED: "batch.canceled",
+    status: f"batch.{BatchStatus.of_run(status)}"
+    for status in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
 }
 DEFAULT_CLI_BUDGET_S = 30.0
 

@@ -286,6 +286,7 @@ def _watch(instance: Any, batch_id: str, stop: threading.Event, out: TextIO) -> 
     run's end, which is not progress of this process.
     """
     from durable_assets.kit.errors import UnknownBatchError
+    from durable_assets.kit.status_model import BatchStatus
     from durable_assets.ops.status import batch_status
 
     tty = out.isatty()
@@ -298,7 +299,7 @@ def _watch(instance: Any, batch_id: str, stop: threading.Event, out: TextIO) -> 
         except Exception:  # progress display must never break the batch
             continue
         p = st.get("progress")
-        if not p or st["status"] not in ("running", "canceling"):
+        if not p or st["status"] not in (BatchStatus.RUNNING, BatchStatus.CANCELING):
             continue
         line = _progress_line(p, tty)
         if line != last:
@@ -327,6 +328,7 @@ def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
 
 def _finish(instance: Any, batch_id: str) -> int:
     """The end-of-batch summary (summary.py) and the exit code it means."""
+    from durable_assets.kit.status_model import BatchStatus
     from durable_assets.ops.status import batch_runs, batch_status
     from durable_assets.ops.summary import batch_summary, spec_for
 
@@ -335,7 +337,7 @@ def _finish(instance: Any, batch_id: str) -> int:
     spec = spec_for(runs[-1].job_name) if runs else None
     print(batch_summary(instance, batch_id, st["status"], spec).render())
     print(f"  status: job status --id {batch_id}")
-    if st["status"] != "succeeded":
+    if st["status"] != BatchStatus.SUCCEEDED:
         _print_failure(instance, batch_id, st)
         return EXIT_FAILED
     if st["needs_review"]:
@@ -346,6 +348,7 @@ def _finish(instance: Any, batch_id: str) -> int:
 
 def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
     """One line: the step, the reason our code gave, and the log with everything else."""
+    from durable_assets.kit.status_model import BatchStatus
     from durable_assets.ops.batch_log import batch_failure, log_path
 
     runs = [r for r in (instance.get_run_by_id(run_id) for run_id in st["run_ids"]) if r is not None]
@@ -357,12 +360,14 @@ def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
     log = log_path(instance, batch_id)
     print(
         f"error: batch {batch_id} {st['status']}{where}: {reason.rstrip('.')}; full log: {log}"
-        + (f"; continue with `job resume --id {batch_id}`" if st["status"] == "canceled" else ""),
+        + (f"; continue with `job resume --id {batch_id}`" if st["status"] == BatchStatus.CANCELED else ""),
         file=sys.stderr,
     )
 
 
 def _print_status(st: dict[str, Any], as_json: bool) -> None:
+    from durable_assets.kit.status_model import BatchStatus
+
     if as_json:
         print(json.dumps(st, indent=2))
         return
@@ -372,7 +377,7 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
     )
     p = st.get("progress")
     if p:
-        now = "now" if st["status"] in ("running", "canceling", "queued") else "ended"
+        now = "ended" if BatchStatus(st["status"]).terminal else "now"
         print(f"  {now}: {_progress_line(p, tty=False)}")
     if st.get("needs_review"):
         print(f"  needs review: {st['held_for_review']} held for a person")

@@ -19,26 +19,27 @@ from durable_assets.kit.errors import UnknownBatchError
 from durable_assets.kit.progress import progress_from_event
 from durable_assets.kit.runlog import LineageFeed, LineageRecord
 from durable_assets.kit.sse import ServerSentEvent
+from durable_assets.kit.status_model import BatchStatus, StepEventStatus
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.status import batch_runs, check_batch_id
 
 STEP_EVENT_STATUS = {
-    DagsterEventType.STEP_START: "in_progress",
-    DagsterEventType.STEP_RESTARTED: "in_progress",
-    DagsterEventType.STEP_SUCCESS: "completed",
-    DagsterEventType.STEP_FAILURE: "failed",
-    DagsterEventType.STEP_UP_FOR_RETRY: "retrying",
-    DagsterEventType.STEP_SKIPPED: "skipped",
+    DagsterEventType.STEP_START: StepEventStatus.IN_PROGRESS,
+    DagsterEventType.STEP_RESTARTED: StepEventStatus.IN_PROGRESS,
+    DagsterEventType.STEP_SUCCESS: StepEventStatus.COMPLETED,
+    DagsterEventType.STEP_FAILURE: StepEventStatus.FAILED,
+    DagsterEventType.STEP_UP_FOR_RETRY: StepEventStatus.RETRYING,
+    DagsterEventType.STEP_SKIPPED: StepEventStatus.SKIPPED,
 }
 #: Run events that change the batch's status (the names of ``job status``). Starting and dequeued
 #: are left out: they would repeat "running" and "queued".
 RUN_EVENT_STATUS = {
-    DagsterEventType.RUN_ENQUEUED: "queued",
-    DagsterEventType.RUN_START: "running",
-    DagsterEventType.RUN_CANCELING: "canceling",
-    DagsterEventType.RUN_SUCCESS: "succeeded",
-    DagsterEventType.RUN_FAILURE: "failed",
-    DagsterEventType.RUN_CANCELED: "canceled",
+    DagsterEventType.RUN_ENQUEUED: BatchStatus.QUEUED,
+    DagsterEventType.RUN_START: BatchStatus.RUNNING,
+    DagsterEventType.RUN_CANCELING: BatchStatus.CANCELING,
+    DagsterEventType.RUN_SUCCESS: BatchStatus.SUCCEEDED,
+    DagsterEventType.RUN_FAILURE: BatchStatus.FAILED,
+    DagsterEventType.RUN_CANCELED: BatchStatus.CANCELED,
 }
 EVENT_TYPES = {*STEP_EVENT_STATUS, *RUN_EVENT_STATUS, DagsterEventType.ENGINE_EVENT}
 

@@ -21,6 +21,7 @@ from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.ledger import FINISHED, REVIEW
 from durable_assets.kit.metrics import RunDigest, RunDigests, histogram, ledger_counts, render
 from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.status_model import BatchStatus
 from durable_assets.kit.webhooks import DELIVERED, FAILED, PENDING, Outbox
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.status import HELD_FOR_REVIEW_KEY, held_for_review, is_auto_resume, run_status_label
@@ -29,7 +30,7 @@ __all__ = ["WORKER_LOST_TAG", "DurableMetrics", "render_metrics"]
 
 #: The metadata key by which a mutating step reports intents it found settled and did not send again.
 REPLAYED_KEY = "reused_from_ledger"
-BATCH_STATUSES = ("queued", "running", "canceling", "succeeded", "failed", "canceled")
+BATCH_STATUSES = tuple(BatchStatus)
 
 _digests = RunDigests()
 
@@ -76,12 +77,15 @@ class DurableMetrics:
         )
 
     def _batches(self, runs: list[DagsterRun]) -> GaugeMetricFamily:
-        newest: dict[str, str] = {}
+        newest: dict[str, BatchStatus] = {}
         for run in runs:  # newest first: the first run seen of a batch decides its status
             newest.setdefault(run.tags[BATCH_TAG], run_status_label(run))
         with self.db.engine.connect() as conn:
             canceling = {row[0] for row in conn.execute(sa.select(cancel_requests.c.batch_id)).all()}
-        counts = Counter("canceling" if s == "running" and b in canceling else s for b, s in newest.items())
+        counts = Counter(
+            BatchStatus.CANCELING if s == BatchStatus.RUNNING and b in canceling else s
+            for b, s in newest.items()
+        )
         family = GaugeMetricFamily("durable_batches", "Batches by current status.", labels=["status"])
         for status in BATCH_STATUSES:
             family.add_metric([status], counts.get(status, 0))

@@ -1,25 +1,136 @@
-"""The OpenAPI 3.1 description of ``job serve``: schemas, and one operation object per route.
+"""The OpenAPI 3.1 description of ``job serve``: generated schemas, and one operation object per route.
 
-Written out rather than generated: the status JSON is a contract (CONTRACT.md), and a hand-kept
-document next to the routes is checked against the running server by the fuzzing test
-(tests/test_api_fuzz.py), which fails on any answer the document does not describe.
+Why the schemas are generated: the status JSON is a contract (CONTRACT.md), and a second,
+hand-kept description of it drifts from the code that writes it. The component schemas are now the
+JSON Schema of the pydantic models that produce the bodies (kit/status_model.py for the status JSON
+and the event stream's payloads, the small models below for the API's own answers), so a field
+added to a model is documented by being added. What stays written out here is per route: its
+summary, parameters and the answers it gives, which are facts about the handlers, not the data.
+The fuzzing test (tests/api/test_fuzz.py) checks the running server against the whole document and
+fails on any answer it does not describe.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from pydantic.json_schema import models_json_schema
 
 from durable_assets.kit.runlog import RUN_STRIDE
+from durable_assets.kit.status_model import (
+    BATCH_ID_REGEX,
+    STATUS_MODELS,
+    BatchStatusModel,
+    ProgressEventModel,
+    StatusEventModel,
+    StepEventModel,
+)
 
-BATCH_ID_REGEX = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+_REF_PREFIX = "#/components/schemas/"
 
 
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
+class ErrorModel(BaseModel):
+    """Every error answer: a code to branch on and a message for a person."""
+
+    error: str = Field(description="machine-readable code, e.g. unknown_batch")
+    message: str = Field(description="what happened and what to do")
 
 
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"anyOf": [schema, {"type": "null"}]}
+class OverCapacityModel(BaseModel):
+    """503: a cap of the server is full. `setting` is the variable that raises it."""
+
+    # Written by kit/http_guard.py's ``over_capacity_body`` (also below the ASGI app); described here.
+    error: Literal["over_capacity"]
+    message: str
+    cap: Literal["connections", "event_streams"]
+    limit: int = Field(ge=1)
+    setting: str = Field(description="e.g. DURABLE_API_MAX_CONNECTIONS")
+
+
+class LimitExceededModel(BaseModel):
+    """431 / 408 written before any route runs; the connection is then closed."""
+
+    # Written by kit/http_guard.py's protocol before any route runs; described here.
+    error: Literal["header_too_large", "header_timeout"]
+    message: str
+    setting: str = Field(description="e.g. DURABLE_API_MAX_HEADER_BYTES")
+
+
+class HealthModel(BaseModel):
+    status: Literal["ok"]
+
+
+class CancelAcceptedModel(BaseModel):
+    """202: the cancel is recorded (or the batch had already ended)."""
+
+    id: str
+    result: Literal["cancel requested", "already finished"] = Field(
+        description="the same answer `job cancel` prints"
+    )
+
+
+_API_MODELS: tuple[type[BaseModel], ...] = (
+    ErrorModel,
+    OverCapacityModel,
+    LimitExceededModel,
+    HealthModel,
+    CancelAcceptedModel,
+)
+
+
+def _component_name(name: str, schema: dict[str, Any]) -> str:
+    """Pydantic's name for a schema -> its name in ``components/schemas``.
+
+    A model is named without its ``Model`` suffix: ``BatchStatus``, ``Step``, ``Progress`` are the
+    names the document had before it was generated, the names clients generate code from. An enum
+    gets a ``Value`` suffix, since its own name (``BatchStatus``) is the object's.
+    """
+    return f"{name}Value" if "enum" in schema else name.removesuffix("Model")
+
+
+def _tidy(node: Any, names: dict[str, str]) -> Any:
+    """Pydantic's output as this document writes it.
+
+    ``$ref`` renamed (``names``: pydantic's name -> ours); the ``title`` pydantic derives from
+    each name dropped (``Run Ids`` says nothing ``run_ids`` does not); docstring line breaks folded.
+    """
+    if isinstance(node, list):
+        return [_tidy(item, names) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title":
+            continue
+        if key == "$ref":
+            out[key] = _REF_PREFIX + names[value.removeprefix(_REF_PREFIX)]
+        elif key == "description":
+            out[key] = " ".join(value.split())
+        elif key == "properties":  # names, not keywords: keep every one (a property may be `title`)
+            out[key] = {name: _tidy(schema, names) for name, schema in value.items()}
+        else:
+            out[key] = _tidy(value, names)
+    return out
+
+
+def _component_schemas() -> tuple[dict[str, Any], dict[str, str]]:
+    """Every model's JSON Schema (serialization side: what the server writes) by component name,
+    and the component name of each pydantic name."""
+    _, top = models_json_schema(
+        [(model, "serialization") for model in (*_API_MODELS, *STATUS_MODELS)],
+        ref_template=_REF_PREFIX + "{model}",
+    )
+    defs: dict[str, Any] = top["$defs"]
+    names = {name: _component_name(name, schema) for name, schema in defs.items()}
+    return {names[name]: _tidy(schema, names) for name, schema in defs.items()}, names
+
+
+SCHEMAS, _NAMES = _component_schemas()
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": _REF_PREFIX + _NAMES[model.__name__]}
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -27,201 +138,10 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 def _error(description: str) -> dict[str, Any]:
-    return _json(_ref("Error"), description)
+    return _json(_ref(ErrorModel), description)
 
 
-_STATUSES = ["queued", "running", "canceling", "succeeded", "failed", "canceled"]
-_STEP_STATUSES = ["pending", "in_progress", "completed", "failed", "skipped"]
-_TIMESTAMP = {"type": "string", "format": "date-time"}
-
-SCHEMAS: dict[str, Any] = {
-    "Error": {
-        "type": "object",
-        "required": ["error", "message"],
-        "properties": {
-            "error": {"type": "string", "description": "machine-readable code, e.g. unknown_batch"},
-            "message": {"type": "string", "description": "what happened and what to do"},
-        },
-    },
-    "OverCapacity": {
-        "type": "object",
-        "description": "503: a cap of the server is full. `setting` is the variable that raises it.",
-        "required": ["error", "message", "cap", "limit", "setting"],
-        "properties": {
-            "error": {"type": "string", "const": "over_capacity"},
-            "message": {"type": "string"},
-            "cap": {"type": "string", "enum": ["connections", "event_streams"]},
-            "limit": {"type": "integer", "minimum": 1},
-            "setting": {"type": "string", "description": "e.g. DURABLE_API_MAX_CONNECTIONS"},
-        },
-    },
-    "LimitExceeded": {
-        "type": "object",
-        "description": "431 / 408 written before any route runs; the connection is then closed.",
-        "required": ["error", "message", "setting"],
-        "properties": {
-            "error": {"type": "string", "enum": ["header_too_large", "header_timeout"]},
-            "message": {"type": "string"},
-            "setting": {"type": "string", "description": "e.g. DURABLE_API_MAX_HEADER_BYTES"},
-        },
-    },
-    "Health": {
-        "type": "object",
-        "required": ["status"],
-        "properties": {"status": {"type": "string", "const": "ok"}},
-    },
-    "Progress": {
-        "type": "object",
-        "description": (
-            "While the batch runs: the step running now (with its latest count when it has one); a "
-            "report left by an earlier step or run is never shown as the running step's. Once the "
-            "batch has ended: its final state (`Succeeded`, or `Failed: <step>` / `Canceled: <step>` "
-            "with how far that step got)."
-        ),
-        "required": ["step", "total", "label", "done", "of"],
-        "properties": {
-            "step": {"type": "integer", "minimum": 1, "description": "step number, 1..total"},
-            "total": {"type": "integer", "minimum": 1},
-            "label": {"type": "string"},
-            "done": {"type": "integer", "minimum": 0},
-            "of": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "0 when the step has no count (nothing countable, or none reported yet)",
-            },
-        },
-    },
-    "Step": {
-        "type": "object",
-        "required": [
-            "step",
-            "step_name",
-            "status",
-            "executions",
-            "input_hash",
-            "output_ref",
-            "started_at",
-            "finished_at",
-        ],
-        "properties": {
-            "step": {"type": "integer", "minimum": 1},
-            "step_name": {"type": "string", "description": "the Dagster step key (asset name)"},
-            "status": {
-                "type": "string",
-                "enum": _STEP_STATUSES,
-                "description": "`skipped`: stopped by a cancel before its end (resume runs it)",
-            },
-            "executions": {"type": "integer", "minimum": 0, "description": "starts across the lineage"},
-            "input_hash": _nullable({"type": "string"}),
-            "output_ref": _nullable({"type": "string"}),
-            "started_at": _nullable(_TIMESTAMP),
-            "finished_at": _nullable(_TIMESTAMP),
-        },
-    },
-    "BatchStatus": {
-        "type": "object",
-        "description": "The JSON of `job status --json` (CONTRACT.md). `GET /runs` omits `steps`.",
-        "required": [
-            "id",
-            "status",
-            "run_ids",
-            "percent_complete",
-            "progress",
-            "needs_review",
-            "held_for_review",
-        ],
-        "properties": {
-            "id": {"type": "string", "pattern": BATCH_ID_REGEX},
-            "status": {"type": "string", "enum": _STATUSES},
-            "run_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-            "percent_complete": {
-                "type": "number",
-                "minimum": 0,
-                "maximum": 100,
-                "description": "completed steps plus the running step's fraction, over all steps",
-            },
-            "progress": _nullable(_ref("Progress")),
-            "needs_review": {
-                "type": "boolean",
-                "description": (
-                    "items of the batch wait for a person (held_for_review > 0), whatever its status; "
-                    "`job run`/`job resume` of such a finished batch exit 4"
-                ),
-            },
-            "held_for_review": {
-                "type": "integer",
-                "minimum": 0,
-                "description": (
-                    "items held for review: the `held_for_review` materialization metadata of the "
-                    "last step, in step order, that reports it (refunds: answers that did not match)"
-                ),
-            },
-            "auto_resume": _nullable(
-                {
-                    "type": "object",
-                    "description": "the daemon's automatic resumes after lost workers; null if none",
-                    "required": ["attempts", "max_attempts", "run_ids"],
-                    "properties": {
-                        "attempts": {"type": "integer", "minimum": 1},
-                        "max_attempts": {"type": "integer", "minimum": 0},
-                        "run_ids": {"type": "array", "items": {"type": "string"}},
-                    },
-                }
-            ),
-            "steps": {"type": "array", "items": _ref("Step")},
-        },
-    },
-    "CancelAccepted": {
-        "type": "object",
-        "required": ["id", "result"],
-        "properties": {
-            "id": {"type": "string"},
-            "result": {
-                "type": "string",
-                "enum": ["cancel requested", "already finished"],
-                "description": "the same answer `job cancel` prints",
-            },
-        },
-    },
-    # The event stream's payloads (each event's `data:` line), for clients; not JSON responses.
-    "ProgressEvent": {
-        "allOf": [
-            _ref("Progress"),
-            {
-                "type": "object",
-                "required": ["run_id", "timestamp"],
-                "properties": {"run_id": {"type": "string"}, "timestamp": _TIMESTAMP},
-            },
-        ]
-    },
-    "StepEvent": {
-        "type": "object",
-        "required": ["step", "step_name", "status", "run_id", "timestamp"],
-        "properties": {
-            "step": {"type": "integer", "minimum": 1},
-            "step_name": {"type": "string"},
-            "status": {
-                "type": "string",
-                "enum": ["in_progress", "completed", "failed", "retrying", "skipped"],
-            },
-            "run_id": {"type": "string"},
-            "timestamp": _TIMESTAMP,
-        },
-    },
-    "StatusEvent": {
-        "type": "object",
-        "required": ["id", "status", "run_id", "timestamp"],
-        "properties": {
-            "id": {"type": "string"},
-            "status": {"type": "string", "enum": _STATUSES},
-            "run_id": {"type": "string"},
-            "timestamp": _TIMESTAMP,
-        },
-    },
-}
-
-
-def _sse(event: str, payload: str) -> dict[str, Any]:
+def _sse(event: str, payload: type[BaseModel]) -> dict[str, Any]:
     return {
         "type": "object",
         "required": ["event", "id", "data"],
@@ -239,7 +159,11 @@ def _sse(event: str, payload: str) -> dict[str, Any]:
 
 SCHEMAS["ServerSentEvent"] = {
     "description": "One event of GET /runs/{id}/events, as its `event:`, `id:` and `data:` fields.",
-    "oneOf": [_sse("progress", "ProgressEvent"), _sse("step", "StepEvent"), _sse("status", "StatusEvent")],
+    "oneOf": [
+        _sse("progress", ProgressEventModel),
+        _sse("step", StepEventModel),
+        _sse("status", StatusEventModel),
+    ],
 }
 
 _ID_PARAM = {
@@ -253,32 +177,32 @@ _BAD_ID = _error("malformed batch ID")
 _UNKNOWN = _error("no batch with this ID")
 
 _OVER_CONNECTIONS = _json(
-    _ref("OverCapacity"),
+    _ref(OverCapacityModel),
     "the connection cap is full (`cap`: connections; closed after the answer)",
 )
 _OVER_STREAMS = _json(
-    _ref("OverCapacity"),
+    _ref(OverCapacityModel),
     "a cap is full: too many connections, or too many open event streams (`cap`: event_streams)",
 )
-_HEADER_TOO_LARGE = _json(_ref("LimitExceeded"), "the request head is over the size limit (then closed)")
+_HEADER_TOO_LARGE = _json(_ref(LimitExceededModel), "the request head is over the size limit (then closed)")
 
 
 HEALTHZ: dict[str, Any] = {
     "operationId": "healthz",
     "summary": "Liveness; never needs the token",
     "security": [],
-    "responses": {"200": _json(_ref("Health"), "the server is up")},
+    "responses": {"200": _json(_ref(HealthModel), "the server is up")},
 }
 LIST_RUNS: dict[str, Any] = {
     "operationId": "listRuns",
     "summary": "Batches, newest first (without `steps`)",
-    "responses": {"200": _json({"type": "array", "items": _ref("BatchStatus")}, "every batch")},
+    "responses": {"200": _json({"type": "array", "items": _ref(BatchStatusModel)}, "every batch")},
 }
 GET_RUN: dict[str, Any] = {
     "operationId": "getRun",
     "summary": "A batch's status: the JSON of `job status --json`",
     "parameters": [_ID_PARAM],
-    "responses": {"200": _json(_ref("BatchStatus"), "the batch"), "404": _UNKNOWN, "422": _BAD_ID},
+    "responses": {"200": _json(_ref(BatchStatusModel), "the batch"), "404": _UNKNOWN, "422": _BAD_ID},
 }
 RUN_EVENTS: dict[str, Any] = {
     "operationId": "streamRunEvents",
@@ -315,7 +239,7 @@ RUN_EVENTS: dict[str, Any] = {
         "200": {
             "description": "the event stream; the schema describes one event (before OpenAPI 3.2's "
             "`itemSchema`, `schema` of text/event-stream describes each event)",
-            "content": {"text/event-stream": {"schema": _ref("ServerSentEvent")}},
+            "content": {"text/event-stream": {"schema": {"$ref": _REF_PREFIX + "ServerSentEvent"}}},
         },
         "204": {"description": "resumed after the last event of a batch that has ended: nothing more"},
         "404": _UNKNOWN,
@@ -331,7 +255,7 @@ CANCEL_RUN: dict[str, Any] = {
         "refund chunk, and no refund is requested after it. A finished batch answers `already finished`."
     ),
     "parameters": [_ID_PARAM],
-    "responses": {"202": _json(_ref("CancelAccepted"), "accepted"), "404": _UNKNOWN, "422": _BAD_ID},
+    "responses": {"202": _json(_ref(CancelAcceptedModel), "accepted"), "404": _UNKNOWN, "422": _BAD_ID},
 }
 METRICS: dict[str, Any] = {
     "operationId": "metrics",

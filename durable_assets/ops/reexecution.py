@@ -20,6 +20,7 @@ from dagster import (
 )
 
 from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.status_model import StepStatus
 from durable_assets.ops.status import step_states
 
 PARTITION_TAG = "dagster/partition"
@@ -45,7 +46,7 @@ def batch_tags(batch_id: str) -> dict[str, str]:
 
 
 def all_steps_committed(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> bool:
-    return all(state == "completed" for state in step_states(instance, runs).values())
+    return all(state == StepStatus.COMPLETED for state in step_states(instance, runs).values())
 
 
 def record_run_success(instance: DagsterInstance, run: DagsterRun, batch_id: str, by: str) -> None:

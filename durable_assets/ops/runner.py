@@ -28,6 +28,7 @@ from durable_assets.kit.errors import BatchExistsError, LeaseHeldError, UnknownB
 from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.resources import BATCH_TAG, run_ended
+from durable_assets.kit.status_model import StepStatus
 from durable_assets.ops import batch_webhooks
 from durable_assets.ops.batch_log import batch_output
 from durable_assets.ops.reexecution import LIVE, batch_tags, record_run_success
@@ -141,10 +142,10 @@ def resume_batch(
         states = step_states(instance, runs)
         if on_plan is not None:
             on_plan(
-                [s for s, state in states.items() if state == "completed"],
-                [s for s, state in states.items() if state != "completed"],
+                [s for s, state in states.items() if state == StepStatus.COMPLETED],
+                [s for s, state in states.items() if state != StepStatus.COMPLETED],
             )
-        if all(state == "completed" for state in states.values()):
+        if all(state == StepStatus.COMPLETED for state in states.values()):
             # The worker died after the last step committed but before Dagster recorded the run's
             # end: there is nothing to re-execute (Dagster rejects an empty plan), so finish it.
             record_run_success(instance, newest, batch_id, by="`job resume`")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import DagsterEventType, DagsterInstance, DagsterRun, RunsFilter
 
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
@@ -22,9 +22,18 @@ from durable_assets.kit.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.launcher import AUTO_RESUME_ATTEMPT_TAG, AUTO_RESUME_MAX_TAG, AUTO_RESUME_OF_TAG
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.status_model import (
+    BATCH_ID_REGEX,
+    AutoResumeModel,
+    BatchStatus,
+    BatchStatusModel,
+    ProgressModel,
+    StepModel,
+    StepStatus,
+)
 from durable_assets.ops.registry import durable_jobs, job_of_runs
 
-BATCH_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+BATCH_ID_PATTERN = re.compile(BATCH_ID_REGEX)
 INPUT_VERSION_TAG_PREFIX = "dagster/input_data_version/"
 #: Materialization metadata key by which any step says how many of the batch's items it left for a
 #: person (refunds whose provider answer did not match, for the refund job). The batch's figure is
@@ -35,23 +44,10 @@ HELD_FOR_REVIEW_KEY = "held_for_review"
 #: ends with it was stopped on request, not failed.
 CANCELED_ERROR = "BatchCanceledError"
 
-_RUN_STATUS = {
-    DagsterRunStatus.QUEUED: "queued",
-    DagsterRunStatus.NOT_STARTED: "queued",
-    DagsterRunStatus.MANAGED: "queued",
-    DagsterRunStatus.STARTING: "running",
-    DagsterRunStatus.STARTED: "running",
-    DagsterRunStatus.CANCELING: "canceling",
-    DagsterRunStatus.SUCCESS: "succeeded",
-    DagsterRunStatus.FAILURE: "failed",
-    DagsterRunStatus.CANCELED: "canceled",
-}
-TERMINAL = {"succeeded", "failed", "canceled"}
 
-
-def run_status_label(run: DagsterRun) -> str:
+def run_status_label(run: DagsterRun) -> BatchStatus:
     """The contract's status word for one run (a batch's status is its newest run's)."""
-    return _RUN_STATUS.get(run.status, "running")
+    return BatchStatus.of_run(run.status)
 
 
 _STEP_EVENTS = {
@@ -81,7 +77,7 @@ def batch_runs(instance: DagsterInstance, batch_id: str) -> list[DagsterRun]:
 @dataclass
 class _Step:
     name: str
-    status: str = "pending"
+    status: StepStatus = StepStatus.PENDING
     executions: int = 0
     started_at: float | None = None
     finished_at: float | None = None
@@ -120,7 +116,7 @@ def _stopped_by_cancel(event: Any) -> bool:
 def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, _Step]:
     steps = {name: _Step(name) for name in job_of_runs(runs).step_keys}
     for run in runs:
-        run_status = _RUN_STATUS.get(run.status)
+        run_status = BatchStatus.of_run(run.status)
         for record in instance.all_logs(run.run_id, of_type=_STEP_EVENTS):
             event = record.dagster_event
             if event is None or event.step_key not in steps:
@@ -129,16 +125,17 @@ def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
             kind = event.event_type
             if kind == DagsterEventType.STEP_START:
                 step.executions += 1
-                step.status, step.started_at, step.finished_at = "in_progress", record.timestamp, None
+                step.status = StepStatus.IN_PROGRESS
+                step.started_at, step.finished_at = record.timestamp, None
                 step.run_id = run.run_id
             elif kind == DagsterEventType.STEP_SUCCESS:
-                step.status, step.finished_at = "completed", record.timestamp
+                step.status, step.finished_at = StepStatus.COMPLETED, record.timestamp
             elif kind == DagsterEventType.STEP_FAILURE:
                 # A step stopped by a cancel did not fail: it is left for `job resume` to run.
-                step.status = "skipped" if _stopped_by_cancel(event) else "failed"
+                step.status = StepStatus.SKIPPED if _stopped_by_cancel(event) else StepStatus.FAILED
                 step.finished_at = record.timestamp
-            elif kind == DagsterEventType.STEP_SKIPPED and step.status != "completed":
-                step.status = "skipped"
+            elif kind == DagsterEventType.STEP_SKIPPED and step.status != StepStatus.COMPLETED:
+                step.status = StepStatus.SKIPPED
             elif kind == DagsterEventType.HANDLED_OUTPUT:
                 path = event.event_specific_data.metadata.get("path")  # type: ignore[union-attr]
                 step.output_ref = str(path.value) if path is not None else step.output_ref
@@ -146,10 +143,12 @@ def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
                 mat = event.step_materialization_data.materialization
                 step.input_hash = _input_hash(dict(mat.tags or {})) or step.input_hash
                 step.metadata = {str(k): _plain(v) for k, v in mat.metadata.items()}
-        if run_status in TERMINAL:
+        if run_status.terminal:
             for step in steps.values():
-                if step.status == "in_progress":  # its worker died or was canceled mid-step
-                    step.status = "skipped" if run_status == "canceled" else "failed"
+                if step.status == StepStatus.IN_PROGRESS:  # its worker died or was canceled mid-step
+                    step.status = (
+                        StepStatus.SKIPPED if run_status == BatchStatus.CANCELED else StepStatus.FAILED
+                    )
     return steps
 
 
@@ -167,17 +166,20 @@ def held_for_review(steps: Sequence[Any]) -> int:
 
 
 def _final_progress(
-    status: str, steps: list[_Step], report: tuple[Progress, str] | None, labels: Mapping[str, str]
+    status: BatchStatus, steps: list[_Step], report: tuple[Progress, str] | None, labels: Mapping[str, str]
 ) -> Progress:
     """A finished batch's progress is its final state: where it ended, and how far that step got."""
     total = len(steps)
-    if status == "succeeded":
+    if status == BatchStatus.SUCCEEDED:
         return Progress(total, total, "Succeeded", 0, 0)
-    ended = next((n for n, st in enumerate(steps, 1) if st.status in ("failed", "skipped")), None)
+    ended = next(
+        (n for n, st in enumerate(steps, 1) if st.status in (StepStatus.FAILED, StepStatus.SKIPPED)), None
+    )
     if ended is None:
-        ended = next((n for n, st in enumerate(steps, 1) if st.status != "completed"), total)
+        ended = next((n for n, st in enumerate(steps, 1) if st.status != StepStatus.COMPLETED), total)
     step = steps[ended - 1]
-    label = f"{'Canceled' if status == 'canceled' else 'Failed'}: {labels.get(step.name, step.name)}"
+    outcome = "Canceled" if status == BatchStatus.CANCELED else "Failed"
+    label = f"{outcome}: {labels.get(step.name, step.name)}"
     if report is not None and report[0].step == ended and report[1] == step.run_id and report[0].counted:
         return Progress(ended, total, label, report[0].done, report[0].of)
     return Progress(ended, total, label, 0, 0)
@@ -192,7 +194,9 @@ def _live_progress(
     resume shows nothing until its first step starts, a step that reported no count shows none.
     """
     running = [
-        (n, st) for n, st in enumerate(steps, 1) if st.status == "in_progress" and st.run_id == newest_run_id
+        (n, st)
+        for n, st in enumerate(steps, 1)
+        if st.status == StepStatus.IN_PROGRESS and st.run_id == newest_run_id
     ]
     if not running:
         if report is not None and report[1] == newest_run_id:
@@ -209,7 +213,7 @@ def step_metadata(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict
     return {name: step.metadata for name, step in _fold_steps(instance, runs).items()}
 
 
-def step_states(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, str]:
+def step_states(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, StepStatus]:
     """Each step's status across the lineage (the same fold ``job status`` shows)."""
     return {name: step.status for name, step in _fold_steps(instance, runs).items()}
 
@@ -219,28 +223,33 @@ def is_auto_resume(run: DagsterRun) -> bool:
     return bool(run.parent_run_id) and run.tags.get(AUTO_RESUME_OF_TAG) == run.parent_run_id
 
 
-def auto_resume_summary(runs: Sequence[DagsterRun]) -> dict[str, Any] | None:
+def auto_resume_summary(runs: Sequence[DagsterRun]) -> AutoResumeModel | None:
     """The daemon's automatic resumes of the lineage (``durable_assets.ops.auto_resume``), or None."""
     own = [r for r in runs if is_auto_resume(r)]
     if not own:
         return None
     last = own[-1].tags
-    return {
-        "attempts": int(last.get(AUTO_RESUME_ATTEMPT_TAG, len(own))),
-        "max_attempts": int(last.get(AUTO_RESUME_MAX_TAG, 0)),
-        "run_ids": [r.run_id for r in own],
-    }
+    return AutoResumeModel(
+        attempts=int(last.get(AUTO_RESUME_ATTEMPT_TAG, len(own))),
+        max_attempts=int(last.get(AUTO_RESUME_MAX_TAG, 0)),
+        run_ids=[r.run_id for r in own],
+    )
 
 
 def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> dict[str, Any]:
+    """The status JSON of CONTRACT.md, as a plain dict for the CLI, the API and webhooks.
+
+    Built as a :class:`BatchStatusModel`, the model ``/openapi.json`` is generated from: a value
+    outside what the document promises fails here, not in a client.
+    """
     check_batch_id(batch_id)
     runs = batch_runs(instance, batch_id)
     if not runs:
         raise UnknownBatchError(f"no batch {batch_id!r} in this instance ({instance.root_directory})")
     db = DurableDatabase.for_instance(instance)
-    status = _RUN_STATUS.get(runs[-1].status, "running")
-    if status == "running" and CancelStore(db).is_requested(batch_id):
-        status = "canceling"
+    status = BatchStatus.of_run(runs[-1].status)
+    if status == BatchStatus.RUNNING and CancelStore(db).is_requested(batch_id):
+        status = BatchStatus.CANCELING
     # Progress before steps: an older report with newer step states can only undercount the running
     # step, so percent_complete never goes backwards between two polls (the other order could pair a
     # finished step's report with a snapshot taken before it finished, and drop a step's worth).
@@ -249,45 +258,48 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     labels = {st.key: st.label for st in job.steps}
     folded = _fold_steps(instance, runs)
     steps = list(folded.values())
-    completed = sum(1 for st in steps if st.status == "completed")
-    if status in TERMINAL:
+    completed = sum(1 for st in steps if st.status == StepStatus.COMPLETED)
+    if status.terminal:
         progress: Progress | None = _final_progress(status, steps, report, labels)
     else:
         progress = _live_progress(steps, report, runs[-1].run_id, labels)
     fraction = 0.0
     # Only the running step's own count adds a fraction (between steps the report is a finished one's).
-    if progress is not None and status in ("running", "canceling") and progress.counted:
+    if progress is not None and status in (BatchStatus.RUNNING, BatchStatus.CANCELING) and progress.counted:
         index = progress.step - 1
-        in_progress = 0 <= index < len(steps) and steps[index].status == "in_progress"
+        in_progress = 0 <= index < len(steps) and steps[index].status == StepStatus.IN_PROGRESS
         fraction = min(progress.done / progress.of, 1.0) if in_progress else 0.0
-    percent = 100.0 if status == "succeeded" else round(100.0 * (completed + fraction) / len(steps), 1)
+    percent = (
+        100.0 if status == BatchStatus.SUCCEEDED else round(100.0 * (completed + fraction) / len(steps), 1)
+    )
     held = held_for_review([st.metadata for st in steps])
-    out: dict[str, Any] = {
-        "id": batch_id,
-        "job": job.name,
-        "status": status,
-        "run_ids": [r.run_id for r in runs],
-        "percent_complete": percent,
-        "progress": progress.as_dict() if progress else None,
-        "needs_review": held > 0,
-        "held_for_review": held,
-        "auto_resume": auto_resume_summary(runs),
-    }
-    if include_steps:
-        out["steps"] = [
-            {
-                "step": n,
-                "step_name": st.name,
-                "status": st.status,
-                "executions": st.executions,
-                "input_hash": st.input_hash,
-                "output_ref": st.output_ref,
-                "started_at": _iso(st.started_at),
-                "finished_at": _iso(st.finished_at),
-            }
+    model = BatchStatusModel(
+        id=batch_id,
+        job=job.name,
+        status=status,
+        run_ids=[r.run_id for r in runs],
+        percent_complete=percent,
+        progress=ProgressModel.model_validate(progress, from_attributes=True) if progress else None,
+        needs_review=held > 0,
+        held_for_review=held,
+        auto_resume=auto_resume_summary(runs),
+        steps=[
+            StepModel(
+                step=n,
+                step_name=st.name,
+                status=st.status,
+                executions=st.executions,
+                input_hash=st.input_hash,
+                output_ref=st.output_ref,
+                started_at=_iso(st.started_at),
+                finished_at=_iso(st.finished_at),
+            )
             for n, st in enumerate(steps, start=1)
         ]
-    return out
+        if include_steps
+        else None,
+    )
+    return model.as_json()
 
 
 def list_batches(instance: DagsterInstance, *, job: str | None = None) -> list[dict[str, Any]]:

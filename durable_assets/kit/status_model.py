@@ -1,0 +1,201 @@
+"""The status words of CONTRACT.md as enums, and the status JSON as typed models.
+
+Why one module: the words were string literals in seven modules (the status fold, the event
+stream, metrics, webhooks, retention, the CLI), where a typo compares unequal in silence. Here they
+are members, and every producer and comparison names them. The models are why the JSON and its
+description cannot drift apart: ``job status --json``, ``GET /runs/{ID}`` and a webhook's ``data``
+are a :class:`BatchStatusModel` dumped, and ``/openapi.json`` is generated from the same classes
+(ops/openapi.py), so a field added here is documented by being added.
+
+Class docstrings and ``Field`` descriptions of the models and enums are user documentation: they
+are the descriptions ``/openapi.json`` serves. Why a field exists is said in ``#`` comments.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from dagster import DagsterRunStatus
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.json_schema import JsonDict, SkipJsonSchema
+
+#: CONTRACT.md's batch ID: 1-64 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit.
+BATCH_ID_REGEX = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class BatchStatus(StrEnum):
+    """A batch's status: its newest run's; `canceling` from a recorded cancel until the run stops."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    CANCELING = "canceling"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+    @classmethod
+    def of_run(cls, status: DagsterRunStatus) -> BatchStatus:
+        """The word for a Dagster run status; a status Dagster adds later reads as ``running``."""
+        return _OF_RUN.get(status, cls.RUNNING)
+
+    @property
+    def terminal(self) -> bool:
+        """The batch has ended: nothing changes it but ``job resume``."""
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({BatchStatus.SUCCEEDED, BatchStatus.FAILED, BatchStatus.CANCELED})
+_OF_RUN = {
+    DagsterRunStatus.QUEUED: BatchStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED: BatchStatus.QUEUED,
+    DagsterRunStatus.MANAGED: BatchStatus.QUEUED,
+    DagsterRunStatus.STARTING: BatchStatus.RUNNING,
+    DagsterRunStatus.STARTED: BatchStatus.RUNNING,
+    DagsterRunStatus.CANCELING: BatchStatus.CANCELING,
+    DagsterRunStatus.SUCCESS: BatchStatus.SUCCEEDED,
+    DagsterRunStatus.FAILURE: BatchStatus.FAILED,
+    DagsterRunStatus.CANCELED: BatchStatus.CANCELED,
+}
+
+
+class StepStatus(StrEnum):
+    """A step's state, folded over every run of the batch's lineage."""
+
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class StepEventStatus(StrEnum):
+    """What a `step` event reports: a step's new state, or `retrying` when Dagster will run it again."""
+
+    # Not StepStatus plus a member: `retrying` is a moment in the stream, never a state that
+    # `job status` shows, and a client switching over StepStatus must not meet it.
+    IN_PROGRESS = StepStatus.IN_PROGRESS.value
+    COMPLETED = StepStatus.COMPLETED.value
+    FAILED = StepStatus.FAILED.value
+    RETRYING = "retrying"
+    SKIPPED = StepStatus.SKIPPED.value
+
+
+#: An ISO 8601 UTC timestamp as the status JSON writes it (``...Z``). A string, not a datetime:
+#: the bytes stay those the status fold formats, whatever pydantic's datetime serialisation does.
+Timestamp = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+
+
+def _no_default(schema: JsonDict) -> None:
+    """Leave ``default`` out of a field's schema: a default of null would document a null never sent."""
+    schema.pop("default", None)
+
+
+class _Model(BaseModel):
+    # Frozen: a status is a snapshot. Extra keys ignored, and none declared forbidden in the
+    # schema, so a client validating against an older document accepts a newer field.
+    model_config = ConfigDict(frozen=True)
+
+
+class ProgressModel(_Model):
+    """While the batch runs: the step running now (with its latest count when it has one); a report
+    left by an earlier step or run is never shown as the running step's. Once the batch has ended:
+    its final state (`Succeeded`, or `Failed: <step>` / `Canceled: <step>` with how far that step
+    got)."""
+
+    step: int = Field(ge=1, description="step number, 1..total")
+    total: int = Field(ge=1)
+    label: str
+    done: int = Field(ge=0)
+    of: int = Field(
+        ge=0, description="0 when the step has no count (nothing countable, or none reported yet)"
+    )
+
+
+class StepModel(_Model):
+    """One step of the batch's job, folded over every run of its lineage."""
+
+    step: int = Field(ge=1)
+    step_name: str = Field(description="the Dagster step key (asset name)")
+    status: StepStatus = Field(description="`skipped`: stopped by a cancel before its end (resume runs it)")
+    executions: int = Field(ge=0, description="starts across the lineage")
+    input_hash: str | None
+    output_ref: str | None
+    started_at: Timestamp | None
+    finished_at: Timestamp | None
+
+
+class AutoResumeModel(_Model):
+    """The daemon's automatic resumes of the batch after lost workers."""
+
+    attempts: int = Field(ge=1)
+    max_attempts: int = Field(ge=0)
+    run_ids: list[str]
+
+
+class BatchStatusModel(_Model):
+    """The JSON of `job status --json` (CONTRACT.md). `GET /runs` omits `steps`."""
+
+    id: str = Field(pattern=BATCH_ID_REGEX)
+    job: str = Field(description="the durable job the batch runs (`job jobs` lists them)")
+    status: BatchStatus
+    run_ids: list[str] = Field(min_length=1, description="the lineage's Dagster run ids, oldest first")
+    percent_complete: float = Field(
+        ge=0, le=100, description="completed steps plus the running step's fraction, over all steps"
+    )
+    progress: ProgressModel | None = Field(description="null when no step has reported progress")
+    needs_review: bool = Field(
+        description=(
+            "items of the batch wait for a person (held_for_review > 0), whatever its status; "
+            "`job run`/`job resume` of such a finished batch exit 4"
+        )
+    )
+    held_for_review: int = Field(
+        ge=0,
+        description=(
+            "items held for review: the `held_for_review` materialization metadata of the "
+            "last step, in step order, that reports it (refunds: answers that did not match)"
+        ),
+    )
+    auto_resume: AutoResumeModel | None = Field(
+        description="the daemon's automatic resumes after lost workers; null if none"
+    )
+    # Absent (not null) when not asked for: the schema says array, and `GET /runs` leaves it out.
+    steps: list[StepModel] | SkipJsonSchema[None] = Field(default=None, json_schema_extra=_no_default)
+
+    def as_json(self) -> dict[str, Any]:
+        """The contract's JSON object: statuses as their words, ``steps`` left out when not read."""
+        return self.model_dump(mode="json", exclude={"steps"} if self.steps is None else None)
+
+
+class _StreamEvent(_Model):
+    run_id: str = Field(description="the run of the lineage whose event log holds the event")
+    timestamp: Timestamp
+
+
+class ProgressEventModel(_StreamEvent, ProgressModel):  # this order puts the progress fields first
+    """The `data:` of a `progress` event: a step's progress report."""
+
+
+class StepEventModel(_StreamEvent):
+    """The `data:` of a `step` event: a step started, ended or will be retried."""
+
+    step: int = Field(ge=1)
+    step_name: str
+    status: StepEventStatus
+
+
+class StatusEventModel(_StreamEvent):
+    """The `data:` of a `status` event: the batch's status changed (the last one ends the stream)."""
+
+    id: str
+    status: BatchStatus
+
+
+#: Every model of the status JSON and of the event stream, for the API's schema (ops/openapi.py).
+STATUS_MODELS: tuple[type[BaseModel], ...] = (
+    BatchStatusModel,
+    ProgressEventModel,
+    StepEventModel,
+    StatusEventModel,
+)
