@@ -44,6 +44,7 @@ from durable_assets.kit.http_guard import (
 from durable_assets.kit.sse import SharedFeeds, event_stream, parse_last_event_id
 from durable_assets.ops import openapi, runner
 from durable_assets.ops.events import BatchEventFeed
+from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.status import batch_status, list_batches
 
 logger = logging.getLogger("durable_assets.ops.api")
@@ -165,7 +166,10 @@ async def healthz(_request: Request) -> Response:
 
 
 async def list_runs(request: Request) -> Response:
-    return JSONResponse(await run_in_threadpool(list_batches, _instance(request)))
+    job = request.query_params.get("job")
+    if job is not None:
+        durable_jobs().get(job)  # an unknown job is a 422 naming the registered ones, not an empty list
+    return JSONResponse(await run_in_threadpool(list_batches, _instance(request), job=job))
 
 
 async def get_run(request: Request) -> Response:

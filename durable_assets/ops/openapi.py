@@ -196,7 +196,19 @@ HEALTHZ: dict[str, Any] = {
 LIST_RUNS: dict[str, Any] = {
     "operationId": "listRuns",
     "summary": "Batches, newest first (without `steps`)",
-    "responses": {"200": _json({"type": "array", "items": _ref(BatchStatusModel)}, "every batch")},
+    "parameters": [
+        {
+            "name": "job",
+            "in": "query",
+            "required": False,
+            "description": "only the batches of this durable job (as `job list --job NAME`)",
+            "schema": {"type": "string"},
+        }
+    ],
+    "responses": {
+        "200": _json({"type": "array", "items": _ref(BatchStatusModel)}, "every batch"),
+        "422": _error("no durable job of that name is registered"),
+    },
 }
 GET_RUN: dict[str, Any] = {
     "operationId": "getRun",
@@ -252,7 +264,8 @@ CANCEL_RUN: dict[str, Any] = {
     "summary": "Ask the batch to stop (same effect as `job cancel`)",
     "description": (
         "The cancel is committed before the answer. The worker stops at the next step boundary or "
-        "refund chunk, and no refund is requested after it. A finished batch answers `already finished`."
+        "side-effect chunk, and no side effect is requested after it. A finished batch answers "
+        "`already finished`."
     ),
     "parameters": [_ID_PARAM],
     "responses": {"202": _json(_ref(CancelAcceptedModel), "accepted"), "404": _UNKNOWN, "422": _BAD_ID},
@@ -260,8 +273,8 @@ CANCEL_RUN: dict[str, Any] = {
 METRICS: dict[str, Any] = {
     "operationId": "metrics",
     "summary": (
-        "Prometheus text exposition: batches (and those needing review), refunds, lease expiries, "
-        "resumes, webhooks, steps"
+        "Prometheus text exposition: batches (and those needing review), side effects by scope, "
+        "lease expiries, resumes, webhooks, steps"
     ),
     "description": "Names and meanings: docs/metrics.md. Values are derived from storage at scrape time.",
     "responses": {
@@ -304,7 +317,7 @@ def document(
         "info": {
             "title": "durable-assets status API",
             "version": "1",
-            "description": "Status, progress and cancel of refund batches (`job serve`).",
+            "description": "Status, progress and cancel of the batches of every durable job (`job serve`).",
         },
         "paths": paths,
         "components": {"schemas": SCHEMAS},

@@ -70,6 +70,10 @@ def test_status_is_the_json_of_job_status(served: Served) -> None:
     listed = httpx.get(f"{served.url}/runs", headers=served.auth, timeout=30).json()
     mine = [b for b in listed if b["id"] == served.batch_id]
     assert mine == [{k: v for k, v in expected.items() if k != "steps"}]
+    of_job = httpx.get(f"{served.url}/runs", params={"job": "refund_batch"}, headers=served.auth, timeout=30)
+    assert [b["id"] for b in of_job.json()] == [b["id"] for b in listed]
+    unknown = httpx.get(f"{served.url}/runs", params={"job": "nope"}, headers=served.auth, timeout=30)
+    assert unknown.status_code == 422 and "refund_batch" in unknown.json()["message"], unknown.text
 
 
 @pytest.mark.parametrize("suffix", ["", "/events", "/cancel"])
