@@ -110,6 +110,27 @@ def test_settings_follows_the_environment_and_never_caches_an_error(monkeypatch:
     assert settings().lease_ttl_s == 15.0
 
 
+def test_every_variable_is_read_here_only() -> None:
+    """No module reads os.environ for a variable of ours: it asks settings() (kit/schedules.py
+    reads a job's own ``input_env`` by name; runner.py sets DAGSTER_HOME for Dagster)."""
+    package = REPO / "durable_assets"
+    allowed = {"settings.py", "kit/schedules.py", "ops/runner.py"}
+    readers = []
+    for path in sorted(package.rglob("*.py")):
+        where = str(path.relative_to(package))
+        tree = ast.parse(path.read_text())
+        reads = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
+        ]
+        if reads and where not in allowed:
+            readers.append(where)
+    assert readers == []
+    runner = (package / "ops" / "runner.py").read_text()
+    assert "os.environ.get" not in runner and "os.environ[" in runner  # the write only
+
+
 # --- the README table ---------------------------------------------------------------------------
 
 

@@ -24,7 +24,6 @@ retries every pending row each tick. `job resume` of a batch flushes its pending
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,13 +55,13 @@ from durable_assets.kit.webhooks import (
     message_id,
 )
 from durable_assets.ops.status import batch_runs, batch_status
+from durable_assets.settings import settings as durable_settings
 
 EVENT_TYPES = {
     DagsterRunStatus.SUCCESS: "batch.succeeded",
     DagsterRunStatus.FAILURE: "batch.failed",
     DagsterRunStatus.CANCELED: "batch.canceled",
 }
-DEFAULT_CLI_BUDGET_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ def settings() -> WebhookSettings | None:
 
 
 def cli_budget_s() -> float:
-    return float(os.environ.get("DURABLE_WEBHOOK_CLI_BUDGET_S", DEFAULT_CLI_BUDGET_S))
+    return durable_settings().webhook_cli_budget_s
 
 
 def terminal_event(instance: DagsterInstance, run_id: str) -> tuple[BatchEvent | None, str]:
