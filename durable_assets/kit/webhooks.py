@@ -145,8 +145,6 @@ class WebhookSettings:
         """None when ``DURABLE_WEBHOOK_URLS`` is unset; raises when set but unusable."""
         try:
             s = settings() if env is None else Settings.from_env(env)
-        except WebhookConfigError:
-            raise
         except UsageError as exc:  # a malformed DURABLE_WEBHOOK_* number is a webhook configuration error
             if str(exc).startswith("DURABLE_WEBHOOK_"):
                 raise WebhookConfigError(str(exc)) from None
