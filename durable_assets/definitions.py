@@ -6,8 +6,6 @@ Configuration comes from the environment (CONTRACT.md): ``DURABLE_PAYMENTS_URL``
 
 from __future__ import annotations
 
-import os
-
 from dagster import EnvVar, JobDefinition
 
 from durable_assets.kit import BatchRuntime, DurableJobs, IdempotencyLedger
@@ -17,15 +15,12 @@ from durable_assets.ops.retention import retention, retention_schedule
 from durable_assets.payments.resources import PaymentGateway
 from durable_assets.refunds.job import REFUND_JOB, refund_batch
 from durable_assets.refunds.resources import CustomerMailbox, RefundLimits
+from durable_assets.settings import settings
 
 
-def _env_float(name: str, default: float) -> float:
-    return float(os.environ.get(name, default))
-
-
-def _optional_env(name: str) -> EnvVar | None:
+def _optional_env(name: str, value: str | None) -> EnvVar | None:
     """EnvVar keeps secrets out of the UI's config view; only reference variables that are set."""
-    return EnvVar(name) if os.environ.get(name) else None
+    return EnvVar(name) if value else None
 
 
 #: The one registration point: every durable job of this code location, the default first.
@@ -41,25 +36,21 @@ defs = durable_jobs.definitions(
     ],
     resources={
         "payments": PaymentGateway(
-            payments_url=_optional_env("DURABLE_PAYMENTS_URL"),
-            api_key=_optional_env("STRIPE_API_KEY"),
-            concurrency=int(os.environ.get("DURABLE_CONCURRENCY", 16)),
-            rate_limit_per_second=float(os.environ["DURABLE_RATE_LIMIT"])
-            if os.environ.get("DURABLE_RATE_LIMIT")
-            else None,
-            provider_down_budget_seconds=_env_float("DURABLE_PROVIDER_DOWN_BUDGET_S", 60.0),
+            payments_url=_optional_env("DURABLE_PAYMENTS_URL", settings().payments_url),
+            api_key=_optional_env("STRIPE_API_KEY", settings().stripe_api_key),
+            concurrency=settings().concurrency,
+            rate_limit_per_second=settings().rate_limit,
+            provider_down_budget_seconds=settings().provider_down_budget_s,
         ),
-        "ledger": IdempotencyLedger(
-            provider_key_retention_hours=_env_float("DURABLE_KEY_RETENTION_HOURS", 24.0)
-        ),
+        "ledger": IdempotencyLedger(provider_key_retention_hours=settings().key_retention_hours),
         "runtime": BatchRuntime(
-            lease_ttl_seconds=_env_float("DURABLE_LEASE_TTL_S", 15.0),
-            step_delay_seconds=_env_float("DURABLE_STEP_DELAY_S", 0.0),
+            lease_ttl_seconds=settings().lease_ttl_s,
+            step_delay_seconds=settings().step_delay_s,
         ),
         "mailbox": CustomerMailbox(),
         "limits": RefundLimits(
-            max_refunds_per_batch=int(os.environ.get("DURABLE_MAX_REFUNDS_PER_BATCH", 100_000)),
-            max_amount_per_batch_cents=int(os.environ.get("DURABLE_MAX_AMOUNT_PER_BATCH_CENTS", 100_000_000)),
+            max_refunds_per_batch=settings().max_refunds_per_batch,
+            max_amount_per_batch_cents=settings().max_amount_per_batch_cents,
         ),
     },
 )

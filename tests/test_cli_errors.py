@@ -283,7 +283,9 @@ def test_settings_errors_name_the_option_or_variable() -> None:
         "DURABLE_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         "DURABLE_WEBHOOK_MAX_ATTEMPTS": "lots",
     }
-    with pytest.raises(WebhookConfigError, match=r"^DURABLE_WEBHOOK_MAX_ATTEMPTS='lots' is not a number"):
+    with pytest.raises(
+        WebhookConfigError, match=r"^DURABLE_WEBHOOK_MAX_ATTEMPTS='lots' is not a whole number"
+    ):
         WebhookSettings.from_env(env)
 
 

@@ -40,7 +40,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from durable_assets.kit.db import DurableDatabase, now, webhook_outbox
-from durable_assets.kit.errors import WebhookConfigError, WebhookVerificationError
+from durable_assets.kit.errors import UsageError, WebhookConfigError, WebhookVerificationError
+from durable_assets.settings import Settings, settings
 
 SECRET_PREFIX = "whsec_"
 #: Standard Webhooks' recommended replay window for receivers.
@@ -142,33 +143,30 @@ class WebhookSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WebhookSettings | None:
         """None when ``DURABLE_WEBHOOK_URLS`` is unset; raises when set but unusable."""
-        env = os.environ if env is None else env
-        urls = tuple(u.strip() for u in env.get("DURABLE_WEBHOOK_URLS", "").split(",") if u.strip())
+        try:
+            s = settings() if env is None else Settings.from_env(env)
+        except UsageError as exc:  # a malformed DURABLE_WEBHOOK_* number is a webhook configuration error
+            if str(exc).startswith("DURABLE_WEBHOOK_"):
+                raise WebhookConfigError(str(exc)) from None
+            raise
+        urls = s.webhook_urls
         if not urls:
             return None
         for url in urls:
             if not url.startswith(("http://", "https://")) or len(url) > 2000:
                 raise WebhookConfigError(f"DURABLE_WEBHOOK_URLS: {url!r} is not an http(s) URL")
-        secret = env.get("DURABLE_WEBHOOK_SECRET", "")
+        secret = s.webhook_secret
         if not secret:
             raise WebhookConfigError(
                 "DURABLE_WEBHOOK_URLS is set but DURABLE_WEBHOOK_SECRET is not; nothing is sent unsigned"
             )
-
-        def number(name: str, default: float, kind: type[float] | type[int] = float) -> Any:
-            raw = env.get(name, "")
-            try:
-                return kind(raw) if raw.strip() else kind(default)
-            except ValueError:
-                raise WebhookConfigError(f"{name}={raw!r} is not a number; fix or unset it") from None
-
         return cls(
             urls=tuple(dict.fromkeys(urls)),
             key=decode_secret(secret),
-            timeout_s=number("DURABLE_WEBHOOK_TIMEOUT_S", 10.0),
-            backoff_base_s=number("DURABLE_WEBHOOK_BACKOFF_BASE_S", 1.0),
-            backoff_cap_s=number("DURABLE_WEBHOOK_BACKOFF_CAP_S", 3600.0),
-            max_attempts=number("DURABLE_WEBHOOK_MAX_ATTEMPTS", 16, int),
+            timeout_s=s.webhook_timeout_s,
+            backoff_base_s=s.webhook_backoff_base_s,
+            backoff_cap_s=s.webhook_backoff_cap_s,
+            max_attempts=s.webhook_max_attempts,
         )
 
     def retry_delay(self, attempts: int, retry_after: float | None) -> float:
@@ -497,7 +495,7 @@ class Deliverer:
             "webhook-signature": sign(self.settings.key, row.webhook_id, stamp, body),
         }
         answer = self.send(row.url, body, headers, self.settings.timeout_s)
-        if os.environ.get(FAULT_KILL_AFTER_SEND) == "1":
+        if settings().fault_kill_after_webhook_send:
             os.kill(os.getpid(), signal.SIGKILL)
         state, why, next_at = self._judge(row, answer)
         self.outbox.record(row, token, state=state, status=answer.status, error=why, next_attempt_at=next_at)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import os
 import re
 import resource
 import socket
@@ -46,17 +45,16 @@ from durable_assets.ops import openapi, runner
 from durable_assets.ops.events import BatchEventFeed
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.status import batch_status, list_batches
+from durable_assets.settings import Settings
+from durable_assets.settings import settings as durable_settings
 
 logger = logging.getLogger("durable_assets.ops.api")
 
 TOKEN_ENV = "DURABLE_API_TOKEN"
-#: Seconds of silence before a keepalive comment on an event stream (tests set it lower).
-HEARTBEAT_ENV = "DURABLE_API_HEARTBEAT_S"
 MAX_HEADER_BYTES_ENV = "DURABLE_API_MAX_HEADER_BYTES"
 HEADER_TIMEOUT_ENV = "DURABLE_API_HEADER_TIMEOUT_S"
 MAX_CONNECTIONS_ENV = "DURABLE_API_MAX_CONNECTIONS"
 MAX_STREAMS_ENV = "DURABLE_API_MAX_STREAMS"
-CORS_ORIGINS_ENV = "DURABLE_API_CORS_ORIGINS"
 
 #: Threads that the polls of all event streams share. Each poll is a few storage reads; four
 #: threads serve ~100 streams at the 0.25 s interval on a 2-core machine, and status reads keep
@@ -67,19 +65,6 @@ KEEP_ALIVE_S = 5
 #: The one route that accepts the token as ``?access_token=``: an EventSource cannot send headers.
 _EVENTS_PATH = re.compile(r"^/runs/[^/]+/events$")
 _ORIGIN = re.compile(r"^https?://[^/\s]+$")
-
-
-def _positive(env: Mapping[str, str], name: str, default: float, kind: type = float) -> Any:
-    raw = env.get(name)
-    if not raw:
-        return kind(default)
-    try:
-        value = kind(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise UsageError(f"{name} must be a positive {'integer' if kind is int else 'number'}, not {raw!r}")
-    return value
 
 
 def check_origins(origins: Sequence[str]) -> tuple[str, ...]:
@@ -116,16 +101,15 @@ class ApiSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, cors_origins: Sequence[str] = ()) -> ApiSettings:
-        env = os.environ if env is None else env
-        listed = [o for o in (env.get(CORS_ORIGINS_ENV) or "").split(",") if o.strip()]
+        s = durable_settings() if env is None else Settings.from_env(env)
         return cls(
-            token=env.get(TOKEN_ENV) or None,
-            heartbeat_s=_positive(env, HEARTBEAT_ENV, cls.heartbeat_s),
-            max_header_bytes=_positive(env, MAX_HEADER_BYTES_ENV, cls.max_header_bytes, int),
-            header_timeout_s=_positive(env, HEADER_TIMEOUT_ENV, cls.header_timeout_s),
-            max_connections=_positive(env, MAX_CONNECTIONS_ENV, cls.max_connections, int),
-            max_streams=_positive(env, MAX_STREAMS_ENV, cls.max_streams, int),
-            cors_origins=check_origins([*listed, *cors_origins]),
+            token=s.api_token,
+            heartbeat_s=s.api_heartbeat_s,
+            max_header_bytes=s.api_max_header_bytes,
+            header_timeout_s=s.api_header_timeout_s,
+            max_connections=s.api_max_connections,
+            max_streams=s.api_max_streams,
+            cors_origins=check_origins([*s.api_cors_origins, *cors_origins]),
         )
 
     def connection_limits(self) -> ConnectionLimits:

@@ -28,7 +28,6 @@ for a human. A batch with a cancel request is never resumed automatically.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +67,7 @@ from durable_assets.ops.reexecution import (
     record_run_success,
 )
 from durable_assets.ops.status import batch_runs
+from durable_assets.settings import settings as durable_settings
 
 SENSOR_NAME = "auto_resume_lost_batches"
 #: Dagster's run-retry bookkeeping (dagster._core.storage.tags), spelled out: not public API. Set on
@@ -109,12 +109,12 @@ class AutoResumeSettings:
 
     @classmethod
     def from_env(cls) -> AutoResumeSettings:
-        env = os.environ
+        env = durable_settings()
         return cls(
-            max_attempts=int(env.get("DURABLE_AUTO_RESUME_MAX_ATTEMPTS", cls.max_attempts)),
-            after_s=float(env.get("DURABLE_AUTO_RESUME_AFTER_S", cls.after_s)),
-            interval_s=int(env.get("DURABLE_AUTO_RESUME_INTERVAL_S", cls.interval_s)),
-            lease_ttl_s=float(env.get("DURABLE_LEASE_TTL_S", cls.lease_ttl_s)),
+            max_attempts=env.auto_resume_max_attempts,
+            after_s=env.auto_resume_after_s,
+            interval_s=env.auto_resume_interval_s,
+            lease_ttl_s=env.lease_ttl_s,
         )
 
 

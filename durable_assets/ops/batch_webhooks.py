@@ -24,7 +24,6 @@ retries every pending row each tick. `job resume` of a batch flushes its pending
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,13 +56,13 @@ from durable_assets.kit.webhooks import (
     message_id,
 )
 from durable_assets.ops.status import batch_runs, batch_status
+from durable_assets.settings import settings as durable_settings
 
 #: The webhook ``type`` of each run status that ends a batch: ``batch.`` + the status word.
 EVENT_TYPES = {
     status: f"batch.{BatchStatus.of_run(status)}"
     for status in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
 }
-DEFAULT_CLI_BUDGET_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ def settings() -> WebhookSettings | None:
 
 
 def cli_budget_s() -> float:
-    return float(os.environ.get("DURABLE_WEBHOOK_CLI_BUDGET_S", DEFAULT_CLI_BUDGET_S))
+    return durable_settings().webhook_cli_budget_s
 
 
 def terminal_event(instance: DagsterInstance, run_id: str) -> tuple[BatchEvent | None, str]:

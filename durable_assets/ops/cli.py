@@ -487,10 +487,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _check_before_instance(args: argparse.Namespace) -> None:
     """What parsing alone cannot check, done before the instance is opened or a batch is created."""
-    if args.command in ("run", "resume", "backfill"):
+    if args.command in ("run", "resume", "backfill", "serve"):
         check_worker_env()
-    if args.command == "serve":
-        check_worker_env({"DURABLE_API_HEARTBEAT_S": (False, 0, True)})
     if args.command in ("run", "backfill", "list"):
         from durable_assets.ops.registry import durable_jobs
 
@@ -507,37 +505,12 @@ def _check_before_instance(args: argparse.Namespace) -> None:
         policy_from_env(args.completed_days, args.failed_days, args.ledger_days)
 
 
-#: The numeric settings the run worker reads (definitions.py, runner.py, batch_webhooks.py):
-#: name -> (integer?, smallest allowed, is the smallest itself excluded?).
-WORKER_ENV: dict[str, tuple[bool, float, bool]] = {
-    "DURABLE_CONCURRENCY": (True, 1, False),
-    "DURABLE_RATE_LIMIT": (False, 0, True),
-    "DURABLE_LEASE_TTL_S": (False, 0, True),
-    "DURABLE_KEY_RETENTION_HOURS": (False, 0, True),
-    "DURABLE_STEP_DELAY_S": (False, 0, False),
-    "DURABLE_MAX_REFUNDS_PER_BATCH": (True, 0, False),
-    "DURABLE_MAX_AMOUNT_PER_BATCH_CENTS": (True, 0, False),
-    "DURABLE_WEBHOOK_CLI_BUDGET_S": (False, 0, False),
-}
+def check_worker_env() -> None:
+    """A malformed variable fails here, naming it and what it accepts, not as a traceback from the
+    step (or the import) that reads it: every variable is checked, whichever command reads it."""
+    from durable_assets.settings import Settings
 
-
-def check_worker_env(variables: dict[str, tuple[bool, float, bool]] = WORKER_ENV) -> None:
-    """A malformed number in the environment fails here, naming the variable, not as a traceback
-    from the step (or the import) that reads it."""
-    import os
-
-    for name, (integer, low, low_open) in variables.items():
-        raw = os.environ.get(name, "").strip()
-        if not raw:
-            continue
-        kind = "a whole number" if integer else "a number"
-        try:
-            value = int(raw) if integer else float(raw)
-        except ValueError:
-            raise UsageError(f"{name}={raw!r} is not {kind}; fix or unset it") from None
-        if not math.isfinite(value) or value < low or (low_open and value == low):
-            bound = f"> {low:g}" if low_open else f">= {low:g}"
-            raise UsageError(f"{name}={raw!r} is out of range: use {kind} {bound}, or unset it")
+    Settings.from_env()
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -10,7 +10,6 @@ Runs are rebuilt in any process through :func:`job_definition`, a module-level f
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Sequence
 from functools import cache
 
@@ -19,13 +18,13 @@ from dagster._core.definitions.reconstruct import ReconstructableJob
 
 from durable_assets.kit import BATCH_TAG, DurableJob, DurableJobs
 from durable_assets.kit.errors import UnknownJobError, UsageError
+from durable_assets.settings import settings
 
 CODE_LOCATION_ENV = "DURABLE_CODE_LOCATION"
-DEFAULT_CODE_LOCATION = "durable_assets.definitions"
 
 
 def code_location() -> str:
-    return os.environ.get(CODE_LOCATION_ENV) or DEFAULT_CODE_LOCATION
+    return settings().code_location
 
 
 @cache

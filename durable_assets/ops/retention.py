@@ -10,7 +10,6 @@ fills, and it deletes nothing it has not archived first. Turn it off in the UI, 
 stopped with ``DURABLE_RETENTION_SCHEDULE=stopped``.
 """
 
-import os
 from pathlib import Path
 
 from dagster import (
@@ -24,39 +23,30 @@ from dagster import (
     op,
 )
 
-from durable_assets.kit.errors import UsageError
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.retention import PruneReport, RetentionPolicy, prune
 from durable_assets.ops.registry import durable_jobs
-
-
-def _env_days(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise UsageError(f"{name}={raw!r} is not a number of days") from None
+from durable_assets.settings import settings
 
 
 def policy_from_env(
     completed_days: float | None = None, failed_days: float | None = None, ledger_days: float | None = None
 ) -> RetentionPolicy:
     """Explicit values win over the environment, which wins over the defaults (30 / 90 / 365)."""
+    env = settings()
 
-    def pick(value: float | None, env: str, default: float) -> float:
-        return value if value is not None else _env_days(env, default)
+    def pick(value: float | None, configured: float) -> float:
+        return value if value is not None else configured
 
     return RetentionPolicy(
-        completed_days=pick(completed_days, "DURABLE_RETENTION_COMPLETED_DAYS", 30.0),
-        failed_days=pick(failed_days, "DURABLE_RETENTION_FAILED_DAYS", 90.0),
-        ledger_days=pick(ledger_days, "DURABLE_LEDGER_RETENTION_DAYS", 365.0),
+        completed_days=pick(completed_days, env.retention_completed_days),
+        failed_days=pick(failed_days, env.retention_failed_days),
+        ledger_days=pick(ledger_days, env.ledger_retention_days),
     )
 
 
 def archive_dir_for(instance: DagsterInstance, archive_dir: str | None = None) -> Path:
-    chosen = archive_dir or os.environ.get("DURABLE_ARCHIVE_DIR")
+    chosen = archive_dir or settings().archive_dir
     return Path(chosen) if chosen else Path(instance.root_directory) / "archive"
 
 
@@ -127,7 +117,7 @@ retention_schedule = ScheduleDefinition(
     cron_schedule="30 3 * * *",
     execution_timezone="UTC",
     default_status=DefaultScheduleStatus.STOPPED
-    if os.environ.get("DURABLE_RETENTION_SCHEDULE", "").lower() == "stopped"
+    if settings().retention_schedule == "stopped"
     else DefaultScheduleStatus.RUNNING,
     description="Daily retention at 03:30 UTC (archive, then delete old batches).",
 )

@@ -34,6 +34,7 @@ from durable_assets.ops.batch_log import batch_output
 from durable_assets.ops.reexecution import LIVE, batch_tags, record_run_success
 from durable_assets.ops.registry import durable_jobs, job_of_runs, reconstructable_job
 from durable_assets.ops.status import batch_runs, check_batch_id, step_states
+from durable_assets.settings import settings
 
 #: Dagster's run-retries tag (dagster._core.storage.tags.MAX_RETRIES_TAG), spelled out: not public API.
 MAX_RETRIES_TAG = "dagster/max_retries"
@@ -43,8 +44,9 @@ QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "W
 
 def resolve_dagster_home() -> tuple[Path, str]:
     """DAGSTER_HOME if set, else ./dagster_home if present, else ~/.durable_assets (CONTRACT.md)."""
-    if os.environ.get("DAGSTER_HOME"):
-        return Path(os.environ["DAGSTER_HOME"]), "DAGSTER_HOME"
+    configured = settings().dagster_home
+    if configured:
+        return Path(configured), "DAGSTER_HOME"
     local = Path.cwd() / "dagster_home"
     home, why = (local, "./dagster_home") if local.is_dir() else (Path.home() / ".durable_assets", "default")
     home.mkdir(parents=True, exist_ok=True)
@@ -53,7 +55,7 @@ def resolve_dagster_home() -> tuple[Path, str]:
 
 
 def lease_ttl_s() -> float:
-    return float(os.environ.get("DURABLE_LEASE_TTL_S", 15.0))
+    return settings().lease_ttl_s
 
 
 @contextmanager
