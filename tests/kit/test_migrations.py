@@ -9,8 +9,11 @@ fd55ef4 predates the webhook outbox and still has the retired ``durable_idempote
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import os
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,10 @@ from durable_assets.kit.ledger import Intent, Ledger
 from durable_assets.kit.progress import Progress, ProgressStore
 
 DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = REPO / ".venv" / "bin" / "python"
+#: The last release that made our tables with ``create_all`` (the captures in ``data`` are its too).
+LAST_RELEASE = "c331e5e"
 DONE = Intent("refund-legacy-done", {"charge": "ch_legacy", "amount": 1250})
 DONE_RESULT = {"amount": 1250, "id": "re_legacy_1", "status": "succeeded"}
 SUBJECT = "ch_legacy|requested_by_customer"  # claimed by DONE's key in the c331e5e capture
@@ -170,3 +177,64 @@ def test_an_upgrade_that_fails_leaves_the_database_as_it_was(
     with pytest.raises(RuntimeError, match="disk full"):
         DurableDatabase(url)
     assert _our_rows(url) == before
+
+
+@pytest.fixture(scope="module")
+def last_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The last release's code, from this repository's history (absent from a shallow clone)."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", LAST_RELEASE], capture_output=True)
+    if archive.returncode != 0:
+        pytest.skip(f"commit {LAST_RELEASE} is not in this clone: {archive.stderr.decode().strip()}")
+    dest = tmp_path_factory.mktemp(LAST_RELEASE)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest
+
+
+def _cli(code: Path, home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``job ARGS`` from the code in ``code`` (the cwd too: ``python -m`` puts it first on the path)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DURABLE_", "DAGSTER_", "STRIPE_"))}
+    return subprocess.run(
+        [str(PYTHON), "-m", "durable_assets.ops.cli", *args],
+        cwd=code,
+        env={
+            **clean,
+            "DAGSTER_HOME": str(home),
+            "PYTHONPATH": str(code),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_a_batch_the_last_release_failed_resumes_after_the_upgrade(
+    dagster_home: Path, last_release: Path
+) -> None:
+    """The whole instance, not only our tables: Dagster's runs and our rows, both from the old code."""
+    failed = _cli(
+        last_release, dagster_home, "run", "--id", "legacy", "--size", "50", DURABLE_MAX_REFUNDS_PER_BATCH="1"
+    )
+    assert failed.returncode == 1 and "failed at step 4" in failed.stderr, failed.stderr
+    url = f"sqlite:///{dagster_home / 'durable.db'}"
+    made_by_old_code = _our_rows(url)
+    assert "durable_alembic_version" not in made_by_old_code and made_by_old_code["durable_progress"]
+
+    resumed = _cli(REPO, dagster_home, "resume", "--id", "legacy")
+
+    assert resumed.returncode == 0, resumed.stderr
+    status = json.loads(_cli(REPO, dagster_home, "status", "--id", "legacy", "--json").stdout)
+    assert status["status"] == "succeeded"
+    assert [s["executions"] for s in status["steps"][:3]] == [1, 1, 1]  # resumed, not started over
+    assert len(status["run_ids"]) == 2
+    db = DurableDatabase(url)
+    assert _version_rows(db) == [migrations.head_revision()]
+    from durable_assets.payments.store import PaymentStore
+
+    with PaymentStore(str(dagster_home / "payments.db")) as store:
+        sent = store.stats()["refunds_created"]
+    finished = [e for e in Ledger(db).entries("refund") if e.result is not None]
+    assert sent == len(finished) > 0  # each refund sent once, and the ledger knows every one
