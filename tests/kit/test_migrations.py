@@ -132,6 +132,16 @@ def test_a_new_database_ends_at_head_with_every_table_of_metadata(durable_db_url
     assert _schema_drift(db) == []
 
 
+def test_a_database_a_newer_release_upgraded_is_refused_by_name(tmp_path: Path) -> None:
+    """Running older code on it would write rows into tables it does not know the shape of."""
+    url = f"sqlite:///{tmp_path / 'durable.db'}"
+    with sqlite3.connect(tmp_path / "durable.db") as conn:
+        conn.execute(f"CREATE TABLE {migrations.VERSION_TABLE} (version_num VARCHAR(32) PRIMARY KEY)")
+        conn.execute(f"INSERT INTO {migrations.VERSION_TABLE} VALUES ('9999')")
+    with pytest.raises(migrations.SchemaTooNewError, match="revision 9999, which this release does not know"):
+        DurableDatabase(url)
+
+
 def test_the_revisions_form_one_line_and_the_kit_opens_at_head() -> None:
     """One head: two revisions on the same parent would leave a database at either, not both."""
     script = ScriptDirectory.from_config(migrations.config())

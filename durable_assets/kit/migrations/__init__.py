@@ -15,6 +15,7 @@ database with Dagster's, whose own Alembic history is in ``alembic_version``.
 
 from __future__ import annotations
 
+import functools
 import threading
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
+
+from durable_assets.kit.errors import DurableError
 
 VERSION_TABLE = "durable_alembic_version"
 #: Our tables' common prefix: what autogenerate may look at in a database shared with Dagster.
@@ -46,8 +49,18 @@ def config(connection: Connection | None = None) -> Config:
     return cfg
 
 
+class SchemaTooNewError(DurableError):
+    """The database was upgraded by a newer release; this one cannot know what its revisions did."""
+
+
+@functools.cache
+def _script() -> ScriptDirectory:
+    """Read once per process: the revisions are files of this package and do not change under it."""
+    return ScriptDirectory.from_config(config())
+
+
 def head_revision() -> str:
-    head = ScriptDirectory.from_config(config()).get_current_head()
+    head = _script().get_current_head()
     assert head is not None, "durable_assets/kit/migrations/versions is empty"
     return head
 
@@ -77,6 +90,13 @@ def upgrade_to_head(engine: Engine) -> None:
     with _env_lock, engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
-        if current_revision(conn) == head_revision():
+        current = current_revision(conn)
+        if current == head_revision():
             return
+        if current is not None and current not in {r.revision for r in _script().walk_revisions()}:
+            raise SchemaTooNewError(
+                f"our tables in {engine.url.render_as_string(hide_password=True)} are at schema revision "
+                f"{current}, which this release does not know (its newest is {head_revision()}): a newer "
+                "release has upgraded them. Run that release, or restore a backup taken before it ran."
+            )
         command.upgrade(config(conn), "head")
