@@ -146,7 +146,11 @@ def engine_for_url(url: str) -> Engine:
                 # dagster-postgres ships psycopg2; SQLAlchemy 2.1 would otherwise pick psycopg 3.
                 driver_url = url.replace("postgresql://", "postgresql+psycopg2://", 1)
                 engine = sa.create_engine(driver_url, pool_pre_ping=True, pool_size=8, max_overflow=16)
-            upgrade_to_head(engine)
+            try:
+                upgrade_to_head(engine)
+            except BaseException:
+                engine.dispose()  # not cached, so the next open retries the upgrade on a new engine
+                raise
             _engines[url] = engine
         return engine
 
