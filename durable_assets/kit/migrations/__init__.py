@@ -31,7 +31,7 @@ from durable_assets.kit.errors import DurableError
 VERSION_TABLE = "durable_alembic_version"
 #: Our tables' common prefix: what autogenerate may look at in a database shared with Dagster.
 TABLE_PREFIX = "durable_"
-#: Session-independent key of the Postgres advisory lock that serialises our DDL across processes
+#: Key of the Postgres advisory transaction lock that serialises our DDL across processes
 #: (the same key the kit used around ``create_all`` before migrations, so old and new code queue).
 ADVISORY_LOCK_KEY = 74616273
 
