@@ -4,6 +4,7 @@ Our rows (idempotency ledger, leases, cancel requests, progress, outboxes) must 
 place as Dagster's run storage, so that moving the instance to Postgres moves them too and there is
 never a second database to run or back up. SQLite instances get one file, ``durable.db``, inside
 ``DAGSTER_HOME``; ``dagster-postgres`` instances get ``durable_*`` tables in their own database.
+A change to a table here needs a revision in ``migrations/versions`` (see that package).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
+
+from durable_assets.kit.migrations import upgrade_to_head
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -131,16 +134,8 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def _create_tables(engine: Engine) -> None:
-    """Create our tables once, even when several workers start at the same moment on a new database."""
-    with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(74616273)"))  # serialise concurrent DDL
-        metadata.create_all(conn, checkfirst=True)
-
-
 def engine_for_url(url: str) -> Engine:
-    """One engine per URL per process; tables are created on first use."""
+    """One engine per URL per process; the first use in a process brings our tables to the newest revision."""
     with _engines_lock:
         engine = _engines.get(url)
         if engine is None:
@@ -151,7 +146,11 @@ def engine_for_url(url: str) -> Engine:
                 # dagster-postgres ships psycopg2; SQLAlchemy 2.1 would otherwise pick psycopg 3.
                 driver_url = url.replace("postgresql://", "postgresql+psycopg2://", 1)
                 engine = sa.create_engine(driver_url, pool_pre_ping=True, pool_size=8, max_overflow=16)
-            _create_tables(engine)
+            try:
+                upgrade_to_head(engine)
+            except BaseException:
+                engine.dispose()  # not cached, so the next open retries the upgrade on a new engine
+                raise
             _engines[url] = engine
         return engine
 
