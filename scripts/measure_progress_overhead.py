@@ -40,8 +40,8 @@ def _one(size: int, with_sink: bool, blocked: list[float]) -> float:
     from dagster import DagsterInstance
 
     import durable_assets.kit.resources as resources
-    from durable_assets.ops import runner
     from durable_assets.kit import progress
+    from durable_assets.ops import runner
 
     original_sink, original_report = progress.event_log_sink, progress.ProgressReporter.report
     spent = [0.0]
