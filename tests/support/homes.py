@@ -8,14 +8,19 @@ what a user's instance does.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .processes import REPO
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
 TELEMETRY_OFF = "telemetry:\n  enabled: false\n"
 #: The instance configurations the repository ships: "" is dagster_home/, "postgres" its sibling.
@@ -86,3 +91,32 @@ def postgres_database(base_url: str = PG_BASE_URL, prefix: str = "durable_test")
                 kit_db._engines.pop(url, None)
         admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+def clean_env(home: Path, **extra: object) -> dict[str, str]:
+    """The caller's environment minus every setting of ours (``DURABLE_*``, ``DAGSTER_*``,
+    ``STRIPE_*``, pytest's marker), pointed at ``home``: a child sees only what the test chose."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DURABLE_", "DAGSTER_", "STRIPE_")) and k != "PYTEST_CURRENT_TEST"
+    }
+    env["DAGSTER_HOME"] = str(home)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update({name: str(value) for name, value in extra.items()})
+    return env
+
+
+def open_instance(home: Path) -> DagsterInstance:
+    """The instance at ``home``, opened the way the CLI opens it: under its first-open file lock,
+    storages created and our tables migrated, so this never collides with a worker doing the same."""
+    from dagster import DagsterInstance
+
+    from durable_assets.kit.db import DurableDatabase
+
+    with open(home / ".durable-open.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        instance = DagsterInstance.from_config(str(home))
+        _ = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
+        DurableDatabase.for_instance(instance)
+    return instance

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import socket
+import socketserver
+import threading
+from typing import Self
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -15,3 +18,31 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+class ServedInThread:
+    """A ``socketserver`` server (``ThreadingHTTPServer``, the simulator) serving from a daemon thread
+    of the caller until :meth:`close`: it outlives any process a test kills, and the test can read
+    or reconfigure it directly. A context manager, so a test cannot forget to shut it down."""
+
+    def __init__(self, server: socketserver.BaseServer, poll_interval: float = 0.05) -> None:
+        self.server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": poll_interval}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])  # type: ignore[index]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -12,14 +12,13 @@ Both are context managers, so a fixture is ``with ThreadedSimulator(path) as sim
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
-from .network import free_port
+from .network import ServedInThread, free_port
 from .polling import wait_until
 from .processes import JOB, Process
 
@@ -27,20 +26,18 @@ if TYPE_CHECKING:
     from durable_assets.payments.simulator import SimulatorServer
 
 
-class ThreadedSimulator:
+class ThreadedSimulator(ServedInThread):
     """``build_server`` on a free port of 127.0.0.1, serving from a daemon thread until :meth:`close`.
 
     ``options`` are ``build_server``'s (faults such as ``latency_ms``, ``seed``, ``api_keys``).
     """
 
+    server: SimulatorServer
+
     def __init__(self, db_path: Path, *, poll_interval: float = 0.02, **options: Any) -> None:
         from durable_assets.payments.simulator import build_server
 
-        self.server: SimulatorServer = build_server("127.0.0.1", 0, str(db_path), **options)
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": poll_interval}, daemon=True
-        )
-        self._thread.start()
+        super().__init__(build_server("127.0.0.1", 0, str(db_path), **options), poll_interval)
 
     @property
     def url(self) -> str:
@@ -49,17 +46,6 @@ class ThreadedSimulator:
     def configure(self, **faults: Any) -> None:
         """Switch faults while serving (see ``SimulatorServer.configure``)."""
         self.server.configure(**faults)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=10)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class SimulatorProcess:
