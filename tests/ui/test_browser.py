@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,10 +24,11 @@ import httpx
 import pytest
 
 from durable_assets.payments.store import PaymentStore
+from tests.support.dagster_dev import UiProcess
+from tests.support.homes import shipped_home
+from tests.support.polling import wait_until
 
 from ..conftest import REPO
-from ..crash.helpers import wait_until
-from .ui_process import UiProcess
 
 pytestmark = pytest.mark.slow
 
@@ -135,9 +135,7 @@ def _chromium() -> Path:
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagsterUi]:
     _chromium()
     root = tmp_path_factory.mktemp("ui")
-    home = root / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")  # the config we ship
+    home = shipped_home(root)  # the config we ship
     log = root / "ui.log"
     process = UiProcess(home, log)  # scripts/ui.sh, as users run it, on a free port
     try:
