@@ -13,13 +13,14 @@ import sqlite3
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tests.support.batches import synthetic_candidates
 from tests.support.homes import clean_env, open_instance
+from tests.support.network import Closing
 from tests.support.processes import JOB, REPO, Process
 
 API_KEY = "sk_test_bench"
@@ -81,7 +82,7 @@ def job(args: Sequence[str], env: Mapping[str, str], logs: Path, timeout: float 
 # --- reading an instance that workers share ------------------------------------------------------
 
 
-class InstanceView:
+class InstanceView(Closing):
     """Run storage and our tables of a temp instance, read from the bench process.
 
     Opened under the CLI's first-open lock (SQLite storages create tables on first open).
@@ -134,24 +135,15 @@ class InstanceView:
         return batch_runs(self.instance, batch_id)
 
 
-@contextmanager
-def instance_view(home: Path) -> Iterator[InstanceView]:
-    view = InstanceView(home)
-    try:
-        yield view
-    finally:
-        view.close()
+#: ``with instance_view(home) as view:`` (closed on exit).
+instance_view = InstanceView
 
 
 def expected_refund_keys(batch_id: str, size: int) -> set[str]:
     """The idempotency keys a synthetic batch must refund, from the pure generator and policy alone."""
     from durable_assets.refunds.keys import refund_key
-    from durable_assets.refunds.policy import compute_refund_candidates
-    from durable_assets.refunds.synthetic import synthetic_invoices
-    from durable_assets.refunds.validation import validate_invoices
 
-    valid = validate_invoices(synthetic_invoices(batch_id, size), require_charge_id=False).valid
-    candidates = compute_refund_candidates(valid)
+    candidates = synthetic_candidates(batch_id, size)
     return {
         refund_key(str(i), str(r))
         for i, r in zip(candidates["invoice_id"], candidates["reason"], strict=True)

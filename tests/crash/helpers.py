@@ -15,8 +15,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,9 @@ from typing import Any
 import pandas as pd
 import requests
 
+from tests.support.batches import synthetic_candidates
 from tests.support.homes import clean_env, open_instance, pg_url_of
+from tests.support.network import Closing
 from tests.support.polling import wait_until
 from tests.support.processes import JOB, PYTHON, Process
 from tests.support.simulator import ThreadedSimulator
@@ -99,7 +100,7 @@ def job_killed_in_teardown(args: list[str], env: Mapping[str, str], log_dir: Pat
 # --- the instance, read from the test process ----------------------------------------------------
 
 
-class InstanceReader:
+class InstanceReader(Closing):
     """Read-only view of a Dagster instance shared with the workers (status, leases, runs).
 
     Opened the way the CLI opens it (under its first-open file lock), so creating the SQLite
@@ -144,13 +145,8 @@ class InstanceReader:
         return lease is not None and lease.is_live()
 
 
-@contextmanager
-def instance_reader(home: Path) -> Iterator[InstanceReader]:
-    reader = InstanceReader(home)
-    try:
-        yield reader
-    finally:
-        reader.close()
+#: ``with instance_reader(home) as reader:`` (closed on exit).
+instance_reader = InstanceReader
 
 
 def resume_until_accepted(
@@ -359,12 +355,7 @@ class Expected:
 
     @classmethod
     def of(cls, batch_id: str, size: int) -> Expected:
-        from durable_assets.refunds.policy import compute_refund_candidates
-        from durable_assets.refunds.synthetic import synthetic_invoices
-        from durable_assets.refunds.validation import validate_invoices
-
-        valid = validate_invoices(synthetic_invoices(batch_id, size), require_charge_id=False).valid
-        return cls(batch_id, size, compute_refund_candidates(valid))
+        return cls(batch_id, size, synthetic_candidates(batch_id, size))
 
     @property
     def n(self) -> int:

@@ -34,6 +34,15 @@ def _logs(log_dir: Path, stem: str) -> tuple[Path, Path]:
     return base.with_suffix(".out"), base.with_suffix(".err")
 
 
+def graphql(url: str, query: str, **variables: Any) -> dict[str, Any]:
+    """The ``data`` of the Dagster webserver's answer at ``url``; one with ``errors`` fails the caller."""
+    response = httpx.post(f"{url}/graphql", json={"query": query, "variables": variables}, timeout=30)
+    response.raise_for_status()
+    body = response.json()
+    assert "errors" not in body, body
+    return dict(body["data"])
+
+
 class Webserver:
     """What `dagster dev` and scripts/ui.sh share: a port of their own and a GraphQL endpoint."""
 
@@ -42,14 +51,7 @@ class Webserver:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def gql(self, query: str, **variables: Any) -> dict[str, Any]:
-        """The ``data`` of a GraphQL answer; an answer with ``errors`` fails the caller."""
-        response = httpx.post(
-            f"{self.url}/graphql", json={"query": query, "variables": variables}, timeout=30
-        )
-        response.raise_for_status()
-        body = response.json()
-        assert "errors" not in body, body
-        return dict(body["data"])
+        return graphql(self.url, query, **variables)
 
 
 class DagsterDev(Webserver):

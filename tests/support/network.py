@@ -1,4 +1,8 @@
-"""Ports for servers a test or a benchmark starts, so parallel runs never collide on a fixed one."""
+"""Ports and in-process servers for tests and the benchmark.
+
+A free port per server, so parallel runs never collide on a fixed one; a server in a thread of the
+caller (the simulator, a webhook receiver, a fake provider) that is always shut down.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +24,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-class ServedInThread:
+class Closing:
+    """``with X(...) as x:`` for anything with a ``close()``: what a test starts, it stops."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ServedInThread(Closing):
     """A ``socketserver`` server (``ThreadingHTTPServer``, the simulator) serving from a daemon thread
     of the caller until :meth:`close`: it outlives any process a test kills, and the test can read
     or reconfigure it directly. A context manager, so a test cannot forget to shut it down."""
@@ -40,9 +57,3 @@ class ServedInThread:
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(timeout=10)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

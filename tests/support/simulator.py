@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from .network import ServedInThread, free_port
+from .network import Closing, ServedInThread, free_port
 from .polling import wait_until
 from .processes import JOB, Process
 
@@ -48,7 +48,7 @@ class ThreadedSimulator(ServedInThread):
         self.server.configure(**faults)
 
 
-class SimulatorProcess:
+class SimulatorProcess(Closing):
     """`job provider serve --port P --db DB [args]`, ready once it answers ``/healthz``.
 
     ``command`` replaces the `job` console script (e.g. ``python -c "...main()"``); ``env``
@@ -97,13 +97,9 @@ class SimulatorProcess:
     def tail(self) -> str:
         return self.proc.tail()
 
-    def stop(self) -> None:
+    def close(self) -> None:
         """SIGTERM (it closes its store), then reap its group."""
         self._http.close()
         self.proc.terminate(timeout=10)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    stop = close

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from durable_assets.payments.store import PaymentStore
-from tests.support.dagster_dev import UiProcess
+from tests.support.dagster_dev import UiProcess, graphql
 from tests.support.homes import shipped_home
 from tests.support.polling import wait_until
 
@@ -65,13 +64,7 @@ class DagsterUi:
     log: Path
 
     def gql(self, query: str, **variables: Any) -> dict[str, Any]:
-        response = httpx.post(
-            f"{self.url}/graphql", json={"query": query, "variables": variables}, timeout=30
-        )
-        response.raise_for_status()
-        body = response.json()
-        assert "errors" not in body, body
-        return dict(body["data"])
+        return graphql(self.url, query, **variables)
 
     def run(self, run_id: str) -> dict[str, Any]:
         data = self.gql(
