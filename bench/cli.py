@@ -28,8 +28,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, cast
 
-from bench.harness import REPO, Result, Size
+from bench.harness import Result, Size
 from bench.scenarios import registry
+from tests.support.processes import REPO
 
 DEFAULT_JSON = REPO / "bench" / "results" / "latest.json"
 

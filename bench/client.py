@@ -15,16 +15,17 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bench.harness import API_KEY, Simulator
+from bench.harness import API_KEY
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.effects import EffectRunner, RateLimiter
 from durable_assets.kit.ledger import Intent, Ledger
 from durable_assets.payments.gateway import StripeGateway
+from tests.support.simulator import SimulatorProcess
 
 
 def create_charges(db: Path, n: int) -> list[str]:
     """``n`` charges on a simulator file (served just for this), to refund against later."""
-    with Simulator(db) as sim:
+    with SimulatorProcess(db) as sim:
         gw = StripeGateway(sim.url, API_KEY)
         with ThreadPoolExecutor(32) as pool:
             return list(

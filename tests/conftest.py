@@ -4,42 +4,29 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-PG_BASE_URL = os.environ.get("DURABLE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432")
+from tests.support.homes import PG_BASE_URL, make_home, postgres_available, postgres_database
+from tests.support.processes import REPO, Process
 
-
-def _pg_available() -> bool:
-    try:
-        import psycopg2
-
-        psycopg2.connect(f"{PG_BASE_URL}/postgres", connect_timeout=3).close()
-        return True
-    except Exception:
-        return False
+__all__ = ["REPO", "job_cli"]
 
 
 @pytest.fixture(autouse=True)
 def _reap_job_processes() -> Iterator[None]:
-    """Leave nothing behind: kill (by id) the `job` processes a test started, and their groups."""
-    from tests.crash.helpers import JobProcess
-
-    before = len(JobProcess.spawned)
+    """Leave nothing behind: kill (by id) the processes a test started, and their groups."""
+    before = len(Process.spawned)
     yield
-    for p in JobProcess.spawned[before:]:
+    for p in Process.spawned[before:]:
         p.reap_group()
 
 
 @pytest.fixture
 def dagster_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    home = make_home(tmp_path)
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     return home
 
@@ -47,27 +34,12 @@ def dagster_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def pg_database() -> Iterator[str]:
     """A fresh Postgres database for one test, dropped afterwards."""
-    if not _pg_available():
+    if not postgres_available():
         if os.environ.get("CI"):
             pytest.fail(f"Postgres is not reachable at {PG_BASE_URL}; .ci/run should have started it")
         pytest.skip("Postgres not reachable")
-    import psycopg2
-
-    name = f"durable_test_{uuid.uuid4().hex[:12]}"
-    admin = psycopg2.connect(f"{PG_BASE_URL}/postgres")
-    admin.autocommit = True
-    admin.cursor().execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{PG_BASE_URL}/{name}"
-    finally:
-        from durable_assets.kit import db as kit_db
-
-        for url, engine in list(kit_db._engines.items()):
-            if url.endswith(name):
-                engine.dispose()
-                kit_db._engines.pop(url, None)
-        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    with postgres_database() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

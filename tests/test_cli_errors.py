@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from durable_assets.ops import cli
+from tests.support.network import free_port
 
 from .conftest import REPO, job_cli
 
@@ -201,9 +202,7 @@ def test_canceled_batch_is_one_line(dagster_home: Path) -> None:
 @pytest.mark.slow  # the step retries a dead provider with backoff: about two minutes
 def test_dead_provider_is_one_line_naming_the_setting_and_the_log(dagster_home: Path) -> None:
     # Before: 308 to 1,010 lines of chained stack traces.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again before the run: nothing listens there
+    port = free_port()  # closed again before the run: nothing listens there
     env = {
         **os.environ,
         "DURABLE_PAYMENTS_URL": f"http://127.0.0.1:{port}",

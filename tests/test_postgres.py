@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import psycopg2
 import pytest
 
-from .conftest import REPO, job_cli
+from tests.support.homes import shipped_home
+
+from .conftest import job_cli
 
 pytestmark = pytest.mark.postgres
 
 
 def test_batch_runs_on_postgres_with_every_table_in_one_database(pg_database: str, tmp_path: Path) -> None:
-    home = tmp_path / "pg_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "postgres" / "dagster.yaml", home / "dagster.yaml")
+    home = shipped_home(tmp_path, "postgres", name="pg_home")
     env = {**os.environ, "DAGSTER_HOME": str(home), "DAGSTER_PG_URL": pg_database}
     run = job_cli("run", "--id", "pg", "--size", "200", env=env)
     assert run.returncode == 0, run.stderr

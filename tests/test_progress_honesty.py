@@ -16,9 +16,11 @@ from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.ops.cli import _progress_line
 from durable_assets.ops.runner import cancel_batch
+from tests.support.homes import make_home
+from tests.support.polling import wait_until
 
 from .conftest import job_cli
-from .crash.helpers import JobProcess, instance_reader, job_env, make_home, wait_until
+from .crash.helpers import JobProcess, instance_reader, job_env
 
 
 def _running_step(st: dict[str, Any]) -> int | None:

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from .crash.helpers import EXIT_OK, JobProcess, instance_reader, job, job_env, make_home, wait_until
+from tests.support.homes import make_home
+from tests.support.polling import wait_until
+
+from .crash.helpers import EXIT_OK, JobProcess, instance_reader, job, job_env
 from .crash.helpers import resume_until_accepted as resume_after_kill
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "your-own-job.md"

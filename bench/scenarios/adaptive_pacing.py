@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.client import create_charges, intents, with_ledger
-from bench.harness import Result, Simulator, Size
+from bench.harness import Result, Size
+from tests.support.simulator import SimulatorProcess
 
 LIMITS = (50.0, 100.0)
 LATENCY_MS = 100  # a real provider's answer time; 16 threads then offer up to 160 req/s
@@ -48,7 +49,7 @@ def run(size: Size, workdir: Path) -> Result:
         n = int(limit * SECONDS[size])
         db = workdir / f"pacing-{limit:.0f}.db"
         charges = create_charges(db, 2 * n)
-        with Simulator(db, "--latency-ms", str(LATENCY_MS), "--rate-limit", str(int(limit))) as sim:
+        with SimulatorProcess(db, "--latency-ms", str(LATENCY_MS), "--rate-limit", str(int(limit))) as sim:
             before = sim.stats()
             learned = _measure(sim.url, charges[:n], f"a{limit:.0f}", workdir, None)
             after = sim.stats()

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.harness import JOB, PYTHON, Proc, Result, Size, instance_view, job_env, make_home, spread
+from bench.harness import Result, Size, instance_view, job_env, spread
+from tests.support.homes import make_home
+from tests.support.processes import JOB, PYTHON, Process
 
 INVOICES = 1_000
 REPEATS = {"smoke": 1, "quick": 3, "full": 5}
 
 
 def _timed(argv: list[str], env: dict[str, str], log: Path) -> float:
-    p = Proc(argv, env, log)
+    p = Process(argv, env, log)
     if p.wait(1800) != 0:
         raise RuntimeError(f"batch failed\n{p.tail()}")
     return p.wall_s

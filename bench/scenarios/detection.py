@@ -29,19 +29,10 @@ from typing import Any
 
 import yaml
 
-from bench.harness import (
-    JOB,
-    REPO,
-    VENV_BIN,
-    InstanceView,
-    Proc,
-    Result,
-    Size,
-    instance_view,
-    job_env,
-    make_home,
-    wait_until,
-)
+from bench.harness import InstanceView, Result, Size, instance_view, job_env
+from tests.support.homes import make_home
+from tests.support.polling import wait_until
+from tests.support.processes import JOB, REPO, VENV_BIN, Process
 
 LEASE_TTL_S = 5.0
 INVOICES = 200
@@ -117,7 +108,7 @@ def _cli_path(workdir: Path) -> dict[str, Any]:
     home = make_home(workdir)
     batch = "bench-cli-dead"
     with instance_view(home) as view:
-        worker = Proc(
+        worker = Process(
             [str(JOB), "run", "--id", batch, "--size", str(INVOICES)],
             job_env(home, DURABLE_LEASE_TTL_S=LEASE_TTL_S, DURABLE_STEP_DELAY_S=STEP_DELAY_S),
             workdir / "worker.log",
@@ -131,14 +122,14 @@ def _cli_path(workdir: Path) -> dict[str, Any]:
             lease_left = view.lease(batch)["expires_at"] - kill_wall  # type: ignore[index]
             worker.sigkill()
         finally:
-            worker.reap()
+            worker.reap_group()
         attempts: list[int] = []
         env = job_env(home, DURABLE_LEASE_TTL_S=LEASE_TTL_S)
 
         def operator() -> None:
             """`job resume` back to back until it is accepted (what a retry loop in cron would do)."""
             while True:
-                p = Proc([str(JOB), "resume", "--id", batch], env, workdir / f"resume-{len(attempts)}.log")
+                p = Process([str(JOB), "resume", "--id", batch], env, workdir / f"resume-{len(attempts)}.log")
                 attempts.append(p.wait(300))
                 if attempts[-1] != 3 or len(attempts) > 100:
                     return
@@ -171,11 +162,11 @@ def _daemon_path(
     from dagster._core.workspace.load_target import WorkspaceFileTarget
 
     workdir.mkdir()
-    home = make_home(workdir, yaml.safe_dump(config))
+    home = make_home(workdir, config=yaml.safe_dump(config))
     env = job_env(home, DURABLE_LEASE_TTL_S=LEASE_TTL_S, DURABLE_STEP_DELAY_S=STEP_DELAY_S)
     out: dict[str, Any] = {}
     with instance_view(home) as view:
-        daemon = Proc(
+        daemon = Process(
             [str(VENV_BIN / "dagster-daemon"), "run", "-w", str(WORKSPACE)], env, workdir / "daemon.log"
         )
         try:
@@ -185,12 +176,12 @@ def _daemon_path(
                         view, ui, daemon, mode, lease_aware=lease_aware, observe_s=observe_s
                     )
         finally:
-            daemon.stop()
+            daemon.terminate()
     return out
 
 
 def _kill_and_watch(
-    view: InstanceView, ui: Any, daemon: Proc, mode: str, *, lease_aware: bool, observe_s: float
+    view: InstanceView, ui: Any, daemon: Process, mode: str, *, lease_aware: bool, observe_s: float
 ) -> dict[str, Any]:
     batch = f"bench-{mode}-dead"
     view.instance.add_dynamic_partitions("batches", [batch])
@@ -207,7 +198,7 @@ def _kill_and_watch(
     if mode == "host":
         os.kill(parent, signal.SIGKILL)  # the code server that launched it
     result: dict[str, Any] = {"killed": [worker] + ([parent] if mode == "host" else [])}
-    log_offset = daemon.log.stat().st_size
+    log_offset = daemon.out_path.stat().st_size
     if lease_aware or mode == "worker":
         failed_at = wait_until(lambda: _ended(view, run_id, "FAILURE"), 120, 0.1, "the run to be failed")
         result |= {"failed_after_s": round(failed_at - kill_wall, 2), "failed_by": _failed_by(view, run_id)}
@@ -273,9 +264,9 @@ def _auto_resume_of(view: InstanceView, run_id: str) -> str | None:
     return runs[0].run_id if runs else None
 
 
-def _retry_lost(daemon: Proc, offset: int) -> str | None:
+def _retry_lost(daemon: Process, offset: int) -> str | None:
     """Dagster's retry daemon logs and drops a retry whose code location is unreachable."""
-    with open(daemon.log, errors="replace") as f:
+    with open(daemon.out_path, errors="replace") as f:
         f.seek(offset)
         return LOST if "DagsterUserCodeUnreachableError" in f.read() else None
 
@@ -315,7 +306,7 @@ def _submit_like_the_ui(ui: Any, batch: str) -> str:
 # --- reading run storage -------------------------------------------------------------------------
 
 
-def _started_run(view: InstanceView, batch: str, worker: Proc) -> str | None:
+def _started_run(view: InstanceView, batch: str, worker: Process) -> str | None:
     if not worker.alive():
         raise RuntimeError(f"the worker exited early\n{worker.tail()}")
     runs = view.runs(batch)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.client import create_charges, intents, with_ledger, without_ledger
-from bench.harness import Result, Simulator, Size, spread
+from bench.harness import Result, Size, spread
+from tests.support.simulator import SimulatorProcess
 
 SIZES = {"smoke": (200, 1), "quick": (1_000, 3), "full": (2_000, 5)}  # refunds per sample, samples
 
@@ -19,7 +20,7 @@ def run(size: Size, workdir: Path) -> Result:
     db = workdir / "overhead.db"
     charges = create_charges(db, n * repeats * 2)
     with_l, without, commits = [], [], []
-    with Simulator(db) as sim:
+    with SimulatorProcess(db) as sim:
         for r in range(repeats):
             base = charges[2 * r * n : (2 * r + 1) * n]
             led = charges[(2 * r + 1) * n : (2 * r + 2) * n]

@@ -12,7 +12,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from bench.harness import PYTHON, REPO, Result, Size, job_env
+from bench.harness import Result, Size, job_env
+from tests.support.processes import PYTHON, REPO
 
 SIZES = {"smoke": 100, "quick": 500, "full": 5_000}
 NOT_IMPORTABLE = 3

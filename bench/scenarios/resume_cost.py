@@ -20,20 +20,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    API_KEY,
-    JOB,
-    Proc,
-    Result,
-    Simulator,
-    Size,
-    expected_refund_keys,
-    instance_view,
-    job,
-    job_env,
-    make_home,
-    wait_until,
-)
+from bench.harness import API_KEY, Result, Size, expected_refund_keys, instance_view, job, job_env
+from tests.support.homes import make_home
+from tests.support.polling import wait_until
+from tests.support.processes import JOB, Process
+from tests.support.simulator import SimulatorProcess
 
 SIZES = {"smoke": 500, "quick": 2_000, "full": 10_000}  # invoices per batch (~18% become refunds)
 LATENCY_MS = 30
@@ -49,7 +40,7 @@ def run(size: Size, workdir: Path) -> Result:
     n = SIZES[size]
     home = make_home(workdir)
     with (
-        Simulator(workdir / "provider.db", "--latency-ms", str(LATENCY_MS)) as sim,
+        SimulatorProcess(workdir / "provider.db", "--latency-ms", str(LATENCY_MS)) as sim,
         instance_view(home) as view,
     ):
         env = job_env(
@@ -64,7 +55,7 @@ def run(size: Size, workdir: Path) -> Result:
         expected = len(keys)
         base = sim.stats()
         target = math.ceil(KILL_AT * expected)
-        worker = Proc([str(JOB), "run", "--id", batch, "--size", str(n)], env, workdir / "killed-run.log")
+        worker = Process([str(JOB), "run", "--id", batch, "--size", str(n)], env, workdir / "killed-run.log")
 
         def refunds_so_far() -> int:
             if not worker.alive():
@@ -75,7 +66,7 @@ def run(size: Size, workdir: Path) -> Result:
             wait_until(lambda: refunds_so_far() >= target, timeout=600, interval=0.01, what="60% of refunds")
             worker.sigkill()
         finally:
-            worker.reap()
+            worker.reap_group()
         at_kill_status = _status(view, batch)
         wait_until(lambda: not view.lease_live(batch), timeout=LEASE_TTL_S + 60, what="the lease to lapse")
         at_kill = sim.stats()  # after the lapse: requests in flight at the kill have landed by now
@@ -87,7 +78,7 @@ def run(size: Size, workdir: Path) -> Result:
             raise RuntimeError(f"`job resume` failed\n{resume.tail()}")
         after = sim.stats()
         status_proc = job(["status", "--id", batch, "--json"], env, workdir)
-        status = json.loads(status_proc.log.read_text())
+        status = json.loads(status_proc.stdout)
         # Inside the processes: the run itself (run start to end in run storage), no process start-up.
         full_run_s = _run_seconds(view, view.runs("bench-full")[-1].run_id)
         resume_run_s = _run_seconds(view, view.runs(batch)[-1].run_id)

@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.harness import PYTHON, REPO, Result, Size, job_env
+from bench.harness import Result, Size, job_env
+from tests.support.processes import PYTHON, REPO
 
 SIZES = {"smoke": [10_000], "quick": [10_000, 100_000], "full": [10_000, 100_000, 1_000_000]}
 GOAL_S, GOAL_MB = 60.0, 2048.0

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from bench.client import create_charges, intents, with_ledger, without_ledger
-from bench.harness import Result, Simulator, Size, spread
+from bench.harness import Result, Size, spread
+from tests.support.simulator import SimulatorProcess
 
 LIMIT = 100.0
 SIZES = {
@@ -26,7 +27,7 @@ def run(size: Size, workdir: Path) -> Result:
     charges = create_charges(db, repeats * (n + n_seq))
     rates, seq, per_refund_requests, commits = [], [], [], []
     created_ok = True
-    with Simulator(db, "--latency-ms", "100", "--rate-limit", str(int(LIMIT))) as sim:
+    with SimulatorProcess(db, "--latency-ms", "100", "--rate-limit", str(int(LIMIT))) as sim:
         for r in range(repeats):
             base = r * (n + n_seq)
             seq.append(

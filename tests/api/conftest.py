@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.api.helpers import TOKEN, ApiServer
-from tests.crash.helpers import job, job_env, make_home
+from tests.crash.helpers import job, job_env
+from tests.support.homes import make_home
 
 FINISHED = "done-1"
 

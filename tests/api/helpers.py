@@ -13,7 +13,8 @@ from typing import Any
 
 import httpx
 
-from tests.crash.helpers import JobProcess, wait_until
+from tests.crash.helpers import JobProcess
+from tests.support.polling import wait_until
 
 TOKEN = "test-token-Zq9"
 

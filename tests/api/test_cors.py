@@ -24,7 +24,9 @@ import pytest
 from durable_assets.kit.errors import UsageError
 from durable_assets.ops.api import ApiSettings
 from tests.api.helpers import TOKEN, ApiServer, read_stream
-from tests.crash.helpers import job, job_env, make_home, wait_until
+from tests.crash.helpers import job, job_env
+from tests.support.homes import make_home
+from tests.support.polling import wait_until
 
 BATCH = "cors-1"
 CHROMIUM = "/usr/bin/chromium"

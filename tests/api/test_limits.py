@@ -23,7 +23,9 @@ import httpx
 import pytest
 
 from tests.api.helpers import TOKEN, ApiServer
-from tests.crash.helpers import JobProcess, job, job_env, make_home, wait_until
+from tests.crash.helpers import JobProcess, job, job_env
+from tests.support.homes import make_home
+from tests.support.polling import wait_until
 
 FINISHED = "done-1"
 LIVE = "live-1"

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.api.helpers import api_server, read_stream
-from tests.conftest import REPO
 from tests.crash.helpers import job, job_env
+from tests.support.homes import shipped_home
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 def test_status_and_events_on_postgres(pg_database: str, tmp_path: Path) -> None:
-    home = tmp_path / "pg_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "postgres" / "dagster.yaml", home / "dagster.yaml")
+    home = shipped_home(tmp_path, "postgres", name="pg_home")
     env = job_env(home, DAGSTER_PG_URL=pg_database)
     ran = job(["run", "--id", "pg-api", "--size", "60"], env, tmp_path)
     assert ran.proc.returncode == 0, ran.tail()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,19 +19,13 @@ import httpx
 import pytest
 
 from tests.api.helpers import Event, Stream, api_server, read_stream
-from tests.crash.helpers import Expected, JobProcess, job, job_env, make_home, wait_until
+from tests.crash.helpers import Expected, JobProcess, job, job_env
+from tests.support.homes import make_home
+from tests.support.polling import wait_until
 
 BATCH = "watch-1"
 SIZE = 1200  # 216 refunds: two chunks of the refund step
 REFUND_STEP = 4
-
-
-@pytest.fixture(autouse=True)
-def _reap() -> Iterator[None]:
-    before = len(JobProcess.spawned)
-    yield
-    for p in JobProcess.spawned[before:]:
-        p.reap_group()
 
 
 def _in_thread(fn: Any, *args: Any, **kwargs: Any) -> tuple[threading.Thread, dict[str, Any]]:

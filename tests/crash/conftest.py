@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from .helpers import Simulator, make_home
+from tests.support.homes import make_home
+
+from .helpers import Simulator
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

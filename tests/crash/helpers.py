@@ -9,157 +9,57 @@ generator and policy, independently of anything the worker stored.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
+import itertools
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any
 
 import pandas as pd
 import requests
 
-REPO = Path(__file__).resolve().parents[2]
-JOB = REPO / ".venv" / "bin" / "job"
-PYTHON = REPO / ".venv" / "bin" / "python"
+from tests.support.batches import synthetic_candidates
+from tests.support.homes import clean_env, open_instance, pg_url_of
+from tests.support.network import Closing
+from tests.support.polling import wait_until
+from tests.support.processes import JOB, PYTHON, Process
+from tests.support.simulator import ThreadedSimulator
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
 API_KEY = "sk_test_crash_tier"
 
-T = TypeVar("T")
-
-
-# --- waiting -------------------------------------------------------------------------------------
-
-
-def wait_until(
-    predicate: Callable[[], T], timeout: float, interval: float = 0.05, what: str = "the condition"
-) -> T:
-    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` s pass (fail)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.1f} s waiting for {what}")
-        time.sleep(interval)
-
 
 # --- instances and processes ---------------------------------------------------------------------
-
-
-def make_home(root: Path, pg_url: str | None = None) -> Path:
-    """A new instance: SQLite files in the folder, or (``pg_url``) every storage in that database."""
-    home = root / "dagster_home"
-    home.mkdir(parents=True, exist_ok=True)
-    storage = f"storage:\n  postgres:\n    postgres_url: {pg_url}\n" if pg_url else ""
-    (home / "dagster.yaml").write_text(f"{storage}telemetry:\n  enabled: false\n")
-    return home
-
-
-def pg_url_of(home: Path) -> str | None:
-    import yaml
-
-    config = yaml.safe_load((home / "dagster.yaml").read_text()) or {}
-    url = (config.get("storage") or {}).get("postgres", {}).get("postgres_url")
-    return str(url) if url else None
 
 
 def job_env(
     home: Path, *, payments_url: str | None = None, lease_ttl_s: float = 2.0, **extra: object
 ) -> dict[str, str]:
     """A clean environment for a `job` process: our instance, our provider, nothing inherited."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DURABLE_", "DAGSTER_", "STRIPE_")) and k != "PYTEST_CURRENT_TEST"
-    }
-    env["DAGSTER_HOME"] = str(home)
-    env["DURABLE_LEASE_TTL_S"] = str(lease_ttl_s)
-    env["PYTHONUNBUFFERED"] = "1"
+    settings: dict[str, object] = {"DURABLE_LEASE_TTL_S": lease_ttl_s}
     if payments_url:
-        env["DURABLE_PAYMENTS_URL"] = payments_url
-        env["STRIPE_API_KEY"] = API_KEY
-    env.update({name: str(value) for name, value in extra.items()})
-    return env
+        settings |= {"DURABLE_PAYMENTS_URL": payments_url, "STRIPE_API_KEY": API_KEY}
+    return clean_env(home, **(settings | extra))
 
 
-class JobProcess:
-    """One `job ...` process; output goes to files so a chatty worker can never block on a pipe."""
+class JobProcess(Process):
+    """One `job ...` process (own session, output in ``log_dir``), reaped after its test."""
 
-    _seq = 0
-    #: Every process started in this test session, so a failing test can reap its workers.
-    spawned: ClassVar[list[JobProcess]] = []
+    _seq = itertools.count(1)
 
     def __init__(
         self, args: list[str], env: Mapping[str, str], log_dir: Path, command: list[str] | None = None
     ) -> None:
-        JobProcess._seq += 1
-        stem = log_dir / f"{JobProcess._seq:03d}-{'-'.join(args[:3])}"
+        stem = log_dir / f"{next(JobProcess._seq):03d}-{'-'.join(args[:3])}"
         self.args = args
-        self.out_path, self.err_path = stem.with_suffix(".out"), stem.with_suffix(".err")
         argv = [*(command or [str(JOB)]), *args]
-        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            # Own session (process group = its pid): what it leaves behind can be reaped by id.
-            self.proc = subprocess.Popen(argv, env=dict(env), stdout=out, stderr=err, start_new_session=True)
-        self.started = time.monotonic()
-        JobProcess.spawned.append(self)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-            raise AssertionError(
-                f"`job {' '.join(self.args)}` did not finish in {timeout} s\n{self.tail()}"
-            ) from exc
-
-    def exited_within(self, seconds: float) -> bool:
-        """Wait up to ``seconds`` for the process to exit on its own (a timed wait, not a sleep)."""
-        try:
-            self.proc.wait(timeout=max(seconds, 0.0))
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-
-    def sigkill(self) -> None:
-        """SIGKILL (no cleanup, no atexit, no lease release), then reap it."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def reap_group(self) -> None:
-        """Kill what is left of its process group. Dagster mirrors step output through a `tail -F`
-        child whose orphan watcher starts a moment later; a SIGKILL in between leaks the tail."""
-        if self.proc.poll() is None:
-            self.sigkill()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-
-    @property
-    def stdout(self) -> str:
-        return self.out_path.read_text(errors="replace")
-
-    @property
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def tail(self, chars: int = 3000) -> str:
-        return (
-            f"--- job {' '.join(self.args)} (rc={self.proc.returncode}) stdout:\n{self.stdout[-chars:]}\n"
-            f"--- stderr:\n{self.stderr[-chars:]}"
+        super().__init__(
+            argv, env, stem.with_suffix(".out"), stem.with_suffix(".err"), label=f"job {' '.join(args)}"
         )
 
 
@@ -197,148 +97,10 @@ def job_killed_in_teardown(args: list[str], env: Mapping[str, str], log_dir: Pat
     return JobProcess(args, env, log_dir, command=[str(PYTHON), str(launcher)])
 
 
-class DagsterDev:
-    """`dagster dev` (webserver + daemon + code server) on a test instance, as a user would run it.
-
-    The instance's dagster.yaml is the shipped one (our launcher, run monitoring, run retries),
-    with the monitoring poll shortened so a test waits seconds, not tens of seconds.
-    """
-
-    def __init__(
-        self,
-        home: Path,
-        env: Mapping[str, str],
-        log_dir: Path,
-        poll_interval_s: int = 2,
-        code_server: CodeServer | None = None,
-    ) -> None:
-        shipped = (REPO / "dagster_home" / "dagster.yaml").read_text()
-        # With a code server of its own, `dagster dev` only connects to it (a deployment's layout);
-        # otherwise it starts one as a child that nothing restarts once it dies.
-        self.workspace = code_server.workspace_file(log_dir) if code_server else REPO / "workspace.yaml"
-        self.poll_interval_s = poll_interval_s
-        pg_url = pg_url_of(home)
-        storage = f"storage:\n  postgres:\n    postgres_url: {pg_url}\n" if pg_url else ""
-        (home / "dagster.yaml").write_text(
-            storage + shipped.replace("poll_interval_seconds: 5", f"poll_interval_seconds: {poll_interval_s}")
-        )
-        self.home, self.env, self.log_dir = home, env, log_dir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> DagsterDev:
-        """Start it (open the instance from the test first: first-open creates the SQLite files)."""
-        command = [str(REPO / ".venv" / "bin" / "dagster"), "dev", "-w", str(self.workspace)]
-        env = {**self.env, "DAGSTER_HOME": str(self.home)}
-        self.proc = JobProcess(["-h", "127.0.0.1", "-p", str(self.port)], env, self.log_dir, command)
-        wait_until(self._ready, timeout=120, interval=0.25, what="the Dagster webserver")
-        return self
-
-    def _ready(self) -> bool:
-        assert self.proc.proc.poll() is None, f"dagster dev exited\n{self.proc.tail()}"
-        try:
-            ok = requests.get(f"{self.url}/server_info", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-        if not ok:
-            return False
-        # The code location is loaded once the job is visible through GraphQL.
-        query = "{ repositoriesOrError { ... on RepositoryConnection { nodes { jobs { name } } } } }"
-        body = requests.post(f"{self.url}/graphql", json={"query": query}, timeout=10).json()
-        nodes = (body.get("data") or {}).get("repositoriesOrError", {}).get("nodes", [])
-        return any(job["name"] == "refund_batch" for node in nodes for job in node["jobs"])
-
-    def launch(self, batch_id: str, size: int) -> str:
-        """Launch a batch the way the UI's launchpad does (GraphQL launchRun, partition tag only)."""
-        from dagster_graphql import DagsterGraphQLClient
-
-        client = DagsterGraphQLClient("127.0.0.1", port_number=self.port)
-        return client.submit_job_execution(
-            "refund_batch",
-            run_config={"ops": {"invoices": {"config": {"size": size}}}},
-            tags={"dagster/partition": batch_id},
-        )
-
-    def stop(self, grace_s: float = 30) -> None:
-        """SIGTERM lets dagster dev stop its children; then kill whatever of its group is left."""
-        if self.proc.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            if not self.proc.exited_within(grace_s):
-                self.proc.reap_group()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-
-
-class CodeServer:
-    """The code location's gRPC server (`dagster api grpc`) as its own process group, as a deployment
-    runs it on the worker's host: the run workers it launches are its children, in its group, so one
-    ``killpg`` is the host dying; :meth:`start` again is the host's supervisor bringing it back.
-    """
-
-    LOCATION = "durable_assets"
-
-    def __init__(self, env: Mapping[str, str], log_dir: Path) -> None:
-        self.env, self.log_dir = env, log_dir
-        self.port = free_port()
-        self.proc: JobProcess | None = None
-
-    def workspace_file(self, directory: Path) -> Path:
-        path = directory / "grpc_workspace.yaml"
-        path.write_text(
-            "load_from:\n  - grpc_server:\n      host: 127.0.0.1\n"
-            f"      port: {self.port}\n      location_name: {self.LOCATION}\n"
-        )
-        return path
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout: float = 120) -> CodeServer:
-        args = ["--host", "127.0.0.1", "--port", str(self.port), "--location-name", self.LOCATION]
-        args += ["--module-name", "durable_assets.definitions", "--attribute", "defs"]
-        command = [str(REPO / ".venv" / "bin" / "dagster"), "api", "grpc"]
-        self.proc = JobProcess(args, self.env, self.log_dir, command)
-        wait_until(self._serving, timeout=timeout, interval=0.25, what="the code server")
-        return self
-
-    def _serving(self) -> bool:
-        from dagster._grpc.client import DagsterGrpcClient
-
-        assert self.proc is not None and self.proc.proc.poll() is None, f"code server exited\n{self.tail()}"
-        try:
-            DagsterGrpcClient(port=self.port, host="127.0.0.1").ping("")
-            return True
-        except Exception:
-            return False
-
-    def kill_host(self) -> None:
-        """SIGKILL the code server and every run worker it launched, at once (one process group)."""
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.reap_group()
-
-    def tail(self) -> str:
-        return self.proc.tail() if self.proc is not None else "(code server not started)"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # --- the instance, read from the test process ----------------------------------------------------
 
 
-class InstanceReader:
+class InstanceReader(Closing):
     """Read-only view of a Dagster instance shared with the workers (status, leases, runs).
 
     Opened the way the CLI opens it (under its first-open file lock), so creating the SQLite
@@ -346,16 +108,11 @@ class InstanceReader:
     """
 
     def __init__(self, home: Path) -> None:
-        from dagster import DagsterInstance
-
         from durable_assets.kit.db import DurableDatabase
         from durable_assets.kit.leases import LeaseStore
 
-        with open(home / ".durable-open.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            self.instance = DagsterInstance.from_config(str(home))
-            _ = (self.instance.run_storage, self.instance.event_log_storage, self.instance.schedule_storage)
-            self._leases = LeaseStore(DurableDatabase.for_instance(self.instance))
+        self.instance = open_instance(home)
+        self._leases = LeaseStore(DurableDatabase.for_instance(self.instance))
         self.home = home
 
     def close(self) -> None:
@@ -388,13 +145,8 @@ class InstanceReader:
         return lease is not None and lease.is_live()
 
 
-@contextmanager
-def instance_reader(home: Path) -> Iterator[InstanceReader]:
-    reader = InstanceReader(home)
-    try:
-        yield reader
-    finally:
-        reader.close()
+#: ``with instance_reader(home) as reader:`` (closed on exit).
+instance_reader = InstanceReader
 
 
 def resume_until_accepted(
@@ -488,25 +240,13 @@ class RefundRequest:
     idempotency_key: str | None
 
 
-class Simulator:
-    """The Stripe-compatible simulator served from a thread of the test process."""
+class Simulator(ThreadedSimulator):
+    """The Stripe-compatible simulator served from a thread of the test process, with the crash
+    tier's read side: its list API and counters, and a log of who asked for which refund."""
 
     def __init__(self, db_path: Path, **faults: Any) -> None:
-        from durable_assets.payments.simulator import build_server
-
-        self.server = build_server("127.0.0.1", 0, str(db_path), **faults)
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
+        super().__init__(db_path, poll_interval=0.05, **faults)
         self._http = requests.Session()
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def configure(self, **faults: Any) -> None:
-        self.server.configure(**faults)
 
     def record_refund_requests(self) -> list[RefundRequest]:
         """From now on, note every refund request as it arrives: when, from which API key, which key.
@@ -564,9 +304,7 @@ class Simulator:
 
     def close(self) -> None:
         self._http.close()
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=10)
+        super().close()
 
 
 class EmbeddedProvider:
@@ -617,12 +355,7 @@ class Expected:
 
     @classmethod
     def of(cls, batch_id: str, size: int) -> Expected:
-        from durable_assets.refunds.policy import compute_refund_candidates
-        from durable_assets.refunds.synthetic import synthetic_invoices
-        from durable_assets.refunds.validation import validate_invoices
-
-        valid = validate_invoices(synthetic_invoices(batch_id, size), require_charge_id=False).valid
-        return cls(batch_id, size, compute_refund_candidates(valid))
+        return cls(batch_id, size, synthetic_candidates(batch_id, size))
 
     @property
     def n(self) -> int:

@@ -23,10 +23,10 @@ from durable_assets.kit.launcher import (
 )
 from durable_assets.kit.resources import BATCH_TAG
 from tests.conftest import job_cli
+from tests.support.dagster_dev import CodeServer, DagsterDev
+from tests.support.polling import wait_until
 
 from .helpers import (
-    CodeServer,
-    DagsterDev,
     Expected,
     Simulator,
     assert_batch_complete,
@@ -34,7 +34,6 @@ from .helpers import (
     instance_reader,
     job_env,
     notices_for,
-    wait_until,
 )
 from .test_daemon import _diagnose, _parent
 

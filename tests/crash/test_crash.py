@@ -22,6 +22,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.homes import pg_url_of
+from tests.support.polling import wait_until
+
 from .helpers import (
     EXIT_CONFLICT,
     EXIT_FAILED,
@@ -38,9 +41,7 @@ from .helpers import (
     job_env,
     job_killed_in_teardown,
     notices_for,
-    pg_url_of,
     resume_until_accepted,
-    wait_until,
 )
 
 pytestmark = pytest.mark.slow

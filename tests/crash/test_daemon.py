@@ -16,9 +16,10 @@ from dagster import DagsterRunStatus, RunsFilter
 
 from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.resources import BATCH_TAG
+from tests.support.dagster_dev import DagsterDev
+from tests.support.polling import wait_until
 
 from .helpers import (
-    DagsterDev,
     Expected,
     Simulator,
     assert_batch_complete,
@@ -26,7 +27,6 @@ from .helpers import (
     instance_reader,
     job_env,
     notices_for,
-    wait_until,
 )
 
 pytestmark = pytest.mark.slow

@@ -13,17 +13,18 @@ from typing import Any
 
 import pytest
 
+from tests.support.homes import make_home
+from tests.support.network import free_port
+
 from .helpers import (
     EXIT_FAILED,
     EXIT_OK,
     Expected,
     Simulator,
     assert_refunded_exactly_once,
-    free_port,
     instance_reader,
     job,
     job_env,
-    make_home,
     notices_for,
 )
 

@@ -4,12 +4,10 @@ HTTP path has (lost responses, injected 500s, rate limits, in-flight keys)."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,8 @@ from durable_assets.payments.gateway import (
     gateway_from_settings,
 )
 from durable_assets.payments.simulator import SimulatorServer
+from tests.support.polling import wait_until
+from tests.support.simulator import SimulatorProcess
 
 API_KEY = "sk_test_customers"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -78,14 +78,6 @@ def _move(
         metadata={"legacy_account_id": str(customer.metadata.get("legacy_account_id"))},
         idempotency_key=key,
     )
-
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached before the deadline")
-        time.sleep(0.005)
 
 
 # --- the contract both gateways share ------------------------------------------------------------
@@ -274,7 +266,9 @@ def test_latency_and_an_in_flight_key_get_409(sim: SimulatorServer, sdk_gateway:
     holder = threading.Thread(target=lambda: first.append(_move(sdk_gateway, customer, -7, "credit-busy")))
     started = time.monotonic()
     holder.start()
-    _wait_for(lambda: sim.in_flight_count() == 1)
+    wait_until(
+        lambda: sim.in_flight_count() == 1, timeout=5, interval=0.005, what="the first request in flight"
+    )
 
     with pytest.raises(IdempotencyKeyInFlightError):
         _move(sdk_gateway, customer, -7, "credit-busy")
@@ -336,33 +330,11 @@ def test_replay_headers_and_form_encoding(sim: SimulatorServer) -> None:
 def test_real_job_provider_serve_loses_every_answer_and_moves_the_balance_once(tmp_path: Path) -> None:
     """The real command with ``--lost-response-rate 1``: every POST commits, then the connection
     drops. Sending the same key three times still leaves one transaction and one balance move."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     command = [sys.executable, "-c", "from durable_assets.ops.cli import main; raise SystemExit(main())"]
-    options = [
-        "--port",
-        str(port),
-        "--db",
-        str(tmp_path / "cli.db"),
-        "--lost-response-rate",
-        "1",
-        "--seed",
-        "1",
-    ]
-    server = subprocess.Popen([*command, "provider", "serve", *options], stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
+    options = ["--lost-response-rate", "1", "--seed", "1"]
+    server = SimulatorProcess(tmp_path / "cli.db", *options, command=command, timeout=30)
     try:
-        with httpx.Client(base_url=url, timeout=10) as client:
-
-            def up() -> bool:
-                try:
-                    return client.get("/healthz").status_code == 200
-                except httpx.TransportError:
-                    return server.poll() is not None  # exited: the assertions below say why
-
-            _wait_for(up, timeout_s=30)
-        gateway = StripeGateway(url, API_KEY, timeout_s=10)
+        gateway = StripeGateway(server.url, API_KEY, timeout_s=10)
         with pytest.raises(TransientProviderError):
             _customer(gateway)
         [customer] = gateway.list_customers()  # committed before the answer was lost
@@ -373,8 +345,8 @@ def test_real_job_provider_serve_loses_every_answer_and_moves_the_balance_once(t
         balance = gateway.retrieve_customer(customer.id).balance
         stats = gateway.stats()
     finally:
-        server.terminate()
-        _, stderr = server.communicate(timeout=10)
+        server.stop()
+    stderr = server.output
 
     assert [(t.amount, t.idempotency_key) for t in transactions] == [(-1234, "credit-real-process")], stderr
     assert balance == -1234

@@ -4,12 +4,9 @@ contract both gateways must honour identically."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -34,15 +31,12 @@ from durable_assets.payments.gateway import (
     gateway_from_settings,
 )
 from durable_assets.payments.simulator import SimulatorServer, build_server, format_retry_after
+from tests.support.network import ServedInThread, free_port
+from tests.support.polling import wait_until
+from tests.support.simulator import SimulatorProcess, ThreadedSimulator
 
 API_KEY = "sk_test_simulator"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-
-
-def _start(server: ThreadingHTTPServer) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    return thread
 
 
 @pytest.fixture
@@ -54,14 +48,6 @@ def gateway(sim: SimulatorServer) -> StripeGateway:
 def http(sim: SimulatorServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=sim.url, timeout=10) as client:
         yield client
-
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached before the deadline")
-        time.sleep(0.005)
 
 
 def _charge(gateway: RefundGateway, amount: int = 1000, key: str = "charge-1") -> str:
@@ -147,7 +133,9 @@ def test_second_request_with_an_in_flight_key_gets_409(sim: SimulatorServer, gat
     first: list[Any] = []
     holder = threading.Thread(target=lambda: first.append(_refund(gateway, charge_id, "r1")))
     holder.start()
-    _wait_for(lambda: sim.in_flight_count() == 1)
+    wait_until(
+        lambda: sim.in_flight_count() == 1, timeout=5, interval=0.005, what="the first request in flight"
+    )
 
     with pytest.raises(IdempotencyKeyInFlightError):
         _refund(gateway, charge_id, "r1")
@@ -272,18 +260,14 @@ def test_unknown_api_key_is_401_and_counts_nothing(sim: SimulatorServer, http: h
 
 def test_api_key_option_accepts_only_the_given_keys(tmp_path: Path) -> None:
     args = build_parser().parse_args(["provider", "serve", "--api-key", "sk_test_a", "--api-key", "key_b"])
-    server = build_server("127.0.0.1", 0, str(tmp_path / "keys.db"), api_keys=args.api_keys)
-    thread = _start(server)
-    try:
-        with httpx.Client(base_url=server.url, timeout=10) as client:
-            statuses = {
-                key: client.get("/v1/refunds", headers={"Authorization": f"Bearer {key}"}).status_code
-                for key in ("sk_test_a", "key_b", "sk_test_other")
-            }
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with (
+        ThreadedSimulator(tmp_path / "keys.db", api_keys=args.api_keys) as server,
+        httpx.Client(base_url=server.url, timeout=10) as client,
+    ):
+        statuses = {
+            key: client.get("/v1/refunds", headers={"Authorization": f"Bearer {key}"}).status_code
+            for key in ("sk_test_a", "key_b", "sk_test_other")
+        }
 
     assert statuses == {"sk_test_a": 200, "key_b": 200, "sk_test_other": 401}
     with pytest.raises(UsageError):
@@ -292,27 +276,15 @@ def test_api_key_option_accepts_only_the_given_keys(tmp_path: Path) -> None:
 
 def test_job_provider_serve_takes_api_keys(tmp_path: Path) -> None:
     """The real command, so the option reaches the server and not only the parser."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     command = [sys.executable, "-c", "from durable_assets.ops.cli import main; raise SystemExit(main())"]
-    options = ["--port", str(port), "--db", str(tmp_path / "cli.db"), "--api-key", "rk_test_cli"]
-    server = subprocess.Popen([*command, "provider", "serve", *options], stderr=subprocess.PIPE, text=True)
+    server = SimulatorProcess(tmp_path / "cli.db", "--api-key", "rk_test_cli", command=command, timeout=30)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-
-            def up() -> bool:
-                try:
-                    return client.get("/healthz").status_code == 200
-                except httpx.TransportError:
-                    return server.poll() is not None  # exited: the assertions below say why
-
-            _wait_for(up, timeout_s=30)
+        with httpx.Client(base_url=server.url, timeout=10) as client:
             accepted = client.get("/v1/refunds", auth=("rk_test_cli", ""))
             default_key = client.get("/v1/refunds", headers=AUTH)
     finally:
-        server.terminate()
-        _, stderr = server.communicate(timeout=10)
+        server.stop()
+    stderr = server.output
 
     assert (accepted.status_code, default_key.status_code) == (200, 401), stderr
     assert default_key.json()["error"]["message"].startswith("Invalid API Key provided: sk_test_")
@@ -358,15 +330,11 @@ def test_form_encoding_and_stripe_headers(http: httpx.Client, gateway: StripeGat
 
 def test_faults_are_deterministic_for_a_seed(tmp_path: Path) -> None:
     def outcomes(name: str) -> list[int]:
-        server = build_server("127.0.0.1", 0, str(tmp_path / name), error_rate=0.5, seed=42)
-        thread = _start(server)
-        try:
-            with httpx.Client(base_url=server.url, timeout=10) as client:
-                return [client.get("/v1/refunds", headers=AUTH).status_code for _ in range(20)]
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
+        with (
+            ThreadedSimulator(tmp_path / name, error_rate=0.5, seed=42) as server,
+            httpx.Client(base_url=server.url, timeout=10) as client,
+        ):
+            return [client.get("/v1/refunds", headers=AUTH).status_code for _ in range(20)]
 
     first = outcomes("a.db")
 
@@ -375,10 +343,7 @@ def test_faults_are_deterministic_for_a_seed(tmp_path: Path) -> None:
 
 
 def test_unreachable_provider_is_transient() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    gateway = StripeGateway(f"http://127.0.0.1:{port}", API_KEY, timeout_s=2)
+    gateway = StripeGateway(f"http://127.0.0.1:{free_port()}", API_KEY, timeout_s=2)
 
     with pytest.raises(TransientProviderError) as unreachable:
         gateway.retrieve_refund("re_1")
@@ -425,16 +390,10 @@ def test_answers_that_do_not_match_the_request_fail_closed(body: object) -> None
         (_WrongAnswerHandler,),
         {"body": (json.dumps(body) if body != "not json" else "{").encode()},
     )
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = _start(server)
-    try:
-        gateway = StripeGateway(f"http://127.0.0.1:{server.server_address[1]}", API_KEY)
+    with ServedInThread(ThreadingHTTPServer(("127.0.0.1", 0), handler), poll_interval=0.02) as served:
+        gateway = StripeGateway(f"http://127.0.0.1:{served.port}", API_KEY)
         with pytest.raises(ProviderResponseMismatchError):
             _refund(gateway, "ch_1", "r1", amount=100)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 # --- the contract both gateways share ------------------------------------------------------------

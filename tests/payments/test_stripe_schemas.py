@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,9 @@ import httpx
 import jsonschema_rs
 import pytest
 
-from durable_assets.payments.simulator import SimulatorHandler, SimulatorServer, build_server
+from durable_assets.payments.simulator import SimulatorHandler, SimulatorServer
+from tests.support.polling import wait_until
+from tests.support.simulator import ThreadedSimulator
 
 SCHEMAS = json.loads((Path(__file__).parent / "stripe_schemas.json").read_text(encoding="utf-8"))
 API_KEY = "sk_test_schemas"
@@ -127,14 +128,9 @@ def recorded(tmp_path: Path) -> Iterator[tuple[SimulatorServer, list[Answer]]]:
                     answers.append(Answer(self.command, self.path, response.status, body))
             super()._send(response)
 
-    server = build_server("127.0.0.1", 0, str(tmp_path / "schemas.db"), seed=3)
-    server.RequestHandlerClass = Recording
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield server, answers
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with ThreadedSimulator(tmp_path / "schemas.db", seed=3) as served:
+        served.server.RequestHandlerClass = Recording  # before the first request, read per request
+        yield served.server, answers
 
 
 def exercise(sim: SimulatorServer, http: httpx.Client) -> None:
@@ -196,9 +192,7 @@ def exercise(sim: SimulatorServer, http: httpx.Client) -> None:
     slow = {"charge": charge["id"], "amount": "1"}
     holder = threading.Thread(target=post, args=("/v1/refunds", slow, "r9"))
     holder.start()
-    deadline = time.monotonic() + 5
-    while sim.in_flight_count() == 0 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_until(lambda: sim.in_flight_count(), timeout=5, interval=0.005, what="the first request in flight")
     post("/v1/refunds", slow, "r9")
     holder.join(timeout=10)
     sim.configure(latency_ms=0)

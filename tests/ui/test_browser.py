@@ -14,21 +14,20 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from durable_assets.payments.store import PaymentStore
+from tests.support.dagster_dev import UiProcess, graphql
+from tests.support.homes import shipped_home
+from tests.support.polling import wait_until
 
 from ..conftest import REPO
-from ..crash.helpers import wait_until
-from .ui_process import UiProcess
 
 pytestmark = pytest.mark.slow
 
@@ -65,13 +64,7 @@ class DagsterUi:
     log: Path
 
     def gql(self, query: str, **variables: Any) -> dict[str, Any]:
-        response = httpx.post(
-            f"{self.url}/graphql", json={"query": query, "variables": variables}, timeout=30
-        )
-        response.raise_for_status()
-        body = response.json()
-        assert "errors" not in body, body
-        return dict(body["data"])
+        return graphql(self.url, query, **variables)
 
     def run(self, run_id: str) -> dict[str, Any]:
         data = self.gql(
@@ -135,9 +128,7 @@ def _chromium() -> Path:
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagsterUi]:
     _chromium()
     root = tmp_path_factory.mktemp("ui")
-    home = root / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")  # the config we ship
+    home = shipped_home(root)  # the config we ship
     log = root / "ui.log"
     process = UiProcess(home, log)  # scripts/ui.sh, as users run it, on a free port
     try:

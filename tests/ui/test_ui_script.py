@@ -7,16 +7,16 @@ ignores SIGTERM when started with SIGINT ignored; the script must stop all of it
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO
-from ..crash.helpers import wait_until
-from .ui_process import STOP_DEADLINE_S, UiProcess, live_in_groups, tree_groups
+from tests.support.dagster_dev import STOP_DEADLINE_S, UiProcess
+from tests.support.homes import shipped_home
+from tests.support.polling import wait_until
+from tests.support.processes import live_in_groups, tree_groups
 
 pytestmark = pytest.mark.slow
 
@@ -25,10 +25,7 @@ REPOSITORY = {"repositoryLocationName": "durable_assets", "repositoryName": "__r
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")  # the config we ship
-    return home
+    return shipped_home(tmp_path)  # the config we ship
 
 
 @pytest.fixture

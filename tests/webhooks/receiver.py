@@ -22,6 +22,8 @@ from typing import Any
 
 import standardwebhooks
 
+from tests.support.network import ServedInThread
+
 TOLERANCE_S = 300
 
 
@@ -108,10 +110,7 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
+        self._served = ServedInThread(self.server)
 
     def _next(self, path: str) -> tuple[int, dict[str, str]]:
         with self._lock:
@@ -138,6 +137,4 @@ class Receiver:
             return [r for r in self.requests if r.error]
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=10)
+        self._served.close()

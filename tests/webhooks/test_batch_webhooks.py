@@ -17,8 +17,8 @@ from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.webhooks import DELIVERED, FAILED, Outbox
 from durable_assets.ops import batch_webhooks, runner
 from durable_assets.ops.status import batch_status
+from tests.support.polling import wait_until
 
-from ..crash.helpers import wait_until
 from .receiver import Receiver
 
 SIZE = 20

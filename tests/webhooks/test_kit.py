@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from durable_assets.kit.webhooks import (
     sign,
     verify,
 )
+from tests.support.network import free_port
 
 from .receiver import Receiver
 
@@ -179,9 +179,7 @@ def test_gives_up_after_max_attempts(
 def test_a_dead_receiver_costs_at_most_the_budget_and_stays_pending(
     durable_db_url: str, secret: str, receiver: Callable[..., Receiver]
 ) -> None:
-    with socket.socket() as s:  # a port nobody listens on: connection refused
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}/hook"
+    dead = f"http://127.0.0.1:{free_port()}/hook"  # a port nobody listens on: connection refused
     outbox = Outbox(DurableDatabase(durable_db_url))
     wid = _enqueue(outbox, dead)
     started = time.monotonic()

@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 from dagster._core.definitions.run_request import InstigatorType
 
-from ..crash.helpers import DagsterDev, instance_reader, job_env, make_home, wait_until
+from tests.support.dagster_dev import DagsterDev
+from tests.support.homes import make_home
+from tests.support.polling import wait_until
+
+from ..crash.helpers import instance_reader, job_env
 from .receiver import Receiver
 
 pytestmark = pytest.mark.slow

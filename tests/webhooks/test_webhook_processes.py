@@ -15,17 +15,10 @@ import pytest
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.webhooks import DELIVERED, FAULT_KILL_AFTER_SEND, PENDING, Outbox
 from durable_assets.ops import runner
+from tests.support.homes import make_home
+from tests.support.polling import wait_until
 
-from ..crash.helpers import (
-    EXIT_FAILED,
-    EXIT_OK,
-    JobProcess,
-    instance_reader,
-    job,
-    job_env,
-    make_home,
-    wait_until,
-)
+from ..crash.helpers import EXIT_FAILED, EXIT_OK, JobProcess, instance_reader, job, job_env
 from .receiver import Receiver
 
 pytestmark = pytest.mark.slow

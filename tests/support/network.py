@@ -1,0 +1,59 @@
+"""Ports and in-process servers for tests and the benchmark.
+
+A free port per server, so parallel runs never collide on a fixed one; a server in a thread of the
+caller (the simulator, a webhook receiver, a fake provider) that is always shut down.
+"""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+from typing import Self
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the kernel's pick, released at once).
+
+    Good for a child process that needs its port on the command line, and for "a port nobody
+    listens on" (connection refused). Another process could take it in between; on a test machine
+    that race has not been seen, and a bind error would name the port.
+    """
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class Closing:
+    """``with X(...) as x:`` for anything with a ``close()``: what a test starts, it stops."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ServedInThread(Closing):
+    """A ``socketserver`` server (``ThreadingHTTPServer``, the simulator) serving from a daemon thread
+    of the caller until :meth:`close`: it outlives any process a test kills, and the test can read
+    or reconfigure it directly. A context manager, so a test cannot forget to shut it down."""
+
+    def __init__(self, server: socketserver.BaseServer, poll_interval: float = 0.05) -> None:
+        self.server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": poll_interval}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])  # type: ignore[index]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=10)
