@@ -393,6 +393,7 @@ def create_app(
         [(e.path, e.method, e.operation) for e in table],
         auth=bool(token),
         always_served=frozenset(e.path for e in table if e.public),
+        job_names=durable_jobs().names,
     )
     served: ASGIApp = app
     if token:

@@ -291,19 +291,29 @@ OPENAPI: dict[str, Any] = {
 }
 
 
+def _naming_jobs(param: dict[str, Any], job_names: tuple[str, ...]) -> dict[str, Any]:
+    if param.get("name") == "job" and param.get("in") == "query":
+        return {**param, "schema": {"type": "string", "enum": list(job_names)}}
+    return param
+
+
 def document(
     operations: list[tuple[str, str, dict[str, Any]]],
     *,
     auth: bool,
     always_served: frozenset[str] = frozenset({"/healthz"}),
+    job_names: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The OpenAPI document for ``(path, method, operation)`` triples; ``auth``: a token is required.
 
     ``always_served``: paths answered even past the connection cap; every other route can be 503.
+    ``job_names``: the registered durable jobs, the values a ``job`` query parameter takes.
     """
     paths: dict[str, dict[str, Any]] = {}
     for path, method, operation in operations:
         op = dict(operation)
+        if job_names and "parameters" in op:
+            op["parameters"] = [_naming_jobs(param, job_names) for param in op["parameters"]]
         op["responses"] = dict(op["responses"])
         op["responses"]["431"] = _HEADER_TOO_LARGE
         if path not in always_served:
