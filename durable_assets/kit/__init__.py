@@ -5,6 +5,8 @@
 - Inside steps: :func:`effect_runner` sends each :class:`Intent` exactly once through the
   :class:`IdempotencyLedger`; :class:`BatchRuntime` holds the lease, checks cancel and fence, and
   reports progress; :func:`frame_result` returns a frame with its row count and data version.
+- Inputs: :func:`read_text_table` reads a CSV or Parquet file as text (a malformed file is an
+  :class:`InputFileError`); :class:`RowChecks` collects every reason a row is quarantined.
 - Errors: one hierarchy under :class:`DurableError`; raise :class:`TransientProviderError` for a
   fault worth retrying with the same key, :class:`ProviderRejectedError` for one that is not.
 
@@ -31,7 +33,7 @@ from durable_assets.kit.job import (
     path_and_size,
 )
 from durable_assets.kit.ledger import Intent, LedgerEntry
-from durable_assets.kit.pacing import Backoff, RateLimiter, call_with_retries, shared_limiter
+from durable_assets.kit.pacing import Backoff, RateLimiter, call_with_retries, paced_map, shared_limiter
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BATCH_TAG, BatchRuntime, IdempotencyLedger
 from durable_assets.kit.schedules import DailyBatches
@@ -44,9 +46,23 @@ from durable_assets.kit.steps import (
     frame_result,
     step_progress,
 )
+from durable_assets.kit.tables import (
+    EMAIL_PATTERN,
+    REASONS,
+    ROW_NUMBER,
+    RowChecks,
+    as_mask,
+    bad_encoding,
+    clean_strings,
+    read_text_table,
+    reason_counts,
+)
 
 __all__ = [
     "BATCH_TAG",
+    "EMAIL_PATTERN",
+    "REASONS",
+    "ROW_NUMBER",
     "TRANSIENT_RETRY",
     "Backoff",
     "BatchRuntime",
@@ -66,17 +82,24 @@ __all__ = [
     "ProviderRejectedError",
     "ProviderResponseMismatchError",
     "RateLimiter",
+    "RowChecks",
     "SummaryLine",
     "SummarySpec",
     "TransientProviderError",
     "UsageError",
+    "as_mask",
+    "bad_encoding",
     "batch_dir",
     "call_with_retries",
+    "clean_strings",
     "durable_asset",
     "durable_step",
     "effect_runner",
     "frame_result",
+    "paced_map",
     "path_and_size",
+    "read_text_table",
+    "reason_counts",
     "shared_limiter",
     "step_progress",
     "typed",

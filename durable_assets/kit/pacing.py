@@ -19,9 +19,10 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from durable_assets.kit.errors import (
     IdempotencyKeyInFlightError,
@@ -30,6 +31,7 @@ from durable_assets.kit.errors import (
 )
 
 Result = Mapping[str, Any]
+T = TypeVar("T")
 
 #: After a 429 the rate becomes this fraction of what the provider let through over the last
 #: window. Just under 1: the provider's bucket refills a little while we climb back, and those
@@ -224,3 +226,33 @@ def call_with_retries(call: Callable[[], Result], limiter: RateLimiter, backoff:
             continue
         limiter.succeeded()
         return result
+
+
+def paced_map(
+    call: Callable[[T], Result],
+    items: Sequence[T],
+    limiter: RateLimiter,
+    backoff: Backoff,
+    *,
+    concurrency: int,
+    on_done: Callable[[int], None] = lambda _n: None,
+) -> list[Result]:
+    """``call`` on every item (reads: safe to repeat), ``concurrency`` at a time, each paced and
+    retried by :func:`call_with_retries`; results in the items' order. ``on_done(n)`` hears the
+    running count, for progress."""
+    if not items:
+        return []
+    done = 0
+    lock = threading.Lock()
+
+    def one(item: T) -> Result:
+        nonlocal done
+        result = call_with_retries(lambda: call(item), limiter, backoff)
+        with lock:
+            done += 1
+            count = done
+        on_done(count)
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(items)))) as pool:
+        return list(pool.map(one, items))

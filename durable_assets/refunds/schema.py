@@ -12,6 +12,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final
 
+from durable_assets.kit import REASONS as KIT_REASONS
+from durable_assets.kit import ROW_NUMBER as KIT_ROW_NUMBER
+from durable_assets.payments import money
+
 # --- input columns (the file / raw string frame) -------------------------------------------------
 
 INVOICE_ID: Final = "invoice_id"
@@ -63,22 +67,16 @@ ALREADY_REFUNDED_CENTS: Final = MONEY_COLUMNS[ALREADY_REFUNDED]
 #: Timestamp columns and whether an empty value is allowed.
 TIMESTAMP_COLUMNS: Final[dict[str, bool]] = {CHARGED_AT: False, CANCELLED_AT: True}
 
-#: Accepted currencies (lowercase, as the payment provider spells them). All have exactly two minor-unit
-#: digits, which is what makes "integer cents" correct for every one of them; zero-decimal (JPY) or
-#: three-decimal (KWD) currencies are deliberately not accepted until the money code handles them.
-ACCEPTED_CURRENCIES: Final[frozenset[str]] = frozenset({"usd", "eur", "gbp", "cad", "aud", "chf"})
-
-#: Minor units per major unit for every accepted currency.
-CENTS_PER_UNIT: Final = 100
+#: Accepted currencies and their minor units: the provider's (see :mod:`durable_assets.payments.money`).
+ACCEPTED_CURRENCIES: Final = money.ACCEPTED_CURRENCIES
+CENTS_PER_UNIT: Final = money.CENTS_PER_UNIT
 
 # --- the normalised ("valid") frame --------------------------------------------------------------
 
-#: 1-based data row in the source (header not counted), carried on both valid and quarantined rows so
-#: any refund can be traced back to the line of the file it came from.
-ROW_NUMBER: Final = "row_number"
-
-#: Semicolon-joined quarantine reason codes (quarantined frame only).
-REASONS: Final = "reasons"
+#: 1-based data row in the source and the quarantined rows' reason codes: the kit's names, shared by
+#: every pipeline's quarantine file.
+ROW_NUMBER: Final = KIT_ROW_NUMBER
+REASONS: Final = KIT_REASONS
 
 #: Pandas dtype of every column of the valid frame, in column order. ``"str"`` is pandas' default
 #: string dtype (Arrow-backed ``StringDtype`` under pandas 3); timestamps are timezone-aware UTC.

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from durable_assets.kit import UsageError
+from durable_assets.payments.money import money_text
 from durable_assets.refunds import schema as s
 
 __all__ = ["MIX", "batch_prefix", "synthetic_invoices", "synthetic_mix"]
@@ -91,12 +92,6 @@ def _text(values: pa.Array | pa.ChunkedArray) -> pd.Series:
 
 def _padded(numbers: np.ndarray, width: int) -> pa.Array:
     return pc.utf8_lpad(pc.cast(pa.array(numbers, pa.int64()), pa.string()), width, "0")
-
-
-def _money_text(cents: np.ndarray) -> pa.Array:
-    """Non-negative integer cents as "12.34" (integer arithmetic only: no float ever sees money)."""
-    major = pc.cast(pa.array(cents // 100, pa.int64()), pa.string())
-    return pc.binary_join_element_wise(major, _padded(cents % 100, 2), ".")
 
 
 def _ts_text(seconds: np.ndarray, naive: np.ndarray) -> pa.Array:
@@ -198,7 +193,7 @@ def synthetic_invoices(batch_id: str, size: int = 1000) -> pd.DataFrame:
     currency_text = pc.take(currency_names, pa.array(take["currency"] + len(_CURRENCIES) * upper))
     naive = rng.random(size) < 0.1
     show_refunded = (take["refunded"] > 0) | (rng.random(size) < 0.5)  # else empty: "nothing refunded"
-    refunded_text = pc.if_else(pa.array(show_refunded), _money_text(take["refunded"]), "")
+    refunded_text = pc.if_else(pa.array(show_refunded), money_text(take["refunded"]), "")
     cancelled_text = pc.if_else(pa.array(take["has_cancel"]), _ts_text(take["cancelled_at"], naive), "")
     months, month_index = np.unique(take["month"], return_inverse=True)
     period_text = pc.take(pa.array(np.datetime_as_string(months, unit="M")), pa.array(month_index))
@@ -212,8 +207,8 @@ def synthetic_invoices(batch_id: str, size: int = 1000) -> pd.DataFrame:
             ),
             s.CHARGE_ID: pd.Series([""] * size, dtype="str"),
             s.CURRENCY: _text(currency_text),
-            s.AMOUNT_CHARGED: _text(_money_text(take["charged"])),
-            s.CONTRACTED_AMOUNT: _text(_money_text(take["contracted"])),
+            s.AMOUNT_CHARGED: _text(money_text(take["charged"])),
+            s.CONTRACTED_AMOUNT: _text(money_text(take["contracted"])),
             s.ALREADY_REFUNDED: _text(refunded_text),
             s.SERVICE_PERIOD: _text(period_text),
             s.CHARGED_AT: _text(_ts_text(take["charged_at"], naive)),
@@ -248,6 +243,6 @@ def _inject_defects(
     put(2, s.CUSTOMER_EMAIL, "customer at example dot com")  # invalid_email
     put(3, s.CHARGED_AT, "2026-02-30T10:00:00Z")  # invalid_timestamp:charged_at
     put(4, s.AMOUNT_CHARGED, lambda v: v.str.replace(".", ",", regex=False))  # non_numeric_amount
-    put(5, s.ALREADY_REFUNDED, lambda v: _text(_money_text(charged_cents[v.index.to_numpy()] + 100)))
+    put(5, s.ALREADY_REFUNDED, lambda v: _text(money_text(charged_cents[v.index.to_numpy()] + 100)))
     put(6, s.CUSTOMER_ID, "")  # missing_customer_id
     put(7, s.CUSTOMER_EMAIL, "j\ufffdrgen@example.com")  # bad_encoding
