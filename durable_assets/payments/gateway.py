@@ -182,6 +182,11 @@ class CustomerGateway(Protocol):
 
     def list_balance_transactions(self, customer_id: str) -> list[BalanceTransaction]: ...
 
+    def latest_balance_transaction(self, customer_id: str) -> BalanceTransaction | None:
+        """The customer's newest balance transaction (one request), or None if it has none: its id
+        names the balance's current version, its ``ending_balance`` is the balance."""
+        ...
+
 
 # --- request building ----------------------------------------------------------------------------
 
@@ -417,6 +422,12 @@ def _every_page(fetch: Callable[[str | None], object], parse: Callable[[object],
 # --- the shared template -------------------------------------------------------------------------
 
 
+def _first_item(body: object, parse: Callable[[object], _I]) -> _I | None:
+    """The first item of one list page (newest first), or None for an empty list."""
+    items, _has_more = _list_items(body)
+    return parse(items[0]) if items else None
+
+
 class _GatewayBase(ABC):
     """Request building, answer validation and pagination; subclasses supply only transport."""
 
@@ -632,6 +643,10 @@ class EmbeddedGateway(_GatewayBase):
 
         return _every_page(page, parse_balance_transaction)
 
+    def latest_balance_transaction(self, customer_id: str) -> BalanceTransaction | None:
+        body = _embedded_call(lambda: self._store.list_balance_transactions(customer_id, limit=1))
+        return _first_item(body, parse_balance_transaction)
+
     def _post_charge(
         self, *, amount: int, currency: str, customer: str, metadata: dict[str, str], idempotency_key: str
     ) -> object:
@@ -799,6 +814,12 @@ class StripeGateway(_GatewayBase):
             )
 
         return _every_page(page, parse_balance_transaction)
+
+    def latest_balance_transaction(self, customer_id: str) -> BalanceTransaction | None:
+        body = _sdk_call(
+            lambda: self._client.v1.customers.balance_transactions.list(customer_id, params={"limit": 1})
+        )
+        return _first_item(body, parse_balance_transaction)
 
     def _post_charge(
         self, *, amount: int, currency: str, customer: str, metadata: dict[str, str], idempotency_key: str
