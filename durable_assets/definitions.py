@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dagster import EnvVar, JobDefinition
 
+from durable_assets.credit_migration.job import credit_migration
+from durable_assets.credit_migration.resources import CreditLimits
 from durable_assets.kit import BatchRuntime, DurableJobs, IdempotencyLedger
 from durable_assets.ops.auto_resume import AutoResumeSettings, auto_resume_sensor
 from durable_assets.ops.batch_webhooks import webhook_sensors
@@ -24,7 +26,7 @@ def _optional_env(name: str, value: str | None) -> EnvVar | None:
 
 
 #: The one registration point: every durable job of this code location, the default first.
-durable_jobs = DurableJobs([refund_batch])
+durable_jobs = DurableJobs([refund_batch, credit_migration])
 
 defs = durable_jobs.definitions(
     jobs=[retention],
@@ -51,6 +53,10 @@ defs = durable_jobs.definitions(
         "limits": RefundLimits(
             max_refunds_per_batch=settings().max_refunds_per_batch,
             max_amount_per_batch_cents=settings().max_amount_per_batch_cents,
+        ),
+        "credit_limits": CreditLimits(
+            max_adjustments_per_batch=settings().max_credit_adjustments_per_batch,
+            max_credit_per_batch_cents=settings().max_credit_per_batch_cents,
         ),
     },
 )

@@ -268,8 +268,8 @@ class Settings(BaseModel):
 
     # --- pipelines: each pipeline's own limits and inputs ------------------------------------
     # A pipeline's variables go here, in a block of their own: the refund batch's guardrails and
-    # the daily input of each DailyBatches schedule (its ``input_env``). The credit migration's
-    # limits (``DURABLE_MAX_CREDIT_*``, for its CreditLimits resource) belong here as well.
+    # the daily input of each DailyBatches schedule (its ``input_env``), and the credit
+    # migration's limits (its CreditLimits resource).
     max_refunds_per_batch: int = _var(
         "DURABLE_MAX_REFUNDS_PER_BATCH", 100_000, "refund batch: ceiling on refunds per batch", ge=0
     )
@@ -277,6 +277,19 @@ class Settings(BaseModel):
         "DURABLE_MAX_AMOUNT_PER_BATCH_CENTS",
         100_000_000,
         "refund batch: ceiling on the amount per batch, per currency, in minor units",
+        ge=0,
+    )
+    max_credit_adjustments_per_batch: int = _var(
+        "DURABLE_MAX_CREDIT_ADJUSTMENTS_PER_BATCH",
+        100_000,
+        "credit migration: ceiling on balance adjustments per batch",
+        ge=0,
+    )
+    max_credit_per_batch_cents: int = _var(
+        "DURABLE_MAX_CREDIT_PER_BATCH_CENTS",
+        100_000_000,
+        "credit migration: ceiling on the credit a batch moves (sum of the adjustments' absolute "
+        "values), per currency, in minor units",
         ge=0,
     )
     daily_invoices: str | None = _var(

@@ -1,0 +1,589 @@
+"""The credit migration as Dagster assets: legacy prepaid credit into provider customer balances.
+
+One dynamic partition per batch (``credit_batches``), so two batches never share a checkpoint.
+Steps 3 and 5 cause side effects, each through the idempotency ledger with keys from business
+identity (:mod:`durable_assets.credit_migration.keys`); the others read. The batch is safe to run
+again, resume, or run tomorrow over the same accounts: customers are found, not created twice,
+and only balances whose target changed move, by exactly the difference.
+"""
+
+# No `from __future__ import annotations`: Dagster reads these annotations at definition time.
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pandas as pd
+from dagster import (
+    AssetExecutionContext,
+    Config,
+    DynamicPartitionsDefinition,
+    MaterializeResult,
+    MetadataValue,
+)
+from pydantic import Field
+
+from durable_assets.credit_migration import schema as s
+from durable_assets.credit_migration.errors import CreditCeilingExceededError
+from durable_assets.credit_migration.keys import adjustment_key, adjustment_subject, customer_key
+from durable_assets.credit_migration.plan import BALANCE_DTYPES, plan_adjustments
+from durable_assets.credit_migration.resources import CreditLimits
+from durable_assets.credit_migration.schema import (
+    AdjustmentOutcome,
+    CustomerOutcome,
+    PlannedAction,
+    Verification,
+)
+from durable_assets.credit_migration.synthetic import synthetic_accounts
+from durable_assets.credit_migration.validation import read_legacy_file, validate_accounts
+from durable_assets.kit import (
+    BatchRuntime,
+    EffectReport,
+    EffectRunner,
+    IdempotencyLedger,
+    Intent,
+    LedgerEntry,
+    batch_dir,
+    durable_asset,
+    effect_runner,
+    frame_result,
+    paced_map,
+    reason_counts,
+    step_progress,
+    typed,
+    write_csv_atomically,
+)
+from durable_assets.payments.gateway import BalanceTransaction, Customer, CustomerGateway
+from durable_assets.payments.money import format_cents
+from durable_assets.payments.resources import PaymentGateway
+
+CREDIT_BATCHES = DynamicPartitionsDefinition(name="credit_batches")
+
+
+class LegacyExport(Config):
+    path: str | None = Field(default=None, description="CSV or Parquet export; unset = synthetic accounts")
+    size: int = Field(default=1000, ge=1, le=10_000_000, description="Synthetic batch size")
+
+
+def _effects(
+    context: AssetExecutionContext,
+    runtime: BatchRuntime,
+    ledger: IdempotencyLedger,
+    payments: PaymentGateway,
+    scope: str,
+    perform: Callable[[Intent], Mapping[str, Any]],
+    **kwargs: Any,
+) -> EffectRunner:
+    return effect_runner(
+        context,
+        runtime,
+        ledger,
+        scope=scope,
+        perform=perform,
+        concurrency=payments.concurrency,
+        limiter=payments.limiter(),
+        backoff=payments.backoff(),
+        **kwargs,
+    )
+
+
+def _read(
+    context: AssetExecutionContext,
+    runtime: BatchRuntime,
+    payments: PaymentGateway,
+    call: Callable[[str], Mapping[str, Any]],
+    ids: list[str],
+) -> list[Mapping[str, Any]]:
+    """One paced, retried read per ID, at the provider's concurrency, with the step's progress."""
+    total = len(ids)
+    runtime.report(step_progress(context, 0, total), force=True)
+    answers = paced_map(
+        call,
+        ids,
+        payments.limiter(),
+        payments.backoff(),
+        concurrency=payments.concurrency,
+        on_done=lambda n: runtime.report(step_progress(context, n, total), force=n == total),
+    )
+    return answers
+
+
+@durable_asset(label="Extracting legacy accounts", partitions_def=CREDIT_BATCHES, group_name="extract")
+def legacy_accounts(
+    context: AssetExecutionContext, config: LegacyExport, runtime: BatchRuntime
+) -> MaterializeResult:
+    """Step 1 — the night's export of legacy accounts, as strings exactly as given.
+
+    From ``path`` (CSV or Parquet) or, without one, a deterministic synthetic export whose accounts
+    are the same in every batch (only some credits change), with about 1% broken rows.
+    """
+    if config.path:
+        return frame_result(read_legacy_file(config.path), {"source": config.path})
+    return frame_result(synthetic_accounts(context.partition_key, config.size), {"source": "synthetic"})
+
+
+@durable_asset(
+    label="Validating accounts", partitions_def=CREDIT_BATCHES, group_name="extract", retry_policy=None
+)
+def validated_accounts(
+    context: AssetExecutionContext, legacy_accounts: pd.DataFrame, runtime: BatchRuntime
+) -> MaterializeResult:
+    """Step 2 — typed accounts; every bad row is quarantined with all its reasons, never migrated.
+
+    valid + quarantined == exported; the quarantine file (source row number and reasons) is written
+    next to the batch for whoever fixes the export.
+    """
+    result = validate_accounts(legacy_accounts)
+    path = write_csv_atomically(result.quarantined, batch_dir(context) / "quarantine.csv")
+    credit = result.valid.groupby(s.CURRENCY)["credit_cents"].sum()
+    return frame_result(
+        result.valid,
+        {
+            "quarantined": len(result.quarantined),
+            "quarantine_file": MetadataValue.path(str(path)),
+            "quarantine_reasons": MetadataValue.json(reason_counts(result.quarantined)),
+            "credit_by_currency_cents": MetadataValue.json({str(k): int(v) for k, v in credit.items()}),
+        },
+    )
+
+
+class _CustomersByLegacyId:
+    """Every provider customer that names a legacy account, listed once per step when first needed.
+
+    Only keys older than the provider's key retention are looked up (a resend could create a second
+    customer); listing the customers once costs one request per 100 of them, where a lookup per key
+    narrowed by email would cost one per key and miss a customer whose email has changed since.
+    """
+
+    def __init__(self, customers: CustomerGateway, runtime_check: Callable[[], None]) -> None:
+        self._customers = customers
+        self._check = runtime_check
+        self._lock = threading.Lock()
+        self._index: dict[str, list[Customer]] | None = None
+
+    def find(self, legacy_account_id: str) -> list[Customer]:
+        with self._lock:
+            if self._index is None:
+                self._check()
+                index: dict[str, list[Customer]] = {}
+                for customer in self._customers.list_customers():
+                    legacy = customer.metadata.get(s.LEGACY_ID_METADATA)
+                    if legacy:
+                        index.setdefault(legacy, []).append(customer)
+                self._index = index
+            return self._index.get(legacy_account_id, [])
+
+
+def _customer_answer(customer: Customer) -> dict[str, Any]:
+    return {"id": customer.id, s.LEGACY_ACCOUNT_ID: customer.metadata.get(s.LEGACY_ID_METADATA, "")}
+
+
+@durable_asset(
+    label="Finding or creating customers",
+    partitions_def=CREDIT_BATCHES,
+    group_name="customers",
+    effect_scope="customer",
+)
+def provider_customers(
+    context: AssetExecutionContext,
+    validated_accounts: pd.DataFrame,
+    payments: PaymentGateway,
+    ledger: IdempotencyLedger,
+    runtime: BatchRuntime,
+) -> MaterializeResult:
+    """Step 3 — exactly one provider customer per legacy account, found or created.
+
+    The key is the legacy account ID alone, so every batch, night and worker asks for the same
+    customer: a key the ledger settled is reused without a request; an unsettled one is sent again
+    with the same key, and the provider answers with the customer it created. A key older than the
+    provider's key retention is looked up by ``metadata.legacy_account_id`` before anything is
+    created. Each customer records its legacy account ID in its metadata.
+    """
+    customers = payments.customers
+    rows = {
+        customer_key(str(acct)): (str(acct), str(email), str(name))
+        for acct, email, name in zip(
+            validated_accounts[s.LEGACY_ACCOUNT_ID],
+            validated_accounts[s.EMAIL],
+            validated_accounts[s.NAME],
+            strict=True,
+        )
+    }
+    index = _CustomersByLegacyId(customers, runtime.check_may_continue)
+
+    def create(intent: Intent) -> Mapping[str, Any]:
+        acct, email, name = rows[intent.key]
+        customer = customers.create_customer(
+            email=email,
+            name=name or None,
+            metadata={s.LEGACY_ID_METADATA: acct},
+            idempotency_key=intent.key,
+        )
+        return _customer_answer(customer)
+
+    def lookup(entry: LedgerEntry) -> Mapping[str, Any] | None:
+        found = index.find(str(entry.params[s.LEGACY_ACCOUNT_ID]))
+        if len(found) > 1:
+            return {
+                "duplicates": [c.id for c in found],
+                s.LEGACY_ACCOUNT_ID: entry.params[s.LEGACY_ACCOUNT_ID],
+            }
+        return _customer_answer(found[0]) if found else None
+
+    def verify(intent: Intent, answer: Mapping[str, Any]) -> str | None:
+        if "duplicates" in answer:
+            dupes = answer["duplicates"]
+            return f"{len(dupes)} provider customers name this legacy account: {dupes}"
+        if answer.get(s.LEGACY_ACCOUNT_ID) != intent.params[s.LEGACY_ACCOUNT_ID]:
+            return f"customer {answer.get('id')} names legacy account {answer.get(s.LEGACY_ACCOUNT_ID)!r}"
+        return None
+
+    intents = [Intent(key, {s.LEGACY_ACCOUNT_ID: acct}) for key, (acct, _email, _name) in rows.items()]
+    runner = _effects(context, runtime, ledger, payments, "customer", create, verify=verify, lookup=lookup)
+    report = runner.run(intents)
+    out = typed(
+        pd.DataFrame(
+            [
+                {
+                    s.LEGACY_ACCOUNT_ID: i.params[s.LEGACY_ACCOUNT_ID],
+                    "customer_id": str((report.results.get(i.key) or {}).get("id", "")),
+                    "idempotency_key": i.key,
+                    "status": CustomerOutcome.READY
+                    if i.key in report.results
+                    else CustomerOutcome.HELD_FOR_REVIEW,
+                    "review_note": "" if i.key in report.results else str(report.review.get(i.key)),
+                }
+                for i in intents
+            ],
+            columns=list(s.CUSTOMER_DTYPES),
+        ),
+        s.CUSTOMER_DTYPES,
+    )
+    held = int((out["status"] == CustomerOutcome.HELD_FOR_REVIEW).sum())
+    return frame_result(
+        out,
+        {
+            "customers": len(out) - held,
+            "requests_sent": report.sent,
+            "reused_from_ledger": report.replayed,
+            "found_by_lookup": report.looked_up,
+            "held_for_review": held,
+        },
+    )
+
+
+def _balance_answer(customer_id: str, latest: BalanceTransaction | None) -> dict[str, Any]:
+    if latest is None:
+        return {"customer_id": customer_id, "current_cents": 0, "current_currency": "", "balance_version": ""}
+    return {
+        "customer_id": customer_id,
+        "current_cents": latest.ending_balance,
+        "current_currency": latest.currency,
+        "balance_version": latest.id,
+    }
+
+
+@durable_asset(
+    label="Planning balance adjustments",
+    partitions_def=CREDIT_BATCHES,
+    group_name="balances",
+)
+def planned_adjustments(
+    context: AssetExecutionContext,
+    validated_accounts: pd.DataFrame,
+    provider_customers: pd.DataFrame,
+    payments: PaymentGateway,
+    runtime: BatchRuntime,
+) -> MaterializeResult:
+    """Step 4 — each account's target balance against the balance the provider holds now.
+
+    Read-only: one request per customer reads its newest balance transaction, whose ``ending_balance``
+    is the balance and whose id is the balance's version. An account at its target needs nothing;
+    one whose customer's balance is in another currency is held for review; the rest get one
+    adjustment of exactly the difference (rules: ``durable_assets/credit_migration/plan.py``).
+    """
+    customers = payments.customers
+    ready = provider_customers[provider_customers["status"] == CustomerOutcome.READY]
+    ids = [str(c) for c in ready["customer_id"]]
+    answers = _read(
+        context,
+        runtime,
+        payments,
+        lambda cid: _balance_answer(cid, customers.latest_balance_transaction(cid)),
+        ids,
+    )
+    balances = pd.DataFrame(answers, columns=list(BALANCE_DTYPES))
+    plan = plan_adjustments(validated_accounts, provider_customers, balances)
+    adjust = plan[plan["action"] == PlannedAction.ADJUST]
+    return frame_result(
+        plan,
+        {
+            "adjustments": len(adjust),
+            "unchanged": int((plan["action"] == PlannedAction.UNCHANGED).sum()),
+            "held_for_review": int((plan["action"] == PlannedAction.HELD_FOR_REVIEW).sum()),
+            "adjustment_by_currency_cents": MetadataValue.json(_by_currency(adjust, "adjustment_cents")),
+        },
+    )
+
+
+def _by_currency(frame: pd.DataFrame, column: str) -> dict[str, int]:
+    return {str(k): int(v) for k, v in frame.groupby(s.CURRENCY)[column].sum().items()}
+
+
+def enforce_credit_limits(adjustments: pd.DataFrame, limits: CreditLimits) -> None:
+    """Fail closed before the first balance moves: too many adjustments, or too much credit moved."""
+    if len(adjustments) > limits.max_adjustments_per_batch:
+        raise CreditCeilingExceededError(
+            f"{len(adjustments)} balance adjustments exceed the per-batch ceiling of "
+            f"{limits.max_adjustments_per_batch}; no balance was moved. If this batch is right, raise "
+            f"DURABLE_MAX_CREDIT_ADJUSTMENTS_PER_BATCH to at least {len(adjustments)} and `job resume` it."
+        )
+    moved = adjustments.assign(moved=adjustments["adjustment_cents"].abs()).groupby(s.CURRENCY)["moved"].sum()
+    above = moved[moved > limits.max_credit_per_batch_cents]
+    if len(above):
+        currency, cents = str(above.index[0]), int(above.iloc[0])
+        raise CreditCeilingExceededError(
+            f"balance adjustments moving {format_cents(cents, currency)} exceed the per-batch ceiling "
+            f"of {format_cents(limits.max_credit_per_batch_cents, currency)}; no balance was moved. If "
+            f"this batch is right, raise DURABLE_MAX_CREDIT_PER_BATCH_CENTS to at least {cents} and "
+            "`job resume` it."
+        )
+
+
+def _transaction_answer(transaction: BalanceTransaction) -> dict[str, Any]:
+    return {
+        "id": transaction.id,
+        "customer": transaction.customer_id,
+        "amount": transaction.amount,
+        "currency": transaction.currency,
+        "ending_balance": transaction.ending_balance,
+    }
+
+
+def verify_adjustment(intent: Intent, answer: Mapping[str, Any]) -> str | None:
+    """An answer that is not exactly the transaction we asked for is held for review, never trusted."""
+    p = intent.params
+    problems = [
+        f"{field} {answer.get(field)!r} != requested {p[ours]!r}"
+        for field, ours in (("customer", "customer_id"), ("amount", "amount"), ("currency", "currency"))
+        if answer.get(field) != p[ours]
+    ]
+    return "; ".join(problems) or None
+
+
+@durable_asset(
+    label="Applying balance adjustments",
+    partitions_def=CREDIT_BATCHES,
+    group_name="balances",
+    effect_scope="balance",
+)
+def applied_adjustments(
+    context: AssetExecutionContext,
+    planned_adjustments: pd.DataFrame,
+    payments: PaymentGateway,
+    ledger: IdempotencyLedger,
+    runtime: BatchRuntime,
+    credit_limits: CreditLimits,
+) -> MaterializeResult:
+    """Step 5 — one customer balance transaction per planned adjustment, exactly once.
+
+    Keyed by the account, the balance version the plan read and the target, committed to the
+    ledger before the request and carried in the transaction's ``metadata.idempotency_key``. Only
+    the first adjustment claimed from a balance version is ever sent (a second plan from the same
+    balance is held for review). The per-batch ceilings are checked before the first request.
+    """
+    adjust = planned_adjustments[planned_adjustments["action"] == PlannedAction.ADJUST]
+    enforce_credit_limits(adjust, credit_limits)
+    customers = payments.customers
+
+    def apply(intent: Intent) -> Mapping[str, Any]:
+        p = intent.params
+        transaction = customers.create_balance_transaction(
+            customer_id=p["customer_id"],
+            amount=p["amount"],
+            currency=p["currency"],
+            description=f"Prepaid credit migrated from legacy account {p[s.LEGACY_ACCOUNT_ID]}",
+            metadata={s.LEGACY_ID_METADATA: p[s.LEGACY_ACCOUNT_ID]},
+            idempotency_key=intent.key,
+        )
+        return _transaction_answer(transaction)
+
+    def lookup(entry: LedgerEntry) -> Mapping[str, Any] | None:
+        found = [
+            t
+            for t in customers.list_balance_transactions(str(entry.params["customer_id"]))
+            if t.idempotency_key == entry.key
+        ]
+        return _transaction_answer(found[0]) if len(found) == 1 else None
+
+    intents = [
+        Intent(
+            adjustment_key(str(row.legacy_account_id), str(row.balance_version), int(str(row.target_cents))),
+            {
+                s.LEGACY_ACCOUNT_ID: str(row.legacy_account_id),
+                "customer_id": str(row.customer_id),
+                "amount": int(str(row.adjustment_cents)),
+                "currency": str(row.currency),
+                "balance_version": str(row.balance_version),
+                "target": int(str(row.target_cents)),
+            },
+            subject=adjustment_subject(str(row.customer_id), str(row.balance_version)),
+        )
+        for row in adjust.itertuples(index=False)
+    ]
+    runner = _effects(
+        context, runtime, ledger, payments, "balance", apply, verify=verify_adjustment, lookup=lookup
+    )
+    report = runner.run(intents)
+    out = _applied_frame(planned_adjustments, intents, report)
+    applied = out[out["status"] == AdjustmentOutcome.APPLIED]
+    return frame_result(
+        out,
+        {
+            "adjustments_applied": len(applied),
+            "unchanged": int((out["status"] == AdjustmentOutcome.UNCHANGED).sum()),
+            "held_for_review": int((out["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
+            "applied_by_currency_cents": MetadataValue.json(_by_currency(applied, "adjustment_cents")),
+            "requests_sent": report.sent,
+            "reused_from_ledger": report.replayed,
+            "reconciled_by_lookup": report.looked_up,
+            "balance_already_claimed": report.subject_taken,
+        },
+    )
+
+
+def _applied_frame(plan: pd.DataFrame, intents: list[Intent], report: EffectReport) -> pd.DataFrame:
+    """One row per planned account: applied, unchanged, or held with a note a person can act on."""
+    key_of = {i.params[s.LEGACY_ACCOUNT_ID]: i.key for i in intents}
+    rows = []
+    for row in plan.itertuples(index=False):
+        acct = str(row.legacy_account_id)
+        key = key_of.get(acct, "")
+        done = report.results.get(key) if key else None
+        if row.action == PlannedAction.UNCHANGED:
+            status, note = AdjustmentOutcome.UNCHANGED, ""
+        elif row.action == PlannedAction.HELD_FOR_REVIEW:
+            status, note = AdjustmentOutcome.HELD_FOR_REVIEW, str(row.review_note)
+        elif done is not None:
+            status, note = AdjustmentOutcome.APPLIED, ""
+        else:
+            status, note = AdjustmentOutcome.HELD_FOR_REVIEW, _review_note(report.review.get(key))
+        rows.append(
+            {
+                s.LEGACY_ACCOUNT_ID: acct,
+                "customer_id": str(row.customer_id),
+                s.CURRENCY: str(row.currency),
+                "target_cents": int(str(row.target_cents)),
+                "adjustment_cents": int(str(row.adjustment_cents))
+                if status != AdjustmentOutcome.UNCHANGED
+                else 0,
+                "idempotency_key": key,
+                "transaction_id": str((done or {}).get("id", "")),
+                "status": status,
+                "review_note": note,
+            }
+        )
+    return typed(pd.DataFrame(rows, columns=list(s.APPLIED_DTYPES)), s.APPLIED_DTYPES)
+
+
+def _review_note(review: Mapping[str, Any] | None) -> str:
+    if review and "subject_taken" in review:
+        holder = review.get("holder_params") or {}
+        return (
+            f"another adjustment (key {review['holder_key']}, to {holder.get('target', '?')}) was already "
+            "claimed from the same balance; run the migration again to plan from the balance it left"
+        )
+    return str(review)
+
+
+@durable_asset(label="Verifying balances", partitions_def=CREDIT_BATCHES, group_name="balances")
+def verified_balances(
+    context: AssetExecutionContext,
+    applied_adjustments: pd.DataFrame,
+    payments: PaymentGateway,
+    runtime: BatchRuntime,
+) -> MaterializeResult:
+    """Step 6 — every migrated account's balance read back from the provider and compared with its target.
+
+    Read-only, one request per customer. A balance that is not exactly the target is ``mismatch``;
+    the blocking check ``balances_match_targets`` then stops the batch before its report.
+    """
+    customers = payments.customers
+    migrated = applied_adjustments[applied_adjustments["status"] != AdjustmentOutcome.HELD_FOR_REVIEW]
+    ids = [str(c) for c in migrated["customer_id"]]
+
+    def balance(customer_id: str) -> Mapping[str, Any]:
+        return {"balance": customers.retrieve_customer(customer_id).balance}
+
+    answers = _read(context, runtime, payments, balance, ids)
+    out = typed(applied_adjustments, s.APPLIED_DTYPES)
+    out["provider_balance_cents"] = 0
+    out["verification"] = Verification.NOT_MIGRATED.value
+    held = out["status"] == AdjustmentOutcome.HELD_FOR_REVIEW
+    got = [int(a["balance"]) for a in answers]
+    out.loc[~held, "provider_balance_cents"] = got
+    matched = out.loc[~held, "target_cents"].to_numpy() == pd.Series(got, dtype="int64").to_numpy()
+    out.loc[~held, "verification"] = [
+        Verification.MATCHED.value if m else Verification.MISMATCH.value for m in matched
+    ]
+    out = typed(out, s.VERIFIED_DTYPES)
+    return frame_result(
+        out,
+        {
+            "matched": int((out["verification"] == Verification.MATCHED).sum()),
+            "mismatched": int((out["verification"] == Verification.MISMATCH).sum()),
+            "not_migrated": int(held.sum()),
+        },
+    )
+
+
+@durable_asset(
+    label="Writing the migration report",
+    partitions_def=CREDIT_BATCHES,
+    group_name="reporting",
+    retry_policy=None,
+)
+def migration_report(
+    context: AssetExecutionContext,
+    validated_accounts: pd.DataFrame,
+    applied_adjustments: pd.DataFrame,
+    verified_balances: pd.DataFrame,
+    runtime: BatchRuntime,
+) -> MaterializeResult:
+    """Step 7 — one line per account (credit, target, adjustment, outcome), and the totals.
+
+    Written as CSV with spreadsheet formulas neutralised (names and emails come from outside).
+    """
+    applied = typed(applied_adjustments, s.APPLIED_DTYPES)
+    verified = typed(verified_balances, s.VERIFIED_DTYPES)[[s.LEGACY_ACCOUNT_ID, "verification"]]
+    accounts = typed(validated_accounts, s.ACCOUNT_DTYPES)[[s.LEGACY_ACCOUNT_ID, "credit_cents"]]
+    report = typed(
+        applied.merge(accounts, on=s.LEGACY_ACCOUNT_ID).merge(verified, on=s.LEGACY_ACCOUNT_ID),
+        s.REPORT_DTYPES,
+    )
+    path = write_csv_atomically(report, batch_dir(context) / "migration_report.csv")
+    moved = report[report["status"] == AdjustmentOutcome.APPLIED]
+    return frame_result(
+        report,
+        {
+            "report_file": MetadataValue.path(str(path)),
+            "accounts": len(report),
+            "adjustments_applied": len(moved),
+            "unchanged": int((report["status"] == AdjustmentOutcome.UNCHANGED).sum()),
+            "held_for_review": int((report["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
+            "applied_by_currency_cents": MetadataValue.json(_by_currency(moved, "adjustment_cents")),
+            "balances_matched": int((report["verification"] == Verification.MATCHED).sum()),
+        },
+    )
+
+
+ALL_ASSETS = [
+    legacy_accounts,
+    validated_accounts,
+    provider_customers,
+    planned_adjustments,
+    applied_adjustments,
+    verified_balances,
+    migration_report,
+]
+
+__all__ = ["ALL_ASSETS", "CREDIT_BATCHES", "LegacyExport"]

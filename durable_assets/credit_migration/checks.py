@@ -1,0 +1,170 @@
+"""Asset checks that guard the migrated money, beside each batch's materializations in the UI.
+
+The steps fail closed before their first request (ceilings) and hold odd answers for review; these
+checks verify the *outcome* from outside the code that produced it, and all three are blocking: a
+failure stops the batch before its report, so nobody reads a report whose books do not balance.
+
+- ``one_customer_per_account``: the provider holds exactly one customer per migrated legacy account
+  (read by listing the account's customers once: one request per 100 customers).
+- ``no_adjustment_applied_twice``: each adjusted customer's balance transactions hold our key once,
+  and no key twice (one request per adjusted customer).
+- ``balances_match_targets``: every migrated balance read back equals its target; within the
+  per-batch ceilings too.
+"""
+
+# No `from __future__ import annotations`: Dagster reads these annotations at definition time.
+import warnings
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetIn,
+    MetadataValue,
+    PreviewWarning,
+    asset_check,
+)
+
+from durable_assets.credit_migration import schema as s
+from durable_assets.credit_migration.assets import (
+    CREDIT_BATCHES,
+    applied_adjustments,
+    provider_customers,
+    verified_balances,
+)
+from durable_assets.credit_migration.resources import CreditLimits
+from durable_assets.credit_migration.schema import AdjustmentOutcome, CustomerOutcome, Verification
+from durable_assets.kit import call_with_retries, paced_map
+from durable_assets.payments.resources import PaymentGateway
+
+# A check must be partitioned like its asset so it reads this batch's frame, not every batch's.
+# Dagster marks that as preview; the warning would otherwise print on every `job` command.
+warnings.filterwarnings(
+    "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=PreviewWarning
+)
+
+#: Examples listed in a failed check's metadata; enough to start an investigation.
+EXAMPLES = 10
+
+
+def _sample(values: Any) -> MetadataValue:
+    return MetadataValue.json([str(v) for v in list(values)[:EXAMPLES]])
+
+
+def _result(problems: list[str], metadata: dict[str, Any]) -> AssetCheckResult:
+    if problems:
+        metadata["examples"] = _sample(problems)
+    return AssetCheckResult(
+        passed=not problems,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={"problems": len(problems), **metadata},
+    )
+
+
+@asset_check(asset=provider_customers, partitions_def=CREDIT_BATCHES, blocking=True)
+def one_customer_per_account(provider_customers: pd.DataFrame, payments: PaymentGateway) -> AssetCheckResult:
+    """Exactly one provider customer per migrated legacy account, and it is the one we recorded.
+
+    Two customers for one account would split its credit (or double it on the next migration).
+    Every customer of the provider account is listed once, through all pages.
+    """
+    ready = provider_customers[provider_customers["status"] == CustomerOutcome.READY]
+    listed = call_with_retries(
+        lambda: {"customers": payments.customers.list_customers()}, payments.limiter(), payments.backoff()
+    )["customers"]
+    at_provider: dict[str, list[str]] = {}
+    for customer in listed:
+        legacy = customer.metadata.get(s.LEGACY_ID_METADATA)
+        if legacy:
+            at_provider.setdefault(legacy, []).append(customer.id)
+    problems = []
+    for acct, recorded in zip(ready[s.LEGACY_ACCOUNT_ID], ready["customer_id"], strict=True):
+        found = at_provider.get(str(acct), [])
+        if found != [recorded]:
+            problems.append(f"{acct}: provider customers {found}, we recorded {recorded}")
+    repeated = ready.loc[ready["customer_id"].duplicated(), "customer_id"]
+    problems += [f"customer {c} recorded for two accounts" for c in repeated]
+    return _result(problems, {"accounts_checked": len(ready), "customers_listed": len(listed)})
+
+
+@asset_check(asset=applied_adjustments, partitions_def=CREDIT_BATCHES, blocking=True)
+def no_adjustment_applied_twice(
+    applied_adjustments: pd.DataFrame, payments: PaymentGateway
+) -> AssetCheckResult:
+    """Each adjustment we applied is exactly one balance transaction at the provider; no key repeats.
+
+    Two transactions under one key would mean credit was given twice (a provider that forgot a key,
+    another system sending our keys). Reads every balance transaction of each adjusted customer.
+    """
+    applied = applied_adjustments[applied_adjustments["status"] == AdjustmentOutcome.APPLIED]
+    customers = payments.customers
+
+    def probe(row: Mapping[Any, Any]) -> Mapping[str, Any]:
+        keys = Counter(
+            t.idempotency_key for t in customers.list_balance_transactions(str(row["customer_id"]))
+        )
+        problems = [
+            f"{row['customer_id']}: key {k} applied {n} times" for k, n in keys.items() if k and n > 1
+        ]
+        if keys.get(str(row["idempotency_key"]), 0) == 0:
+            problems.append(f"{row['customer_id']}: no transaction with key {row['idempotency_key']}")
+        return {"problems": problems}
+
+    answers = paced_map(
+        probe,
+        applied.to_dict("records"),
+        payments.limiter(),
+        payments.backoff(),
+        concurrency=payments.concurrency,
+    )
+    problems = [p for a in answers for p in a["problems"]]
+    repeated = applied.loc[applied["idempotency_key"].duplicated(), "idempotency_key"]
+    problems += [f"key {k} recorded twice" for k in repeated]
+    return _result(problems, {"adjustments_checked": len(applied)})
+
+
+@asset_check(
+    asset=verified_balances,
+    partitions_def=CREDIT_BATCHES,
+    blocking=True,
+    additional_ins={"applied_adjustments": AssetIn("applied_adjustments")},
+)
+def balances_match_targets(
+    verified_balances: pd.DataFrame, applied_adjustments: pd.DataFrame, credit_limits: CreditLimits
+) -> AssetCheckResult:
+    """Every migrated balance equals minus the account's credit, and what moved stays within the
+    per-batch ceilings (``CreditLimits``), so neither a bug in the guard nor a changed limit goes
+    unnoticed. Accounts held for review are listed, not failed: a person decides about them."""
+    mismatched = verified_balances[verified_balances["verification"] == Verification.MISMATCH]
+    problems = [
+        f"{acct}: balance {got}, target {want}"
+        for acct, got, want in zip(
+            mismatched[s.LEGACY_ACCOUNT_ID],
+            mismatched["provider_balance_cents"],
+            mismatched["target_cents"],
+            strict=True,
+        )
+    ]
+    applied = applied_adjustments[applied_adjustments["status"] == AdjustmentOutcome.APPLIED]
+    moved = applied.assign(moved=applied["adjustment_cents"].abs()).groupby(s.CURRENCY)["moved"].sum()
+    over = {str(k): int(v) for k, v in moved.items() if v > credit_limits.max_credit_per_batch_cents}
+    if over:
+        problems.append(f"credit moved above the per-batch ceiling: {over}")
+    if len(applied) > credit_limits.max_adjustments_per_batch:
+        problems.append(
+            f"{len(applied)} adjustments above the ceiling of {credit_limits.max_adjustments_per_batch}"
+        )
+    return _result(
+        problems,
+        {
+            "matched": int((verified_balances["verification"] == Verification.MATCHED).sum()),
+            "mismatched": len(mismatched),
+            "not_migrated": int((verified_balances["verification"] == Verification.NOT_MIGRATED).sum()),
+        },
+    )
+
+
+ALL_CHECKS = [one_customer_per_account, no_adjustment_applied_twice, balances_match_targets]

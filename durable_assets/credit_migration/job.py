@@ -1,0 +1,27 @@
+"""The credit migration as a durable job: the descriptor the operations layer reads."""
+
+from __future__ import annotations
+
+from durable_assets.credit_migration.assets import ALL_ASSETS, CREDIT_BATCHES
+from durable_assets.credit_migration.checks import ALL_CHECKS
+from durable_assets.credit_migration.schedules import NIGHTLY_CREDITS
+from durable_assets.credit_migration.summary import CREDIT_SUMMARY
+from durable_assets.credit_migration.validation import read_legacy_file
+from durable_assets.kit import DurableJob
+
+CREDIT_JOB = "credit_migration"
+
+credit_migration = DurableJob(
+    CREDIT_JOB,
+    assets=ALL_ASSETS,
+    partitions=CREDIT_BATCHES,
+    checks=ALL_CHECKS,
+    summary=CREDIT_SUMMARY,
+    daily=NIGHTLY_CREDITS,
+    check_input=read_legacy_file,
+    description=(
+        "A batch migration of prepaid credit from a legacy billing export into payment-provider "
+        "customer balances: one customer per legacy account (found or created), one balance "
+        "transaction per changed balance, each exactly once, every balance read back. Partition = batch ID."
+    ),
+)

@@ -1,0 +1,85 @@
+"""The migration's plan: for each account, the target balance against the balance the provider holds.
+
+Pure functions of frames, so the rules are unit-tested without a provider:
+
+1. an account whose customer is held for review is held too (nothing to move a balance on);
+2. a customer whose balance is already in another currency is held: a Stripe balance has one
+   currency, and converting credit is a decision for a person, not for a migration;
+3. a balance already at the target needs nothing (the next night's batch over unchanged accounts
+   sends no request);
+4. otherwise one adjustment of exactly the difference, keyed by the balance version it was computed
+   from (see :mod:`durable_assets.credit_migration.keys`).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from durable_assets.credit_migration import schema as s
+from durable_assets.credit_migration.schema import CustomerOutcome, PlannedAction
+from durable_assets.kit import typed
+from durable_assets.payments.money import format_cents
+
+#: Columns of the balances read by the plan step (one row per ready customer).
+BALANCE_DTYPES: dict[str, str] = {
+    "customer_id": "str",
+    "current_cents": "int64",
+    "current_currency": "str",
+    "balance_version": "str",
+}
+
+
+def target_cents(credit_cents: pd.Series) -> pd.Series:
+    """Credit owed to the customer is a negative balance (Stripe's sign)."""
+    return (-credit_cents).astype("int64")
+
+
+def plan_adjustments(accounts: pd.DataFrame, customers: pd.DataFrame, balances: pd.DataFrame) -> pd.DataFrame:
+    """One row per account of ``accounts`` (:data:`schema.PLAN_DTYPES`), in the accounts' order."""
+    merged = (
+        accounts[[s.LEGACY_ACCOUNT_ID, s.CURRENCY, "credit_cents"]]
+        .merge(
+            customers[[s.LEGACY_ACCOUNT_ID, "customer_id", "status", "review_note"]],
+            on=s.LEGACY_ACCOUNT_ID,
+            how="left",
+        )
+        .merge(typed(balances, BALANCE_DTYPES), on="customer_id", how="left")
+    )
+    ready = (merged["status"] == CustomerOutcome.READY).fillna(False).astype(bool)
+    current = merged["current_cents"].fillna(0).astype("int64")
+    current_currency = merged["current_currency"].fillna("").astype("str")
+    target = target_cents(merged["credit_cents"])
+    other_currency = ready & (current_currency != "") & (current_currency != merged[s.CURRENCY])
+    unchanged = ready & ~other_currency & (current == target)
+
+    action = pd.Series(PlannedAction.ADJUST.value, index=merged.index, dtype="str")
+    action[unchanged] = PlannedAction.UNCHANGED.value
+    action[~ready | other_currency] = PlannedAction.HELD_FOR_REVIEW.value
+    note = pd.Series("", index=merged.index, dtype="str")
+    note[~ready] = merged.loc[~ready, "review_note"].fillna("no provider customer").astype("str")
+    if other_currency.any():
+        note[other_currency] = pd.Series(
+            [
+                f"customer {cus}'s balance is {format_cents(int(cur), str(ccy))}; the legacy account's "
+                f"credit is in {str(want).upper()} and a balance has one currency: convert it by hand"
+                for cus, cur, ccy, want in merged.loc[
+                    other_currency, ["customer_id", "current_cents", "current_currency", s.CURRENCY]
+                ].itertuples(index=False)
+            ],
+            index=merged.index[other_currency],
+            dtype="str",
+        )
+    plan = pd.DataFrame(
+        {
+            s.LEGACY_ACCOUNT_ID: merged[s.LEGACY_ACCOUNT_ID],
+            "customer_id": merged["customer_id"].fillna(""),
+            s.CURRENCY: merged[s.CURRENCY],
+            "target_cents": target,
+            "current_cents": current,
+            "balance_version": merged["balance_version"].fillna(""),
+            "adjustment_cents": (target - current).where(action == PlannedAction.ADJUST.value, 0),
+            "action": action,
+            "review_note": note,
+        }
+    )
+    return typed(plan, s.PLAN_DTYPES)

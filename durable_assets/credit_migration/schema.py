@@ -1,0 +1,173 @@
+"""The legacy-credit export's schema and the frames the migration's steps store, in one place.
+
+Every other module of the migration refers to these names instead of spelling column strings, so a
+rename is one edit and a typo fails at import time. Stored frames have declared dtypes: pandas
+infers ``float64`` or ``object`` for a column built from zero rows, and a nightly export with
+nothing new in it is normal, so every frame has the same dtypes at zero rows as at a million.
+
+Money follows Stripe's sign for customer balances: a *negative* balance is credit the business owes
+the customer. An account with 12.50 of legacy credit has the target balance -1250.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+from durable_assets.kit import REASONS as KIT_REASONS
+from durable_assets.kit import ROW_NUMBER as KIT_ROW_NUMBER
+from durable_assets.payments import money, store
+
+# --- input columns (the export, read as text) ----------------------------------------------------
+
+LEGACY_ACCOUNT_ID: Final = "legacy_account_id"
+EMAIL: Final = "email"
+NAME: Final = "name"
+CURRENCY: Final = "currency"
+CREDIT_BALANCE: Final = "credit_balance"
+UPDATED_AT: Final = "updated_at"
+
+#: The export's columns, in canonical order (files may order them differently). All are required
+#: as columns; ``name`` may be empty in a row.
+INPUT_COLUMNS: Final[tuple[str, ...]] = (LEGACY_ACCOUNT_ID, EMAIL, NAME, CURRENCY, CREDIT_BALANCE, UPDATED_AT)
+REQUIRED_COLUMNS: Final = INPUT_COLUMNS
+
+#: CONTRACT.md: a legacy account ID is non-empty and at most 64 characters.
+MAX_LEGACY_ID_LENGTH: Final = 64
+#: Stripe's limits on a customer's fields, and on a balance (minor units), as the provider enforces them.
+MAX_NAME_LENGTH: Final = store.MAX_NAME_LENGTH
+MAX_EMAIL_LENGTH: Final = store.MAX_EMAIL_LENGTH
+MAX_BALANCE_CENTS: Final = store.MAX_AMOUNT
+
+ACCEPTED_CURRENCIES: Final = money.ACCEPTED_CURRENCIES
+ROW_NUMBER: Final = KIT_ROW_NUMBER
+REASONS: Final = KIT_REASONS
+
+#: Where a provider customer records the legacy account it was migrated from (its business identity).
+LEGACY_ID_METADATA: Final = "legacy_account_id"
+
+
+class QuarantineReason(StrEnum):
+    """Why an account row was quarantined. The values are stable API (reports, dashboards)."""
+
+    EMPTY_LEGACY_ACCOUNT_ID = "empty_legacy_account_id"
+    LEGACY_ACCOUNT_ID_TOO_LONG = "legacy_account_id_too_long"
+    DUPLICATE_LEGACY_ACCOUNT_ID = "duplicate_legacy_account_id"
+    INVALID_EMAIL = "invalid_email"
+    NAME_TOO_LONG = "name_too_long"
+    UNKNOWN_CURRENCY = "unknown_currency"
+    NON_NUMERIC_CREDIT = "non_numeric_credit"
+    NEGATIVE_CREDIT = "negative_credit"
+    CREDIT_TOO_LARGE = "credit_too_large"
+    INVALID_TIMESTAMP = "invalid_timestamp"
+    BAD_ENCODING = "bad_encoding"
+
+
+#: The valid accounts (step 2): typed, normalised, in source order.
+ACCOUNT_DTYPES: Final[dict[str, str]] = {
+    ROW_NUMBER: "int64",
+    LEGACY_ACCOUNT_ID: "str",
+    EMAIL: "str",
+    NAME: "str",
+    CURRENCY: "str",
+    "credit_cents": "int64",
+    UPDATED_AT: "datetime64[ns, UTC]",
+}
+
+# --- the later steps' frames ----------------------------------------------------------------------
+
+
+class CustomerOutcome(StrEnum):
+    """What became of an account's provider customer (step 3)."""
+
+    READY = "ready"  # created now, or found (ledger, provider lookup)
+    HELD_FOR_REVIEW = "held_for_review"
+
+
+#: Step 3 (``provider_customers``): one row per valid account.
+CUSTOMER_DTYPES: Final[dict[str, str]] = {
+    LEGACY_ACCOUNT_ID: "str",
+    "customer_id": "str",
+    "idempotency_key": "str",
+    "status": "str",
+    "review_note": "str",
+}
+
+
+class PlannedAction(StrEnum):
+    """What the plan (step 4) does for an account."""
+
+    ADJUST = "adjust"  # one balance transaction of the difference
+    UNCHANGED = "unchanged"  # the provider already holds the target balance
+    HELD_FOR_REVIEW = "held_for_review"
+
+
+#: Step 4 (``planned_adjustments``): target against what the provider holds now. ``balance_version``
+#: is the id of the customer's newest balance transaction when the plan read it ("" for none): the
+#: adjustment is keyed by it, so it applies at most once to the balance it was computed from.
+PLAN_DTYPES: Final[dict[str, str]] = {
+    LEGACY_ACCOUNT_ID: "str",
+    "customer_id": "str",
+    CURRENCY: "str",
+    "target_cents": "int64",
+    "current_cents": "int64",
+    "balance_version": "str",
+    "adjustment_cents": "int64",
+    "action": "str",
+    "review_note": "str",
+}
+
+
+class AdjustmentOutcome(StrEnum):
+    """What became of an account's planned adjustment (step 5)."""
+
+    APPLIED = "applied"
+    UNCHANGED = "unchanged"
+    HELD_FOR_REVIEW = "held_for_review"
+
+
+#: Step 5 (``applied_adjustments``): one row per planned account.
+APPLIED_DTYPES: Final[dict[str, str]] = {
+    LEGACY_ACCOUNT_ID: "str",
+    "customer_id": "str",
+    CURRENCY: "str",
+    "target_cents": "int64",
+    "adjustment_cents": "int64",
+    "idempotency_key": "str",
+    "transaction_id": "str",
+    "status": "str",
+    "review_note": "str",
+}
+
+
+class Verification(StrEnum):
+    """A migrated account's balance read back from the provider (step 6)."""
+
+    MATCHED = "matched"
+    MISMATCH = "mismatch"
+    NOT_MIGRATED = "not_migrated"  # held for review before any balance moved
+
+
+#: Step 6 (``verified_balances``).
+VERIFIED_DTYPES: Final[dict[str, str]] = {
+    LEGACY_ACCOUNT_ID: "str",
+    "customer_id": "str",
+    CURRENCY: "str",
+    "target_cents": "int64",
+    "provider_balance_cents": "int64",
+    "verification": "str",
+}
+
+#: Step 7 (``migration_report``): one line per valid account, for finance and support.
+REPORT_DTYPES: Final[dict[str, str]] = {
+    LEGACY_ACCOUNT_ID: "str",
+    "customer_id": "str",
+    CURRENCY: "str",
+    "credit_cents": "int64",
+    "target_cents": "int64",
+    "adjustment_cents": "int64",
+    "transaction_id": "str",
+    "status": "str",
+    "verification": "str",
+    "review_note": "str",
+}
