@@ -8,7 +8,6 @@ through the idempotency ledger and check cancel and fencing before every request
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pandas as pd
@@ -29,10 +28,10 @@ from durable_assets.kit import (
     Intent,
     LedgerEntry,
     batch_dir,
-    call_with_retries,
     durable_asset,
     effect_runner,
     frame_result,
+    paced_map,
     step_progress,
     typed,
     write_csv_atomically,
@@ -343,13 +342,13 @@ def reconciled_refunds(
     """
     gateway = payments.gateway
     refunded = issued_refunds[issued_refunds["status"] == s.RefundOutcome.REFUNDED]
-    limiter, backoff = payments.limiter(), payments.backoff()
-
-    def fetch(refund_id: str) -> Mapping[str, Any]:
-        return call_with_retries(lambda: _refund_dict(gateway.retrieve_refund(refund_id)), limiter, backoff)
-
-    with ThreadPoolExecutor(max_workers=payments.concurrency) as pool:
-        answers = list(pool.map(fetch, refunded["provider_id"]))
+    answers = paced_map(
+        lambda refund_id: _refund_dict(gateway.retrieve_refund(refund_id)),
+        [str(r) for r in refunded["provider_id"]],
+        payments.limiter(),
+        payments.backoff(),
+        concurrency=payments.concurrency,
+    )
     out = typed(issued_refunds, s.OUTCOME_DTYPES)
     out["reconciliation"] = "not_refunded"
     matches = [
