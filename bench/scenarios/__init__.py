@@ -21,4 +21,5 @@ def registry() -> dict[int, tuple[str, str]]:
         6: ("scale", "scale: load, validate, candidates"),
         7: ("pruning", "pruning old runs"),
         8: ("adaptive_pacing", "provider limit learned with no client setting"),
+        9: ("credit_migration", "credit migration at the provider's limit, and the next night"),
     }
