@@ -14,10 +14,11 @@ from typing import Any
 
 import httpx
 import jsonschema_rs
+import pytest
 
 from durable_assets.kit.status_model import BatchStatus, StepEventStatus, StepStatus
 from durable_assets.ops import openapi
-from tests.api.conftest import Served
+from tests.api.conftest import FINISHED_BY_JOB, Served
 from tests.api.helpers import read_stream
 from tests.crash.helpers import instance_reader
 
@@ -60,13 +61,17 @@ def test_the_status_json_fields_are_the_documented_ones() -> None:
     assert set(step["required"]) == set(step["properties"])
 
 
-def test_a_real_batchs_status_list_and_events_validate_against_the_served_document(served: Served) -> None:
+@pytest.mark.parametrize("job_name", list(FINISHED_BY_JOB))
+def test_a_real_batchs_status_list_and_events_validate_against_the_served_document(
+    served: Served, job_name: str
+) -> None:
+    batch_id = served.batches[job_name]
     with httpx.Client(timeout=30, headers=served.auth) as client:
         doc = client.get(f"{served.url}/openapi.json").json()
-        over_http = client.get(f"{served.url}/runs/{served.batch_id}").json()
+        over_http = client.get(f"{served.url}/runs/{batch_id}").json()
         listed = client.get(f"{served.url}/runs").json()
     with instance_reader(served.home) as reader:
-        in_process = json.loads(json.dumps(reader.status(served.batch_id)))
+        in_process = json.loads(json.dumps(reader.status(batch_id)))
     status = _validator(doc, "BatchStatus")
     for body in (in_process, over_http, *listed):
         status.validate(body)
@@ -77,7 +82,7 @@ def test_a_real_batchs_status_list_and_events_validate_against_the_served_docume
 
     payloads = {"progress": "ProgressEvent", "step": "StepEvent", "status": "StatusEvent"}
     validators = {event: _validator(doc, component) for event, component in payloads.items()}
-    stream = read_stream(f"{served.url}/runs/{served.batch_id}/events", headers=served.auth, timeout=60)
+    stream = read_stream(f"{served.url}/runs/{batch_id}/events", headers=served.auth, timeout=60)
     assert {e.event for e in stream.events} == set(payloads)
     for event in stream.events:
         validators[event.event].validate(event.data)
