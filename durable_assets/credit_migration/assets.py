@@ -520,11 +520,12 @@ def verified_balances(
     out["verification"] = Verification.NOT_MIGRATED.value
     held = out["status"] == AdjustmentOutcome.HELD_FOR_REVIEW
     got = [int(a["balance"]) for a in answers]
-    out.loc[~held, "provider_balance_cents"] = got
-    matched = out.loc[~held, "target_cents"].to_numpy() == pd.Series(got, dtype="int64").to_numpy()
-    out.loc[~held, "verification"] = [
-        Verification.MATCHED.value if m else Verification.MISMATCH.value for m in matched
-    ]
+    if got:  # pandas refuses an empty list under an all-False mask: every account may be held
+        out.loc[~held, "provider_balance_cents"] = got
+        matched = out.loc[~held, "target_cents"].to_numpy() == pd.Series(got, dtype="int64").to_numpy()
+        out.loc[~held, "verification"] = [
+            Verification.MATCHED.value if m else Verification.MISMATCH.value for m in matched
+        ]
     out = typed(out, s.VERIFIED_DTYPES)
     return frame_result(
         out,
