@@ -4,8 +4,9 @@ Unlike synthetic invoices, accounts are *not* per batch: account ``n`` is the sa
 (``LEG-0000042``, same email, name and currency) in every batch, because a migration runs night
 after night over the same population and must converge. What a batch changes is credit: each
 account has a base credit derived from its number alone, and about one account in ten has a
-different credit in a given batch (derived from the batch ID). So the second batch over the same
-accounts moves only those balances, and an identical re-run moves none.
+different credit in a given batch (derived from the batch ID). So two batches over the same
+accounts differ in about one credit in five (an account changed in either), the second moves only
+those balances, and an identical re-run moves none.
 
 Everything derives from (account number, batch ID) through a stateless 64-bit mix, never from a
 clock or a random state: a resumed batch regenerates exactly the same rows, and ``--size 2000``

@@ -1,0 +1,175 @@
+"""The nightly credit migration schedule: one batch per night however often its tick is evaluated."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus, RunRequest, RunsFilter, build_schedule_context
+from dagster._core.scheduler.instigation import TickStatus
+from dagster._core.test_utils import create_test_daemon_workspace_context, freeze_time, load_remote_repo
+from dagster._core.workspace.load_target import ModuleTarget
+
+from durable_assets.credit_migration.assets import CREDIT_BATCHES
+from durable_assets.credit_migration.job import CREDIT_JOB
+from durable_assets.credit_migration.schedules import EXPORT_TEMPLATE_ENV, NIGHTLY_CREDITS, NIGHTLY_SCHEDULE
+from durable_assets.definitions import defs
+from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.ops.runner import start_batch
+from durable_assets.refunds.schedules import DAILY_SCHEDULE
+
+from ..conftest import REPO, job_cli
+
+TICK = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
+BATCH = "credits-2026-11-29"
+PARTITIONS = CREDIT_BATCHES.name or "credit_batches"
+
+
+class SimulatedDaemonCrash(Exception):
+    pass
+
+
+def _evaluate(instance: DagsterInstance, at: datetime = TICK) -> RunRequest | None:
+    """One evaluation of the schedule (what "Test schedule" in the UI does); None when it skips."""
+    sched = defs.resolve_schedule_def(NIGHTLY_SCHEDULE)
+    ctx = build_schedule_context(instance, at, repository_def=defs.get_repository_def())
+    data = sched.evaluate_tick(ctx)
+    requests = data.run_requests or []
+    assert len(requests) <= 1, requests
+    return requests[0] if requests else None
+
+
+def test_schedule_ships_stopped_and_names_the_batch_after_the_night() -> None:
+    sched = defs.resolve_schedule_def(NIGHTLY_SCHEDULE)
+    assert sched.default_status.value == "STOPPED"
+    assert sched.cron_schedule == "0 3 * * *" and sched.execution_timezone == "UTC"
+    assert sched.job_name == CREDIT_JOB
+    assert NIGHTLY_CREDITS.batch_id(date(2026, 11, 29)) == BATCH
+    assert NIGHTLY_SCHEDULE != DAILY_SCHEDULE
+    assert "credits-YYYY-MM-DD" in (sched.description or "")
+    assert EXPORT_TEMPLATE_ENV == "DURABLE_NIGHTLY_CREDITS"
+
+
+def test_the_tick_requests_the_nights_batch_with_a_synthetic_export(
+    dagster_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(EXPORT_TEMPLATE_ENV, raising=False)
+    with DagsterInstance.get() as instance:
+        request = _evaluate(instance)
+        assert request is not None
+        assert request.run_key == BATCH and request.partition_key == BATCH
+        assert request.tags[BATCH_TAG] == BATCH
+        assert request.run_config == {"ops": {"legacy_accounts": {"config": {}}}}
+        assert instance.get_dynamic_partitions(PARTITIONS) == [BATCH]
+        assert instance.get_dynamic_partitions("batches") == []  # not the refund job's partitions
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("/data/legacy/credits-{date}.csv", "/data/legacy/credits-2026-11-29.csv"),
+        ("/data/{date}/export.parquet", "/data/2026-11-29/export.parquet"),
+    ],
+)
+def test_the_nights_input_comes_from_the_templated_variable(
+    template: str, expected: str, dagster_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(EXPORT_TEMPLATE_ENV, template)
+    with DagsterInstance.get() as instance:
+        request = _evaluate(instance)
+        assert request is not None
+        assert request.run_config == {"ops": {"legacy_accounts": {"config": {"path": expected}}}}
+        # The next night reads the next night's file.
+        tomorrow = _evaluate(instance, TICK + timedelta(days=1))
+        assert tomorrow is not None and tomorrow.run_key == "credits-2026-11-30"
+        assert tomorrow.run_config["ops"]["legacy_accounts"]["config"]["path"] == expected.replace(
+            "2026-11-29", "2026-11-30"
+        )
+
+
+def test_a_night_whose_batch_already_ran_is_skipped_not_started_again(dagster_home: Path) -> None:
+    with DagsterInstance.get() as instance:
+        first, again = _evaluate(instance), _evaluate(instance)
+        assert first is not None and again is not None
+        assert first.run_key == again.run_key == BATCH  # nothing ran yet: the same request
+        assert instance.get_dynamic_partitions(PARTITIONS) == [BATCH]  # added once
+
+        run = start_batch(instance, BATCH, job=CREDIT_JOB, size=20)
+        assert run.status == DagsterRunStatus.SUCCESS
+        sched = defs.resolve_schedule_def(NIGHTLY_SCHEDULE)
+        after = sched.evaluate_tick(
+            build_schedule_context(instance, TICK, repository_def=defs.get_repository_def())
+        )
+        assert not after.run_requests
+        assert after.skip_message and BATCH in after.skip_message and "job status" in after.skip_message
+
+
+def test_an_id_taken_by_the_other_job_is_not_reused(dagster_home: Path) -> None:
+    """Batch IDs are unique across jobs: a refund batch that happens to be named like the night
+    keeps the name, and the night's credit migration is skipped rather than sharing it."""
+    with DagsterInstance.get() as instance:
+        run = start_batch(instance, BATCH, size=20)  # the default job: refunds
+        assert run.status == DagsterRunStatus.SUCCESS
+        assert _evaluate(instance) is None
+        assert instance.get_dynamic_partitions(PARTITIONS) == []
+
+
+def _tick_once(context: object, at: datetime, crash_after_launch: bool = False) -> None:
+    flags = {NIGHTLY_SCHEDULE: {"RUN_LAUNCHED": SimulatedDaemonCrash("daemon died mid-tick")}}
+    from dagster._scheduler.scheduler import launch_scheduled_runs
+
+    list(
+        launch_scheduled_runs(
+            context,  # type: ignore[arg-type]
+            logging.getLogger("test-scheduler"),
+            at,
+            {},
+            max_tick_retries=1,  # a tick that failed mid-way is evaluated again, as the daemon does
+            debug_crash_flags=flags if crash_after_launch else None,  # type: ignore[arg-type]
+        )
+    )
+
+
+def test_tick_evaluated_twice_by_the_daemon_creates_one_batch(dagster_home: Path) -> None:
+    """The scheduler's own tick logic: the daemon dies after launching the run, then re-does the tick."""
+    target = ModuleTarget(
+        module_name="durable_assets.definitions",
+        attribute="defs",
+        working_directory=str(REPO),
+        location_name="durable_assets",
+    )
+    with (
+        DagsterInstance.get() as instance,
+        create_test_daemon_workspace_context(target, instance) as context,
+    ):
+        remote = load_remote_repo(context, "__repository__").get_schedule(NIGHTLY_SCHEDULE)
+        with freeze_time(TICK - timedelta(hours=1)):
+            instance.start_schedule(remote)
+        at = TICK + timedelta(seconds=30)
+        with freeze_time(at):
+            _tick_once(context, at, crash_after_launch=True)
+            [interrupted] = instance.get_ticks(remote.get_remote_origin_id(), remote.selector_id)
+            assert interrupted.status == TickStatus.FAILURE and not interrupted.run_ids
+            assert len(instance.get_runs(RunsFilter(tags={BATCH_TAG: BATCH}))) == 1
+            _tick_once(context, at)  # the daemon evaluates the same tick again
+            _tick_once(context, at)  # and a later iteration finds nothing left to do
+
+        runs = instance.get_runs(RunsFilter(tags={"dagster/schedule_name": NIGHTLY_SCHEDULE}))
+        assert len(runs) == 1, [r.tags for r in runs]
+        run = runs[0]
+        assert run.job_name == CREDIT_JOB
+        assert run.tags[BATCH_TAG] == BATCH and run.tags["dagster/partition"] == BATCH
+        assert run.tags["dagster/run_key"] == BATCH
+        assert run.status == DagsterRunStatus.QUEUED  # submitted to the run queue, as in production
+        assert instance.get_dynamic_partitions(PARTITIONS) == [BATCH]
+        ticks = instance.get_ticks(remote.get_remote_origin_id(), remote.selector_id)
+        assert len(ticks) == 1 and ticks[0].status in (TickStatus.SUCCESS, TickStatus.SKIPPED)
+
+    status = job_cli("status", "--id", BATCH, "--json")
+    assert status.returncode == 0, status.stderr
+    body = json.loads(status.stdout)
+    assert body["run_ids"] == [run.run_id] and body["job"] == CREDIT_JOB
+    assert [step["step_name"] for step in body["steps"]][:1] == ["legacy_accounts"]
