@@ -70,6 +70,11 @@ from durable_assets.payments.store import (
 
 log = logging.getLogger(__name__)
 
+
+class _ClientGone(Exception):
+    """The client closed the connection before its request was complete."""
+
+
 _MAX_BODY_BYTES = 1 << 20
 _IDLE_KEEPALIVE_S = 60.0
 _DRAIN_TIMEOUT_S = 5.0
@@ -405,6 +410,9 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         try:
             body = self._read_body()
+        except _ClientGone:
+            self.close_connection = True
+            return
         except StripeApiError as error:
             self.close_connection = True
             self._send(_error_response(error))
@@ -417,12 +425,19 @@ class SimulatorHandler(BaseHTTPRequestHandler):
             self._handle_api(path, query if self.command == "GET" else body)
 
     def _read_body(self) -> str:
+        """The whole body, or :class:`_ClientGone` when the connection ended before it did."""
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             raise invalid_request("Chunked request bodies are not supported; send Content-Length.")
         raw_length = self.headers.get("Content-Length") or "0"
         if not raw_length.isdigit() or int(raw_length) > _MAX_BODY_BYTES:
             raise invalid_request(f"Invalid Content-Length: {raw_length!r}.")
-        data = self.rfile.read(int(raw_length))
+        length = int(raw_length)
+        data = self.rfile.read(length)
+        if len(data) < length:
+            # The client went away mid-body (a killed worker): nothing was asked, nothing is done. A
+            # request processed from a partial body would bind its idempotency key to parameters the
+            # client never sent, and the client's retry with the whole body would be refused.
+            raise _ClientGone
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:

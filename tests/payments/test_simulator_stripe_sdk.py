@@ -550,3 +550,36 @@ def test_a_charge_and_its_refund_list_by_their_urls(client: stripe.StripeClient)
     assert [refund.id for refund in paged.auto_paging_iter()] == ids[::-1]
     with pytest.raises(stripe.InvalidRequestError):
         client.v1.charges.retrieve("ch_missing")
+
+
+@pytest.mark.parametrize("sent", [0, 40])
+def test_a_client_gone_mid_body_causes_nothing_and_its_retry_succeeds(
+    sim: SimulatorServer, gateway: StripeGateway, sent: int
+) -> None:
+    """A worker killed while sending its request: the simulator must not act on a partial body (it
+    would bind the key to parameters never sent, and refuse the real retry as a mismatch)."""
+    import socket
+
+    body = (
+        "email=account0000042%40legacy.example.com&name=Legacy+Account+0000042"
+        "&metadata[legacy_account_id]=LEG-0000042&metadata[idempotency_key]=customer-k1"
+    )
+    head = (
+        "POST /v1/customers HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {API_KEY}\r\nIdempotency-Key: customer-k1\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", int(sim.server_address[1]))) as conn:
+        conn.sendall(head.encode() + body[:sent].encode())
+    wait_until(lambda: sim.in_flight_count() == 0, timeout=10, what="the dead client's connection to end")
+    assert sim.store.stats()["customers_created"] == 0
+
+    customer = gateway.create_customer(
+        email="account0000042@legacy.example.com",
+        name="Legacy Account 0000042",
+        metadata={"legacy_account_id": "LEG-0000042"},
+        idempotency_key="customer-k1",
+    )
+    assert customer.metadata["legacy_account_id"] == "LEG-0000042"
+    assert sim.store.stats()["customers_created"] == 1
