@@ -157,9 +157,11 @@ def resume_until_accepted(
     *,
     size: int | None = None,
     timeout: float = 240,
+    job_name: str | None = None,
 ) -> list[JobProcess]:
     """Continue a killed batch: `job resume` (or `job run` again if the kill came before the run
-    existed), repeated while it answers 3 because the dead worker's lease is still live.
+    existed; ``job_name`` is then its ``--job``), repeated while it answers 3 because the dead
+    worker's lease is still live.
 
     Between attempts it waits for the lease to expire (read from the lease table) instead of
     hammering the CLI. Returns every attempt; the last one did not exit 3.
@@ -172,7 +174,7 @@ def resume_until_accepted(
         if reader.has_runs(batch_id) or size is None:
             args = ["resume", "--id", batch_id]
         else:
-            args = ["run", "--id", batch_id, "--size", str(size)]
+            args = ["run", *(["--job", job_name] if job_name else []), "--id", batch_id, "--size", str(size)]
         p = job(args, env, log_dir, timeout=max(deadline - time.monotonic(), 30))
         attempts.append(p)
         if p.proc.returncode != EXIT_CONFLICT:
@@ -246,6 +248,8 @@ class Simulator(ThreadedSimulator):
 
     def __init__(self, db_path: Path, **faults: Any) -> None:
         super().__init__(db_path, poll_interval=0.05, **faults)
+        #: The simulator's own SQLite store: read it (e.g. ``ProviderCredits.of_store``) after :meth:`quiet`.
+        self.db = db_path
         self._http = requests.Session()
 
     def record_refund_requests(self) -> list[RefundRequest]:
