@@ -9,5 +9,7 @@ echo "test: lint and format (ruff), types (mypy)" >&2
 .venv/bin/ruff check durable_assets tests bench
 .venv/bin/ruff format --check durable_assets tests bench
 .venv/bin/mypy durable_assets
-echo "test: every test tier (pytest; the slow crash and browser tiers take several minutes)" >&2
-.venv/bin/pytest -q -p no:cacheprovider "$@"
+echo "test: every test tier on two pytest workers (the slow crash and browser tiers take several minutes)" >&2
+# Two workers, one test file each at a time: most tests wait on real processes (a killed batch, a
+# resume, a browser) rather than on the CPU, and a file's module fixtures stay in one worker.
+.venv/bin/pytest -q -p no:cacheprovider -n 2 --dist loadfile "$@"
