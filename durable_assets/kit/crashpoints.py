@@ -141,9 +141,14 @@ class _Unread:
     """The state before the first pass: read the environment once, then get out of the way."""
 
     def passed(self, point: CrashPoint) -> None:
-        arm()
+        with _arming:  # two threads passing their first point at once must not arm twice
+            if isinstance(_armed, _Unread):
+                arm()
         if _armed is not None:
             _armed.passed(point)
+
+
+_arming = threading.Lock()
 
 
 _armed: _Armed | _Unread | None = _Unread()
