@@ -79,8 +79,13 @@ KILLED = -signal.SIGKILL
 RUN_POINTS = [p for p in CrashPoint if p not in {CrashPoint.AFTER_REVIEW_RECORD}]
 RETENTION_POINTS = [CrashPoint.ARCHIVE_WRITTEN, CrashPoint.ARCHIVE_RENAMED, CrashPoint.BATCH_DELETED]
 RUN_POINTS = [p for p in RUN_POINTS if p not in RETENTION_POINTS]
-#: Driven by a clock (the heartbeat), not by the batch: their hit counts vary from run to run.
-TIMED_POINTS = {CrashPoint.AFTER_LEASE_RENEWAL}
+#: Passed as often as a clock says, not the batch: the heartbeat, the progress throttle (0.5 s) and
+#: the group commit (50 ms). Their hit counts vary from run to run, so a later hit may never come.
+TIMED_POINTS = {
+    CrashPoint.AFTER_LEASE_RENEWAL,
+    CrashPoint.AFTER_PROGRESS_WRITE,
+    CrashPoint.AFTER_RESULT_COMMIT,
+}
 
 
 # --- the two jobs -----------------------------------------------------------------------------------
@@ -252,7 +257,7 @@ def hits_of(point: CrashPoint, passes: int) -> list[int]:
 
 def ci_hit(point: CrashPoint, passes: int) -> int:
     """The CI subset's one hit per point: the middle one (the first for a clock-driven point, whose
-    later hits a slower run may never reach)."""
+    later hits a slower or faster run may never reach)."""
     return 1 if point in TIMED_POINTS or passes <= 1 else math.ceil(passes / 2)
 
 
