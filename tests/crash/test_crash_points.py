@@ -69,9 +69,9 @@ from .helpers import (
     resume_until_accepted,
 )
 
-pytestmark = pytest.mark.slow
-
 FULL = os.environ.get("DURABLE_CRASH_ENUMERATE", "").strip().lower() == "full"
+#: A full-enumeration test explores up to three hits of a point in one test (152 s seen under load).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900 if FULL else 300)]
 SECRET = "whsec_" + base64.b64encode(b"crash-points-suite-secret-32-byt").decode()
 KILLED = -signal.SIGKILL
 
