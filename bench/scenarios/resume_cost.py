@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import API_KEY, Result, Size, expected_refund_keys, instance_view, job, job_env
-from durable_assets.kit.effects import COMMIT_WINDOW_S
+from durable_assets.kit.group_commit import COMMIT_WINDOW_S
 from durable_assets.settings import Settings
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
