@@ -82,7 +82,7 @@ def with_ledger(
     rate: float | None,
     on_progress: Callable[[int, int], None] = lambda _done, _of: None,
 ) -> Timed:
-    """The production path: intents commit before requests, results commit per chunk.
+    """The production path: intents commit before requests, results by group commit (50 ms or 200 keys).
 
     ``rate`` None: no client setting, the limiter learns the provider's limit from its 429s."""
     db = DurableDatabase(f"sqlite:///{workdir / f'ledger-{time.monotonic_ns()}.db'}")

@@ -306,10 +306,17 @@ class Settings(BaseModel):
     )
 
     # --- test hooks: not configuration, kept out of the README --------------------------------
-    fault_kill_after_webhook_send: bool = _var(
-        "DURABLE_FAULT_KILL_AFTER_WEBHOOK_SEND",
-        False,
-        "tests only: SIGKILL the sender right after a webhook POST returned, before it is recorded",
+    crash_at: str | None = _var(
+        "DURABLE_CRASH_AT",
+        None,
+        "tests only: `POINT[:N]`, SIGKILL this process the Nth time it passes that named crash point "
+        "(durable_assets/kit/crashpoints.py checks the spelling)",
+        internal=True,
+    )
+    crash_counts: str | None = _var(
+        "DURABLE_CRASH_COUNTS",
+        None,
+        "tests only: a file to which the process appends, at exit, how often it passed each crash point",
         internal=True,
     )
 

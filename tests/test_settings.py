@@ -37,7 +37,8 @@ def test_defaults_need_no_environment() -> None:
             ("http://a/h", "https://b/h"),
         ),
         ("DURABLE_RETENTION_SCHEDULE", "Stopped", "retention_schedule", "stopped"),
-        ("DURABLE_FAULT_KILL_AFTER_WEBHOOK_SEND", "1", "fault_kill_after_webhook_send", True),
+        ("DURABLE_CRASH_AT", " after_intent_commit:37 ", "crash_at", " after_intent_commit:37 "),
+        ("DURABLE_CRASH_COUNTS", "/tmp/counts", "crash_counts", "/tmp/counts"),
         ("DURABLE_API_TOKEN", "s3cret", "api_token", "s3cret"),
         ("DURABLE_CODE_LOCATION", "  ", "code_location", "durable_assets.definitions"),  # blank = unset
     ],
@@ -67,7 +68,7 @@ def test_values_are_parsed_as_their_type(name: str, raw: str, field: str, value:
         ("DURABLE_RETENTION_FAILED_DAYS", "soon", "DURABLE_RETENTION_FAILED_DAYS='soon' is not a number"),
         ("DURABLE_WEBHOOK_MAX_ATTEMPTS", "0", "use a whole number >= 1"),
         ("DURABLE_RETENTION_SCHEDULE", "off", "is not one of: running, stopped"),
-        ("DURABLE_FAULT_KILL_AFTER_WEBHOOK_SEND", "maybe", "is not a yes/no value"),
+        ("DURABLE_AUTO_RESUME_MAX_ATTEMPTS", "maybe", "is not a whole number"),
     ],
 )
 def test_a_bad_value_is_one_usage_error_naming_the_variable_and_the_range(
@@ -170,8 +171,9 @@ def test_the_readme_table_is_what_the_module_prints() -> None:
 
 def test_test_hooks_are_kept_out_of_the_readme() -> None:
     hooks = set(Settings.model_fields) - set(Settings.public_fields())
-    assert hooks == {"fault_kill_after_webhook_send"}
-    assert "DURABLE_FAULT_KILL_AFTER_WEBHOOK_SEND" not in (REPO / "README.md").read_text()
+    assert hooks == {"crash_at", "crash_counts"}
+    table = markdown_table()
+    assert "DURABLE_CRASH_AT" not in table and "DURABLE_CRASH_COUNTS" not in table
 
 
 def test_settings_imports_nothing_of_ours_but_the_errors() -> None:

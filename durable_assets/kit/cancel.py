@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, cancel_requests, now
 from durable_assets.kit.errors import BatchCanceledError
 
@@ -41,3 +42,4 @@ class CancelStore:
                 f"batch {batch_id!r} was canceled; stopped before the next side effect. "
                 f"`job resume --id {batch_id}` continues it."
             )
+        crash_point(CrashPoint.AFTER_CANCEL_CHECK)

@@ -2,21 +2,36 @@
 
 Per chunk: check the guard (cancel, fence), claim the chunk's keys in the ledger (intents commit
 before any call), reuse recorded results, send the rest concurrently under the process's shared
-rate limit with retries that always reuse the key (:mod:`durable_assets.kit.pacing`), then record
-all results of the chunk in one commit.
+rate limit with retries that always reuse the key (:mod:`durable_assets.kit.pacing`).
+Answers are recorded by a *group commit*: one ledger transaction every ``commit_window_s`` (50 ms)
+or ``commit_max_keys`` (200) answers, whichever comes first, not once per chunk
+(:mod:`durable_assets.kit.group_commit`).
 A crash anywhere leaves intents without results, which the next attempt re-sends with the same
-key, and the provider's own idempotency answers with the original result.
+key, and the provider's own idempotency answers with the original result. Why by time as well as
+by count: what a resume re-sends is what was unconfirmed at the kill, and with per-chunk commits
+that was up to two chunks (400 keys, most of them long answered). With the group commit it is at
+most the requests in flight plus the answers of one window: ``concurrency + rate x window``.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.errors import LeaseHeldError, ProviderRejectedError, ProviderResponseMismatchError
+from durable_assets.kit.group_commit import (
+    COMMIT_MAX_KEYS,
+    COMMIT_WINDOW_S,
+    GroupCommit,
+    How,
+    Outcome,
+    Settled,
+)
 from durable_assets.kit.ledger import Intent, Ledger, LedgerEntry
 from durable_assets.kit.pacing import Backoff, RateLimiter, Result, call_with_retries
 
@@ -49,7 +64,7 @@ class _Counter:
 
 @dataclass
 class _Chunk:
-    futures: dict[str, Future[tuple[str, Result, str]]]
+    futures: dict[str, Future[Settled]]
 
 
 @dataclass
@@ -70,14 +85,19 @@ class EffectRunner:
     limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None))
     backoff: Backoff = field(default_factory=Backoff)
     held_wait_s: float = 180.0
+    commit_window_s: float = COMMIT_WINDOW_S
+    commit_max_keys: int = COMMIT_MAX_KEYS
+    #: Ledger transactions that recorded answers in the last :meth:`run` (bench scenario 2).
+    commits: int = 0
     on_progress: Callable[[int, int], None] = lambda _done, _of: None
 
     def run(self, intents: Sequence[Intent]) -> EffectReport:
-        """Claim, send and record chunk by chunk, with the next chunk queued while one finishes.
+        """Claim and send chunk by chunk, with the next chunk queued while one finishes; answers are
+        recorded by the group commit as they arrive.
 
         Two chunks are in flight at a time, so the pool never drains at a chunk boundary (at a
-        provider's rate limit that barrier cost ~5% of throughput); results are still recorded
-        one transaction per chunk. Keys another worker holds are retried at the end.
+        provider's rate limit that barrier cost ~5% of throughput). Keys another worker holds are
+        retried at the end.
         """
         report = EffectReport()
         total = len(intents)
@@ -88,22 +108,36 @@ class EffectRunner:
             self.on_progress(done.add(n), total)
 
         held: list[Intent] = []
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=self.scope) as pool:
-            in_flight: list[_Chunk] = []
-            try:
-                for start in range(0, total, self.chunk_size):
-                    chunk = intents[start : start + self.chunk_size]
-                    in_flight.append(self._start_chunk(pool, chunk, report, held, settled))
-                    if len(in_flight) > 1:
-                        self._finish_chunk(in_flight.pop(0), report)
-                while in_flight:
-                    self._finish_chunk(in_flight.pop(0), report)
-            finally:
-                # On an error (cancel, takeover, a provider fault) record what did finish first.
-                for chunk_in_flight in in_flight:
-                    self._finish_chunk(chunk_in_flight, report, reraise=False)
-            if held:
-                self._run_held(pool, held, report, settled)
+        commits = GroupCommit(self.ledger, self.scope, self.commit_window_s, self.commit_max_keys)
+        failed = True
+        try:
+            with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix=self.scope) as pool:
+                in_flight: list[_Chunk] = []
+                try:
+                    for start in range(0, total, self.chunk_size):
+                        chunk = intents[start : start + self.chunk_size]
+                        in_flight.append(self._start_chunk(pool, chunk, report, held, settled, commits))
+                        if len(in_flight) > 1:
+                            self._finish_chunk(in_flight.pop(0))
+                    while in_flight:
+                        self._finish_chunk(in_flight.pop(0))
+                finally:
+                    # On an error (cancel, takeover, a provider fault) let what is in flight settle:
+                    # its answers reach the group commit, which records them before we stop.
+                    for chunk_in_flight in in_flight:
+                        self._finish_chunk(chunk_in_flight, reraise=False)
+                if held:
+                    self._run_held(pool, held, report, settled, commits)
+            failed = False
+        finally:
+            error = commits.close()
+            self.commits = commits.commits
+            report.results.update(commits.finished)
+            report.review.update(commits.review)
+            report.sent += commits.sent
+            report.looked_up += commits.looked_up
+            if error is not None and not failed:
+                raise error
         return report
 
     def _start_chunk(
@@ -113,7 +147,9 @@ class EffectRunner:
         report: EffectReport,
         held: list[Intent],
         settled: Callable[[int], None],
+        commits: GroupCommit,
     ) -> _Chunk:
+        commits.raise_if_failed()
         self.guard()
         claim = self.ledger.claim(self.scope, chunk, owner=self.owner, fence=self.fence)
         report.results.update(claim.finished)
@@ -132,30 +168,32 @@ class EffectRunner:
         held.extend(i for i in chunk if i.key in held_keys)
         by_key = {i.key: i for i in chunk}
         stale_before = time.time() - self.key_retention_s
-        futures = {}
+        futures: dict[str, Future[Settled]] = {}
         for e in claim.owned:
             future = pool.submit(self._settle, by_key[e.key], e.created_at < stale_before, e)
-            future.add_done_callback(lambda _f: settled(1))
+            future.add_done_callback(functools.partial(self._answered, commits, settled, e.key))
             futures[e.key] = future
         return _Chunk(futures)
 
-    def _finish_chunk(self, chunk: _Chunk, report: EffectReport, *, reraise: bool = True) -> None:
-        results: dict[str, Result] = {}
-        review: dict[str, Result] = {}
+    @staticmethod
+    def _answered(
+        commits: GroupCommit, settled: Callable[[int], None], key: str, future: Future[Settled]
+    ) -> None:
+        """A key's future is done: hand its answer to the group commit (an error is raised by
+        :meth:`_finish_chunk`, and its key stays an intent)."""
+        if not future.cancelled() and future.exception() is None:
+            commits.add(key, future.result())
+        settled(1)
+
+    @staticmethod
+    def _finish_chunk(chunk: _Chunk, *, reraise: bool = True) -> None:
+        """Wait until every key of the chunk has settled; then raise the first error, if any."""
         first_error: BaseException | None = None
-        for key, future in chunk.futures.items():
+        for future in chunk.futures.values():
             try:
-                outcome, result, how = future.result()
-            except BaseException as exc:  # keep collecting: finished results must still be recorded
+                future.result()
+            except BaseException as exc:  # keep waiting: the others' answers must still be recorded
                 first_error = first_error or exc
-                continue
-            (results if outcome == "ok" else review)[key] = result
-            report.sent += how == "sent"
-            report.looked_up += how == "lookup"
-        self.ledger.record_results(self.scope, results)
-        self.ledger.record_review(self.scope, review)
-        report.results.update(results)
-        report.review.update(review)
         if first_error is not None and reraise:
             raise first_error
 
@@ -165,6 +203,7 @@ class EffectRunner:
         pending: list[Intent],
         report: EffectReport,
         settled: Callable[[int], None],
+        commits: GroupCommit,
     ) -> None:
         """Keys claimed by another live worker: re-check until it finishes them or its claims lapse."""
         deadline = time.monotonic() + self.held_wait_s
@@ -178,34 +217,43 @@ class EffectRunner:
             still_held: list[Intent] = []
             for start in range(0, len(pending), self.chunk_size):
                 chunk = self._start_chunk(
-                    pool, pending[start : start + self.chunk_size], report, still_held, settled
+                    pool, pending[start : start + self.chunk_size], report, still_held, settled, commits
                 )
-                self._finish_chunk(chunk, report)
+                self._finish_chunk(chunk)
             pending = still_held
 
-    def _settle(self, intent: Intent, stale: bool, entry: LedgerEntry) -> tuple[str, Result, str]:
-        """Reach a final answer for one key: ("ok" | "review", result, "sent" | "lookup")."""
+    def _settle(self, intent: Intent, stale: bool, entry: LedgerEntry) -> Settled:
+        """Reach a final answer for one key (its outcome, the result, and where it came from)."""
         if stale and self.lookup is not None:
             # The provider may have forgotten this key: a resend would not be deduplicated.
             lookup = self.lookup
             found = call_with_retries(lambda: {"found": lookup(entry)}, self.limiter, self.backoff)["found"]
             if found is not None:
-                return self._judge(intent, found, "lookup")
+                crash_point(CrashPoint.AFTER_PROVIDER_ANSWER)
+                return self._judge(intent, found, How.LOOKUP)
 
         def send() -> Result:
             self.guard()  # cancel and takeover are checked before every attempt, retries included
+            crash_point(CrashPoint.BEFORE_PROVIDER_REQUEST)
             return self.perform(intent)
 
         try:
-            return self._judge(intent, call_with_retries(send, self.limiter, self.backoff), "sent")
+            answer = call_with_retries(send, self.limiter, self.backoff)
         except ProviderRejectedError as exc:
-            return "review", {"error": str(exc), "code": exc.code, "http_status": exc.http_status}, "sent"
+            crash_point(CrashPoint.AFTER_PROVIDER_ANSWER)
+            return (
+                Outcome.REVIEW,
+                {"error": str(exc), "code": exc.code, "http_status": exc.http_status},
+                How.SENT,
+            )
+        crash_point(CrashPoint.AFTER_PROVIDER_ANSWER)
+        return self._judge(intent, answer, How.SENT)
 
-    def _judge(self, intent: Intent, result: Result, how: str) -> tuple[str, Result, str]:
+    def _judge(self, intent: Intent, result: Result, how: How) -> Settled:
         try:
             problem = self.verify(intent, result)
         except ProviderResponseMismatchError as exc:
             problem = str(exc)
         if problem:
-            return "review", {"mismatch": problem, "provider_answer": dict(result)}, how
-        return "ok", result, how
+            return Outcome.REVIEW, {"mismatch": problem, "provider_answer": dict(result)}, how
+        return Outcome.OK, result, how

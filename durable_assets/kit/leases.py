@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, leases, now
 from durable_assets.kit.errors import FencedOutError, LeaseHeldError
 
@@ -86,6 +87,7 @@ class LeaseStore:
                 conn.execute(leases.insert().values(**values))
             else:
                 conn.execute(leases.update().where(leases.c.batch_id == batch_id).values(**values))
+        crash_point(CrashPoint.AFTER_LEASE_TAKEOVER)
         return Lease(batch_id, run_id, owner, fence, t + self.ttl_s)
 
     def renew(self, lease: Lease) -> bool:
@@ -98,6 +100,7 @@ class LeaseStore:
                 .where(c.batch_id == lease.batch_id, c.fence == lease.fence, c.owner == lease.owner)
                 .values(heartbeat_at=t, expires_at=t + self.ttl_s, released=False)
             ).rowcount
+        crash_point(CrashPoint.AFTER_LEASE_RENEWAL)
         return bool(updated)
 
     def release(self, lease: Lease) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, now, progress
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ class ProgressStore:
         values = {"batch_id": batch_id, "run_id": run_id, "updated_at": now(), **p.as_dict()}
         with self.db.transaction() as conn:
             conn.execute(self.db.upsert(progress, ["batch_id"], values))
+        crash_point(CrashPoint.AFTER_PROGRESS_WRITE)
 
     def latest(self, batch_id: str) -> Progress | None:
         found = self.latest_of_run(batch_id)

@@ -13,6 +13,7 @@ from dagster import ConfigurableResource, DagsterInstance, InitResourceContext
 from pydantic import Field, PrivateAttr
 
 from durable_assets.kit.cancel import CancelStore
+from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.errors import FencedOutError
 from durable_assets.kit.leases import (
@@ -109,6 +110,7 @@ class BatchRuntime(ConfigurableResource):
         # Stop renewing but do not release: the run is not recorded as ended yet, and a released
         # lease would let a resume take over a live worker in that gap. The CLI releases after the
         # run ends; a daemon-launched worker's lease simply lapses after its TTL.
+        crash_point(CrashPoint.ALL_STEPS_DONE)
         if self._heartbeat is not None:
             self._heartbeat.stop(release=False)
         if self._reporter is not None:

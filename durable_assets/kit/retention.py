@@ -51,6 +51,7 @@ from dagster._core.storage.runs.sql_run_storage import SqlRunStorage
 from dagster_shared.serdes import serialize_value
 
 from durable_assets.kit import db as kit_db
+from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import ArchiveError, BatchConflictError, PruneInProgressError, UsageError
 from durable_assets.kit.leases import Lease, LeaseStore
@@ -212,7 +213,9 @@ def _fsync_dir(path: Path) -> None:
 
 def _publish(tmp: Path, final: Path) -> None:
     """The rename that makes an archive exist; a crash before it leaves only a temporary file."""
+    crash_point(CrashPoint.ARCHIVE_WRITTEN)
     os.replace(tmp, final)
+    crash_point(CrashPoint.ARCHIVE_RENAMED)
 
 
 def write_archive(
@@ -602,6 +605,7 @@ def prune(
                 _delete_partitions(instance, partitions_def_name, batch_ids)
             _delete_own_rows(db, batch_ids)  # also drops the leases taken above
             _delete_runs(instance, run_ids)
+            crash_point(CrashPoint.BATCH_DELETED)
             report.batches.extend(_entry(lin, path, events) for lin, path, events in ready)
         report.ledger_keys = prune_ledger(db, policy.ledger_days, at)
     report.seconds = time.perf_counter() - started

@@ -28,6 +28,7 @@ from dagster import (
 )
 from dagster._core.storage.dagster_run import DagsterRunStatus
 
+from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.effects import EffectRunner
 from durable_assets.kit.errors import DurableError, TransientProviderError
 from durable_assets.kit.frames import frame_digest
@@ -63,12 +64,15 @@ def durable_step(fn: Callable[P, R]) -> Callable[P, R]:
             if runtime.step_delay_seconds:
                 time.sleep(runtime.step_delay_seconds)  # demos and crash tests: a visibly slow batch
             _check_step_boundary(context, runtime)
+        crash_point(CrashPoint.STEP_START)
         try:
-            return fn(*args, **kwargs)
+            output = fn(*args, **kwargs)
         except TransientProviderError:
             raise
         except DurableError as exc:
             raise Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
+        crash_point(CrashPoint.STEP_BODY_DONE)
+        return output
 
     return wrapper
 

@@ -25,9 +25,7 @@ import email.utils
 import hashlib
 import hmac
 import json
-import os
 import random
-import signal
 import time
 import urllib.error
 import urllib.request
@@ -39,6 +37,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, now, webhook_outbox
 from durable_assets.kit.errors import UsageError, WebhookConfigError, WebhookVerificationError
 from durable_assets.settings import Settings, settings
@@ -47,8 +46,6 @@ SECRET_PREFIX = "whsec_"
 #: Standard Webhooks' recommended replay window for receivers.
 TOLERANCE_S = 300
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
-#: Test-only fault hook: SIGKILL this process right after a POST returned, before its record commits.
-FAULT_KILL_AFTER_SEND = "DURABLE_FAULT_KILL_AFTER_WEBHOOK_SEND"
 
 
 # --- signing and verification -------------------------------------------------------------------
@@ -481,6 +478,7 @@ class Deliverer:
         token = self.outbox.claim(row, self.settings.claim_ttl_s)
         if token is None:
             return row, None, None  # another deliverer has it, or it is not due after all
+        crash_point(CrashPoint.WEBHOOK_CLAIMED)
         reason = self.check(row) if self.check else None
         if reason:
             self.outbox.record(row, token, state=FAILED, status=None, error=f"not sent: {reason}")
@@ -495,10 +493,10 @@ class Deliverer:
             "webhook-signature": sign(self.settings.key, row.webhook_id, stamp, body),
         }
         answer = self.send(row.url, body, headers, self.settings.timeout_s)
-        if settings().fault_kill_after_webhook_send:
-            os.kill(os.getpid(), signal.SIGKILL)
+        crash_point(CrashPoint.WEBHOOK_SENT)
         state, why, next_at = self._judge(row, answer)
         self.outbox.record(row, token, state=state, status=answer.status, error=why, next_attempt_at=next_at)
+        crash_point(CrashPoint.WEBHOOK_RECORDED)
         return row, state, why
 
     def _judge(self, row: OutboxRow, answer: Answer) -> tuple[str, str | None, float | None]:

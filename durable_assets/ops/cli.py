@@ -508,9 +508,11 @@ def _check_before_instance(args: argparse.Namespace) -> None:
 def check_worker_env() -> None:
     """A malformed variable fails here, naming it and what it accepts, not as a traceback from the
     step (or the import) that reads it: every variable is checked, whichever command reads it."""
+    from durable_assets.kit.crashpoints import arm
     from durable_assets.settings import Settings
 
     Settings.from_env()
+    arm()  # a test's malformed DURABLE_CRASH_AT is exit 2 here, not a traceback at its first pass
 
 
 def _dispatch(args: argparse.Namespace) -> int:

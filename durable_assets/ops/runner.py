@@ -23,6 +23,7 @@ from dagster import (
 )
 
 from durable_assets.kit.cancel import CancelStore
+from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import BatchExistsError, LeaseHeldError, UnknownBatchError
 from durable_assets.kit.launcher import WORKER_LOST_TAG
@@ -99,6 +100,7 @@ def start_batch(
                 run_config={**config, **QUIET_LOGS},
                 tags=batch_tags(batch_id),
             )
+        crash_point(CrashPoint.RUN_END)
     batch_webhooks.notify_batch(instance, batch_id)
     return _reload(instance, result.run_id)
 
@@ -174,6 +176,7 @@ def resume_batch(
                     reexecution_options=ReexecutionOptions.from_failure(newest.run_id, instance),
                     tags=batch_tags(batch_id),
                 )
+        crash_point(CrashPoint.RUN_END)
     batch_webhooks.notify_batch(instance, batch_id)
     return None if finished_without_reexecution else _reload(instance, result.run_id)
 

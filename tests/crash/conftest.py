@@ -3,6 +3,7 @@ test (Dagster's storage and our tables together, as `dagster_home/postgres` conf
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,3 +34,11 @@ def simulator(tmp_path: Path) -> Iterator[Callable[..., Simulator]]:
     yield start
     for sim in started:
         sim.close()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many crash states test_crash_points.py explored in this session (when it ran)."""
+    module = sys.modules.get("tests.crash.test_crash_points")
+    explored = getattr(module, "EXPLORED", None)
+    if explored is not None and explored.states:
+        terminalreporter.write_line(explored.summary())

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from durable_assets.kit.crashpoints import CrashPoint
 from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.webhooks import DELIVERED, FAULT_KILL_AFTER_SEND, PENDING, Outbox
+from durable_assets.kit.webhooks import DELIVERED, PENDING, Outbox
 from durable_assets.ops import runner
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
@@ -46,7 +47,8 @@ def test_killed_between_send_and_record_resends_the_same_id(
     home, batch = make_home(tmp_path), "wh-kill"
     r = receiver()
     env = _env(home, secret, r.url())
-    killed = job(["run", "--id", batch, "--size", "20"], {**env, FAULT_KILL_AFTER_SEND: "1"}, tmp_path)
+    kill_after_send = {**env, "DURABLE_CRASH_AT": f"{CrashPoint.WEBHOOK_SENT}:1"}
+    killed = job(["run", "--id", batch, "--size", "20"], kill_after_send, tmp_path)
     assert killed.proc.returncode == -signal.SIGKILL, killed.tail()
     (first,) = r.on("/hook")
     assert first.answered == 200 and first.payload and first.payload["type"] == "batch.succeeded"
