@@ -8,7 +8,7 @@ the one whose pool child holds a live shard's step lease (read from the lease ta
 kill lands inside a running shard.
 
 Waits poll with deadlines (``wait_until``); nothing sleeps in place of a condition.
-``DURABLE_DIST_KILL_BATCHES`` × ``DURABLE_DIST_KILLS_PER_BATCH`` random points (default 4 × 3),
+``DURABLE_DIST_KILL_BATCHES`` x ``DURABLE_DIST_KILLS_PER_BATCH`` random points (default 4 x 3),
 seeded by ``DURABLE_CRASH_SEED``.
 """
 
@@ -95,6 +95,21 @@ def finish(cluster: Cluster, reader: InstanceReader, batch_id: str, run: JobProc
     return [run, *resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)]
 
 
+def _kill_point(
+    cluster: Cluster, reader: InstanceReader, store: Any, run: JobProcess, batch_id: str, at_effects: int
+) -> Any:
+    """A poll: the batch ended (True), or a worker running a shard once ``at_effects`` are counted."""
+
+    def poll() -> Any:
+        if run.proc.poll() is not None:
+            return True
+        if effects(cluster) < at_effects:
+            return None
+        return running_shard_worker(cluster, store, newest_run_id(reader, batch_id))
+
+    return poll
+
+
 def assert_exact(cluster: Cluster, batches: list[tuple[str, int]]) -> None:
     for batch_id, _ in batches:
         status = status_of(cluster, batch_id)
@@ -121,13 +136,7 @@ def test_sigkill_a_worker_mid_shard_at_random_points(cluster: Cluster, reader: I
             points = sorted(rng.sample(range(5, SIZE), KILLS_PER_BATCH))
             for point in points:
                 victim = wait_until(
-                    lambda point=point: (
-                        run.proc.poll() is not None
-                        or (
-                            effects(cluster) - base >= point
-                            and running_shard_worker(cluster, store, newest_run_id(reader, batch_id))
-                        )
-                    ),
+                    _kill_point(cluster, reader, store, run, batch_id, base + point),
                     timeout=240,
                     interval=0.05,
                     what=f"a running shard past {point} effects",
