@@ -252,12 +252,13 @@ class DurableCeleryExecutor(Executor):
         celery = app()
         task = celery.tasks[TASK_NAME]
         if not _workers_answer(celery):
-            yield DagsterEvent.engine_event(
-                ctx,
+            warning = (
                 f"no `job worker` answered a ping on {env.broker_url.split('@')[-1]} (queue "
-                f"{env.broker_queue!r}); the steps wait in the queue until one starts",
-                EngineEventData(),
+                f"{env.broker_queue!r}); the steps wait in the queue until one starts"
             )
+            ctx.log.warning(warning)  # the batch's log, and the console with --verbose
+            sys.stderr.write(f"warning: {warning}\n")  # the `job run` terminal, where it is acted on
+            yield DagsterEvent.engine_event(ctx, warning, EngineEventData())
         in_flight: dict[str, _InFlight] = {}
         sends: dict[str, int] = {}
         step_errors: dict[str, SerializableErrorInfo] = {}

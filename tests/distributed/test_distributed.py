@@ -15,6 +15,7 @@ import pytest
 
 from tests.crash.helpers import EXIT_OK, Expected, assert_refunded_exactly_once
 from tests.support.credits import ProviderCredits, assert_credits_exact, expected_balances
+from tests.support.polling import wait_until
 
 from .conftest import Cluster
 
@@ -60,10 +61,19 @@ def test_a_credit_migration_runs_sharded_on_two_workers(cluster: Cluster) -> Non
     assert re.search(rf"customers created\s+{len(expected)}\n", run.stdout), run.stdout
 
 
-def test_a_refund_batch_runs_sharded(cluster: Cluster) -> None:
-    cluster.worker(concurrency=3)
+def test_a_refund_batch_runs_sharded_and_waits_for_a_worker(cluster: Cluster) -> None:
+    """Started before any worker: `job run` says so, its steps wait in the queue, and the first
+    worker to start runs them."""
     batch, size = "dist-refunds-1", 400
     run = cluster.run("refund_batch", batch, size, shards=3)
+    wait_until(
+        lambda: "no `job worker` answered a ping" in run.stderr or run.proc.poll() is not None,
+        timeout=120,
+        what="the warning that no worker is there",
+        detail=run.tail,
+    )
+    assert run.proc.poll() is None, run.tail()
+    cluster.worker(concurrency=3)
     run.wait(240)
     assert run.proc.returncode == EXIT_OK, run.tail()
     status = status_of(cluster, batch)
