@@ -251,13 +251,12 @@ class DurableCeleryExecutor(Executor):
         env = settings()
         celery = app()
         task = celery.tasks[TASK_NAME]
-        if not _workers_answer(celery):
+        if not _workers_answer(celery, env.broker_queue):
             warning = (
                 f"no `job worker` answered a ping on {env.broker_url.split('@')[-1]} (queue "
                 f"{env.broker_queue!r}); the steps wait in the queue until one starts"
             )
-            ctx.log.warning(warning)  # the batch's log, and the console with --verbose
-            sys.stderr.write(f"warning: {warning}\n")  # the `job run` terminal, where it is acted on
+            ctx.log.warning(warning)  # the batch's log (and the terminal with --verbose)
             yield DagsterEvent.engine_event(ctx, warning, EngineEventData())
         in_flight: dict[str, _InFlight] = {}
         sends: dict[str, int] = {}
@@ -454,8 +453,11 @@ def run_worker(concurrency: int) -> None:
     app().worker_main(argv)
 
 
-def _workers_answer(celery: Celery) -> bool:
+def _workers_answer(celery: Celery, queue: str) -> bool:
+    """Whether a worker consumes ``queue``: a plain ping is answered by every worker on the broker,
+    including those of other queues (another deployment, another test) that will never run ours."""
     try:
-        return bool(celery.control.ping(timeout=1.0))
+        replies = celery.control.inspect(timeout=1.0).active_queues() or {}
     except Exception:
         return False
+    return any(q.get("name") == queue for queues in replies.values() for q in (queues or []))

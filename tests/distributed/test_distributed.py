@@ -62,12 +62,16 @@ def test_a_credit_migration_runs_sharded_on_two_workers(cluster: Cluster) -> Non
 
 
 def test_a_refund_batch_runs_sharded_and_waits_for_a_worker(cluster: Cluster) -> None:
-    """Started before any worker: `job run` says so, its steps wait in the queue, and the first
-    worker to start runs them."""
+    """Started before any worker of its queue: the run says so in its log, its steps wait in the
+    queue, and the first worker to start runs them (workers of other queues do not count)."""
     batch, size = "dist-refunds-1", 400
     run = cluster.run("refund_batch", batch, size, shards=3)
+    log = cluster.home / "logs" / f"{batch}.log"  # where `job run` sends Dagster's output
     wait_until(
-        lambda: "no `job worker` answered a ping" in run.stderr or run.proc.poll() is not None,
+        lambda: (
+            (log.is_file() and "no `job worker` answered a ping" in log.read_text())
+            or run.proc.poll() is not None
+        ),
         timeout=120,
         what="the warning that no worker is there",
         detail=run.tail,
