@@ -157,6 +157,34 @@ class Settings(BaseModel):
         "DURABLE_AUTO_RESUME_INTERVAL_S", 15, "the automatic-resume sensor's minimum interval", ge=1
     )
 
+    # --- distributed execution (`job worker`, `job run --executor celery`) --------------------
+    broker_url: str = _var(
+        "DURABLE_BROKER_URL",
+        "pyamqp://guest@127.0.0.1:5672//",
+        "the Celery broker of `job worker` and `job run --executor celery` (RabbitMQ) "
+        "([Scaling out](#scaling-out))",
+        secret=True,
+    )
+    broker_queue: str = _var(
+        "DURABLE_BROKER_QUEUE",
+        "durable_steps",
+        "the broker queue steps are sent to and workers consume (one per deployment, or per test)",
+    )
+    step_lease_ttl_s: float = _var(
+        "DURABLE_STEP_LEASE_TTL_S",
+        15.0,
+        "a distributed step's task renews its step lease every TTL/3; a task not renewed within the "
+        "TTL is lost and its step is sent again",
+        gt=0,
+    )
+    step_max_attempts: int = _var(
+        "DURABLE_STEP_MAX_ATTEMPTS",
+        3,
+        "sends of one step's task in one run before the step fails (then `job resume` finishes it)",
+        ge=1,
+        le=100,
+    )
+
     # --- the HTTP API (`job serve`) ----------------------------------------------------------
     api_token: str | None = _var(
         "DURABLE_API_TOKEN",

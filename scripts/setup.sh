@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Idempotent setup on a Debian machine with Python 3.11: does only what is missing, and says what.
 #   scripts/setup.sh                                   # the demo and the UI: .venv with the package
-#   scripts/setup.sh --with-postgres --with-browser    # the test suite (scripts/test.sh)
+#   scripts/setup.sh --with-postgres --with-browser --with-rabbitmq   # the test suite (scripts/test.sh)
 # System packages come from Debian's apt and need root (sudo is used when present). Verbose output
 # of apt and pip goes to .setup/*.log; on a failure its last lines are printed and setup exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-with_browser=0 with_postgres=0
+with_browser=0 with_postgres=0 with_rabbitmq=0
 for arg in "$@"; do
   case "$arg" in
     --with-browser) with_browser=1 ;;    # Debian's chromium, driven by Playwright in tests/ui
     --with-postgres) with_postgres=1 ;;  # a running local PostgreSQL (Postgres tiers of the suite)
+    --with-rabbitmq) with_rabbitmq=1 ;;  # a running local RabbitMQ (the distributed tier's broker)
     -h | --help) sed -n '2,6p' "$0"; exit 0 ;;
     *) echo "setup: unknown option $arg (see --help)" >&2; exit 2 ;;
   esac
@@ -21,7 +22,7 @@ PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 LOGS="$PWD/.setup"
 mkdir -p "$LOGS"
-STAGES=4
+STAGES=5
 as_root=()  # apt-get and pg_ctlcluster need root: sudo when we are not root (and have it)
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then as_root=(sudo env DEBIAN_FRONTEND=noninteractive); fi
 say() { echo "setup: $*" >&2; }
@@ -39,6 +40,10 @@ if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then  # Debian ships ven
 fi
 if [ $with_postgres = 1 ] && ! command -v pg_ctlcluster >/dev/null; then
   need_apt+=(postgresql) why+=("postgresql for the Postgres tests")
+fi
+amqp_up() { (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; }  # anything answering on RabbitMQ's port
+if [ $with_rabbitmq = 1 ] && ! amqp_up && ! command -v rabbitmq-server >/dev/null; then
+  need_apt+=(rabbitmq-server) why+=("rabbitmq-server for the distributed tests")
 fi
 if [ $with_browser = 1 ] && [ ! -x /usr/bin/chromium ]; then
   need_apt+=(chromium) why+=("chromium for the browser tests")
@@ -126,5 +131,17 @@ else
   "${as_root[@]}" pg_ctlcluster --skip-systemctl-redirect "$cluster" main start >>"$LOGS/postgres.log" 2>&1 || true
   for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
   pg_isready -q -h 127.0.0.1 -p 5432 || fail "PostgreSQL did not start on 127.0.0.1:5432" "$LOGS/postgres.log"
+fi
+
+# --- 5. RabbitMQ (Debian's rabbitmq-server, guest/guest on 127.0.0.1:5672), for the distributed tier
+if [ $with_rabbitmq = 0 ]; then
+  stage 5 "RabbitMQ: not needed here (only \`job worker\` / --executor celery use it); scripts/test.sh asks for it"
+elif amqp_up; then
+  stage 5 "RabbitMQ: running on 127.0.0.1:5672"
+else
+  stage 5 "RabbitMQ: starting Debian's rabbitmq-server on 127.0.0.1:5672 (log: $LOGS/rabbitmq.log)"
+  "${as_root[@]}" rabbitmq-server -detached >>"$LOGS/rabbitmq.log" 2>&1 || true
+  for _ in $(seq 1 60); do amqp_up && break; sleep 1; done
+  amqp_up || fail "RabbitMQ did not start on 127.0.0.1:5672" "$LOGS/rabbitmq.log"
 fi
 say "ready"

@@ -3,8 +3,8 @@
 # suite: lint, types, and every test tier. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "test: setting up (scripts/setup.sh --with-postgres --with-browser)" >&2
-./scripts/setup.sh --with-postgres --with-browser
+echo "test: setting up (scripts/setup.sh --with-postgres --with-browser --with-rabbitmq)" >&2
+./scripts/setup.sh --with-postgres --with-browser --with-rabbitmq
 echo "test: lint and format (ruff), types (mypy)" >&2
 .venv/bin/ruff check durable_assets tests bench
 .venv/bin/ruff format --check durable_assets tests bench

@@ -46,3 +46,30 @@ def test_bench_smoke_scenarios_1_to_3(tmp_path: Path) -> None:
     assert three["resume_provider_requests"] == three["refunds_unconfirmed_at_kill"] > 0
     assert three["resume_new_refunds"] == three["refunds"] - three["refunds_created_before_kill"]
     assert three["steps_reexecuted"] == ["issued_refunds"]
+
+
+def test_bench_smoke_scenario_10_distributed(tmp_path: Path) -> None:
+    """Scenario 10 at smoke size: workers, a binding shared limit and the overhead pair all run."""
+    from tests.distributed.conftest import broker_available
+    from tests.support.homes import postgres_available
+
+    if not (postgres_available() and broker_available()):
+        pytest.skip("scenario 10 needs Postgres and RabbitMQ")
+    out = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DURABLE_", "DAGSTER_", "STRIPE_"))}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--size", "smoke", "--only", "10", "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["measured"] and "error" not in row and not row["skipped"], row
+    assert row["exactly_once"] is True
+    assert set(row["by_workers"]) == {"1", "2", "4"}
+    assert row["binding"]["requests"] / row["binding"]["span_s"] <= row["binding_limit"] * 1.01, row

@@ -22,4 +22,5 @@ def registry() -> dict[int, tuple[str, str]]:
         7: ("pruning", "pruning old runs"),
         8: ("adaptive_pacing", "provider limit learned with no client setting"),
         9: ("credit_migration", "credit migration at the provider's limit, and the next night"),
+        10: ("distributed", "distributed refunds: 1, 2, 4 workers, a shared limit, task overhead"),
     }

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from durable_assets.credit_migration.assets import ALL_ASSETS, CREDIT_BATCHES
+from durable_assets.credit_migration.assets import ALL_ASSETS, CREDIT_BATCHES, enforce_credit_limits
 from durable_assets.credit_migration.checks import ALL_CHECKS
 from durable_assets.credit_migration.schedules import NIGHTLY_CREDITS
+from durable_assets.credit_migration.schema import PlannedAction
 from durable_assets.credit_migration.summary import CREDIT_SUMMARY
 from durable_assets.credit_migration.validation import read_legacy_file
 from durable_assets.kit import DurableJob
@@ -19,6 +20,12 @@ credit_migration = DurableJob(
     summary=CREDIT_SUMMARY,
     daily=NIGHTLY_CREDITS,
     check_input=read_legacy_file,
+    # Distributed runs shard provider_customers and applied_adjustments; the ceilings see the whole batch.
+    shard_guards={
+        "applied_adjustments": lambda plan, resources: enforce_credit_limits(
+            plan[plan["action"] == PlannedAction.ADJUST], resources["credit_limits"]
+        )
+    },
     description=(
         "A batch migration of prepaid credit from a legacy billing export into payment-provider "
         "customer balances: one customer per legacy account (found or created), one balance "

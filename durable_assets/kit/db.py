@@ -113,6 +113,31 @@ webhook_outbox = sa.Table(
     sa.Column("delivered_at", sa.Float),
 )
 
+step_leases = sa.Table(
+    "durable_step_leases",
+    metadata,
+    # One row per step of a distributed run: which task execution runs it now, until when. The
+    # orchestrator re-sends a step whose lease lapsed; a task whose row names another execution stops.
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("step_key", sa.String(255), primary_key=True),
+    sa.Column("batch_id", sa.String(64), nullable=False, index=True),
+    # The orchestrator's send number of this step in this run: a newer send supersedes an older one.
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("owner", sa.String(255), nullable=False),  # host:pid:task execution
+    sa.Column("heartbeat_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Column("finished", sa.Boolean, nullable=False, default=False),
+)
+
+rate_limits = sa.Table(
+    "durable_rate_limits",
+    metadata,
+    # One token bucket per account (provider + key), shared by every worker of every batch.
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("tokens", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
 _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()
 

@@ -74,6 +74,8 @@ class SummarySpec:
 
 
 InputConfig = Callable[[str | None, int], Mapping[str, Any]]
+#: A whole-batch check of a sharded step (a per-batch ceiling): its full input and its resources.
+ShardGuard = Callable[[Any, Mapping[str, Any]], None]
 
 
 def path_and_size(path: str | None, size: int) -> dict[str, Any]:
@@ -89,7 +91,9 @@ class DurableJob:
     partition of ``partitions``, so two batches never share a stored output. ``daily`` adds a
     schedule (shipped stopped) that starts one batch per day, and ``job backfill`` for past days.
     ``check_input(path)`` reads an input file before a batch is created, so a bad file is a usage
-    error (exit 2) that leaves the batch ID unused.
+    error (exit 2) that leaves the batch ID unused. ``shard_steps`` (default: the mutating
+    steps that read an upstream frame) are the steps a distributed run splits into shards, by
+    ``shard_column`` of their first input; ``shard_guards`` are their whole-batch checks.
     """
 
     def __init__(
@@ -105,6 +109,9 @@ class DurableJob:
         executor_def: ExecutorDefinition = in_process_executor,
         daily: DailyBatches | None = None,
         check_input: Callable[[str], object] | None = None,
+        shard_steps: Sequence[str] | None = None,
+        shard_column: str | None = None,
+        shard_guards: Mapping[str, ShardGuard] | None = None,
     ) -> None:
         if not assets:
             raise ValueError(f"durable job {name!r} needs at least one asset")
@@ -119,6 +126,25 @@ class DurableJob:
         self.daily = daily
         self.check_input = check_input
         _check_step_order(name, self.assets)
+        #: The steps a distributed run splits into shards: those named, else every mutating step
+        #: that reads an upstream frame (a first step that makes its input has nothing to split).
+        self.shard_steps = tuple(
+            shard_steps
+            if shard_steps is not None
+            else (
+                st.key
+                for a, st in zip(self.assets, self.steps, strict=True)
+                if st.mutates and a.keys_by_input_name
+            )
+        )
+        #: The column of a shard step's first input that decides a row's shard (default: its first).
+        self.shard_column = shard_column
+        #: Checks each shard runs on the step's *whole* input first: a per-batch ceiling checked on
+        #: a shard's rows alone would let N shards together exceed it.
+        self.shard_guards = dict(shard_guards or {})
+        unknown = set(self.shard_steps) - set(self.step_keys)
+        if unknown:
+            raise ValueError(f"durable job {name!r}: shard steps {sorted(unknown)} are not among its steps")
 
     def __repr__(self) -> str:
         return f"DurableJob({self.name!r}, steps={[s.key for s in self.steps]})"
@@ -149,6 +175,19 @@ class DurableJob:
             metadata={STEPS_KEY: [[s.key, s.label] for s in self.steps]},
         )
 
+    def distributed_assets(self, shards: int) -> tuple[AssetsDefinition, ...]:
+        """The job's assets for a distributed run: the shard step as ``shards`` shards and their merge."""
+        from durable_assets.kit.sharding import sharded_assets
+
+        out: list[AssetsDefinition] = []
+        for a, st in zip(self.assets, self.steps, strict=True):
+            out.extend(
+                sharded_assets(a, shards, self.shard_column, self.shard_guards.get(st.key))
+                if st.key in self.shard_steps
+                else [a]
+            )
+        return tuple(out)
+
     def run_config(self, input_path: str | None, size: int) -> dict[str, Any]:
         """The run config of a batch's first run: the input, given to the first step."""
         return {"ops": {self.steps[0].key: {"config": dict(self.input_config(input_path, size))}}}
@@ -166,6 +205,8 @@ class DurableJobs:
         if not self._jobs:
             raise ValueError("register at least one durable job")
         self._defs: Definitions | None = None
+        self._resources: dict[str, Any] = {}
+        self._distributed: dict[tuple[str, int], JobDefinition] = {}
 
     def __iter__(self) -> Iterator[DurableJob]:
         return iter(self._jobs.values())
@@ -205,6 +246,7 @@ class DurableJobs:
         sensors: Sequence[Any] = (),
     ) -> Definitions:
         if self._defs is None:
+            self._resources = dict(resources)
             self._defs = Definitions(
                 assets=[a for j in self for a in j.assets],
                 asset_checks=[c for j in self for c in j.checks],
@@ -221,6 +263,42 @@ class DurableJobs:
         if self._defs is None:
             raise RuntimeError("DurableJobs.definitions() has not been called in this code location")
         return self._defs.resolve_job_def(self.get(name).name)
+
+    def distributed_job_definition(self, name: str, shards: int) -> JobDefinition:
+        """Job ``name`` for the distributed executor, its shard step split into ``shards`` shards.
+
+        Same job name, same partitions, same resources and asset checks as the code location's job,
+        so the operations layer reads its runs as it reads any run of the job; built on demand (and
+        once per process) in the orchestrator and in every worker, from the same descriptor.
+        """
+        from durable_assets.kit.distributed import durable_celery_executor
+        from durable_assets.kit.modes import EXECUTOR_TAG, SHARDS_TAG, ExecutorKind
+
+        if self._defs is None:
+            raise RuntimeError("DurableJobs.definitions() has not been called in this code location")
+        cached = self._distributed.get((name, shards))
+        if cached is not None:
+            return cached
+        job = self.get(name)
+        assets = job.distributed_assets(shards)
+        asset_job = define_asset_job(
+            job.name,
+            selection=AssetSelection.assets(*assets),
+            partitions_def=job.partitions,
+            executor_def=durable_celery_executor,
+            description=job.description,
+            metadata={STEPS_KEY: [[s.key, s.label] for s in job.steps]},
+            tags={EXECUTOR_TAG: ExecutorKind.CELERY.value, SHARDS_TAG: str(shards)},
+        )
+        defs = Definitions(
+            assets=list(assets),
+            asset_checks=list(job.checks),
+            jobs=[asset_job],
+            resources=self._resources,
+        )
+        resolved = defs.resolve_job_def(job.name)
+        self._distributed[(name, shards)] = resolved
+        return resolved
 
 
 def _step_of(asset: AssetsDefinition) -> DurableStep:

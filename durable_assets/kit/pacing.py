@@ -15,6 +15,7 @@ a batch waits for a dead provider whatever the concurrency, the chunking or the 
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -24,6 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import sqlalchemy as sa
+
+from durable_assets.kit.db import DurableDatabase, rate_limits
+from durable_assets.kit.db import now as db_now
 from durable_assets.kit.errors import (
     IdempotencyKeyInFlightError,
     ProviderUnavailableError,
@@ -166,6 +171,90 @@ def shared_limiter(provider: str, ceiling: float | None) -> RateLimiter:
     """The one limiter of this process for ``provider``: steps, checks and their threads pace as one."""
     with _shared_lock:
         return _shared.setdefault((provider, ceiling), RateLimiter(ceiling))
+
+
+#: A process draws this much of the account's rate from the shared bucket per transaction (and the
+#: bucket holds at most this much): one short transaction per ~50 ms of requests, not one per request.
+SHARED_DRAW_S = 0.05
+
+
+class SharedBucket:
+    """A token bucket in a ``durable_rate_limits`` row: one rate for the account, however many processes.
+
+    Tokens accrue in the row at ``rate`` per second (wall clock) up to ``rate * SHARED_DRAW_S``; a
+    process takes what it may in one short transaction (``SELECT ... FOR UPDATE`` on Postgres, a
+    write lock on SQLite) and spends it locally. Tokens exist only at the account's rate, so the
+    processes together never exceed it; each draws up to 50 ms of it, so together they reach it.
+    """
+
+    def __init__(self, db: DurableDatabase, name: str, rate: float) -> None:
+        self.db, self.name, self.rate = db, name, rate
+        self.capacity = max(1.0, rate * SHARED_DRAW_S)
+        self._lock = threading.Lock()
+        self._held = 0.0
+
+    def take(self) -> float:
+        """0 when this process may send one request now, else seconds to wait before asking again."""
+        with self._lock:
+            if self._held >= 1.0:
+                self._held -= 1.0
+                return 0.0
+            got, tokens = self._draw()
+            if got >= 1.0:
+                self._held += got - 1.0
+                return 0.0
+            return max((1.0 - tokens) / self.rate, 0.001)
+
+    def _draw(self) -> tuple[float, float]:
+        c = rate_limits.c
+        with self.db.transaction() as conn:
+            first = {"name": self.name, "tokens": self.capacity, "updated_at": db_now()}
+            conn.execute(self.db.insert_ignore(rate_limits).values(**first))
+            query = sa.select(c.tokens, c.updated_at).where(c.name == self.name)
+            if self.db.is_postgres:
+                query = query.with_for_update()
+            row = conn.execute(query).one()
+            # The clock is read under the row's lock and never moves the row back: a time read
+            # before waiting for the lock would count an interval another process drew again.
+            t = max(db_now(), row.updated_at)
+            tokens = min(self.capacity, row.tokens + (t - row.updated_at) * self.rate)
+            got = float(math.floor(min(tokens, self.capacity)))
+            conn.execute(
+                rate_limits.update().where(c.name == self.name).values(tokens=tokens - got, updated_at=t)
+            )
+        return got, tokens - got
+
+
+class SharedRateLimiter(RateLimiter):
+    """:class:`RateLimiter` whose ceiling is one account-wide bucket instead of this process's own.
+
+    Used by distributed runs: N workers each with ``DURABLE_RATE_LIMIT`` would send N times it.
+    What a process learns from 429s and ``Retry-After`` still paces it on top.
+    """
+
+    def __init__(self, bucket: SharedBucket, **kwargs: Any) -> None:
+        super().__init__(None, **kwargs)
+        self.bucket = bucket
+        self.ceiling = bucket.rate  # reported as the cap; enforced by the bucket, not the local one
+
+    def _rate(self, now: float) -> float | None:
+        if self._learned is None:
+            return None  # the account's ceiling is the bucket's business
+        return super()._rate(now)
+
+    def wait_s(self) -> float:
+        local = super().wait_s()
+        return local if local > 0 else self.bucket.take()
+
+
+def account_limiter(db: DurableDatabase, account: str, rate: float) -> RateLimiter:
+    """This process's limiter for ``account`` drawing on the shared bucket (one per process)."""
+    with _shared_lock:
+        key = (f"shared:{db.url}:{account}", rate)
+        limiter = _shared.get(key)
+        if limiter is None:
+            limiter = _shared[key] = SharedRateLimiter(SharedBucket(db, account, rate))
+        return limiter
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ from durable_assets.kit.leases import (
     acquire_unless_live_run,
 )
 from durable_assets.kit.ledger import Ledger
+from durable_assets.kit.modes import EXECUTOR_TAG, ExecutorKind
 from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore, event_log_sink
+from durable_assets.kit.step_leases import TaskContext, current_task
 
 BATCH_TAG = "durable/batch"
 
@@ -70,6 +72,17 @@ def run_ended(instance: DagsterInstance | None) -> Callable[[str], bool]:
     return ended
 
 
+def _lease_of_run(leases: LeaseStore, batch_id: str, run_id: str) -> Lease:
+    """The batch's lease as the orchestrator of ``run_id`` adopted it, or FencedOutError."""
+    lease = leases.get(batch_id)
+    if lease is None or lease.run_id != run_id:
+        raise FencedOutError(
+            f"batch {batch_id!r} is held by run {lease.run_id if lease else '?'}, not this task's run "
+            f"{run_id}: a task of a superseded run does nothing"
+        )
+    return lease
+
+
 class BatchRuntime(ConfigurableResource):
     """The run's lease, cancel and fence checks, and progress reporting for one batch."""
 
@@ -84,6 +97,7 @@ class BatchRuntime(ConfigurableResource):
     _lease: Lease | None = PrivateAttr(default=None)
     _heartbeat: Heartbeat | None = PrivateAttr(default=None)
     _reporter: ProgressReporter | None = PrivateAttr(default=None)
+    _task: TaskContext | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         self._db = _database(context, self.database_url)
@@ -95,9 +109,17 @@ class BatchRuntime(ConfigurableResource):
         if not self._batch_id:
             return
         leases = LeaseStore(self._db, ttl_s=self.lease_ttl_seconds)
-        # Raises LeaseHeldError when another live worker owns the batch: two workers never overlap.
-        self._lease = acquire_unless_live_run(leases, self._batch_id, run.run_id, run_ended(context.instance))
-        self._heartbeat = Heartbeat(leases, self._lease).start()
+        if run.tags.get(EXECUTOR_TAG) == ExecutorKind.CELERY.value:
+            # A step task of a distributed run: the orchestrator holds the batch's lease; this task
+            # may act only while that lease is its run's (the fence it had when the task started).
+            self._lease = _lease_of_run(leases, self._batch_id, run.run_id)
+            self._task = current_task.get()
+        else:
+            # Raises LeaseHeldError when another live worker owns the batch: two workers never overlap.
+            self._lease = acquire_unless_live_run(
+                leases, self._batch_id, run.run_id, run_ended(context.instance)
+            )
+            self._heartbeat = Heartbeat(leases, self._lease).start()
         self._reporter = ProgressReporter(
             ProgressStore(self._db),
             self._batch_id,
@@ -137,7 +159,16 @@ class BatchRuntime(ConfigurableResource):
         if self._heartbeat is not None and self._heartbeat.lost.is_set():
             raise FencedOutError(f"this worker lost the lease on batch {self._batch_id!r}")
         CancelStore(self._db).raise_if_requested(self.batch_id)
-        LeaseStore(self._db, ttl_s=self.lease_ttl_seconds).check_fence(self.batch_id, self._lease.fence)
+        store = LeaseStore(self._db, ttl_s=self.lease_ttl_seconds)
+        store.check_fence(self.batch_id, self._lease.fence)
+        if self._task is not None:
+            current = store.get(self.batch_id)
+            if current is None or current.run_id != self._run_id:
+                raise FencedOutError(
+                    f"batch {self._batch_id!r} is now run by {current.run_id if current else '?'}; "
+                    f"this task of run {self._run_id} stops before sending anything more"
+                )
+            self._task.stand_down_if_superseded()
 
     def report(self, p: Progress, *, force: bool = False) -> None:
         if self._reporter is not None:

@@ -38,6 +38,7 @@ from durable_assets.kit.pacing import Backoff as PacingBackoff
 from durable_assets.kit.pacing import RateLimiter
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
+from durable_assets.kit.sharding import step_of_shard
 
 #: Whole-step retries for transient faults that escape a step (the ledger makes a retried step
 #: resume where it stopped). A provider down for its whole down budget is not one of them:
@@ -115,7 +116,7 @@ def _check_step_boundary(context: AssetExecutionContext, runtime: BatchRuntime) 
 
 def step_progress(context: AssetExecutionContext, done: int, of: int) -> Progress:
     """``step n/N <label> done/of`` for the running step, numbered as its durable job lists it."""
-    name = context.asset_key.path[-1]
+    name = step_of_shard(context.asset_key.path[-1])  # a shard counts as its step
     listed: Any = context.job_def.metadata.get(STEPS_KEY)
     steps = [tuple(pair) for pair in getattr(listed, "value", listed) or []]
     keys = [k for k, _label in steps]

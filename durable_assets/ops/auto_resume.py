@@ -58,6 +58,7 @@ from durable_assets.kit.launcher import (
     WORKER_LOST_TAG,
 )
 from durable_assets.kit.leases import DEFAULT_LEASE_TTL_S, LeaseStore, acquire_unless_live_run, process_owner
+from durable_assets.kit.modes import EXECUTOR_TAG, ExecutorKind
 from durable_assets.kit.resources import BATCH_TAG, run_ended
 from durable_assets.ops.reexecution import (
     PARENT_RUN_ID_TAG,
@@ -192,6 +193,16 @@ def resume_lost_run(
     db = DurableDatabase.for_instance(instance)
     if CancelStore(db).is_requested(batch_id):
         return _decide(instance, lost, "none: a cancel was requested", "a cancel is requested; not resuming")
+    if lost.tags.get(EXECUTOR_TAG) == ExecutorKind.CELERY.value:
+        # A distributed batch's steps are its sharded job's, which only `job resume` rebuilds (the
+        # code location serves the in-process job); resuming it here would run another plan.
+        return _decide(
+            instance,
+            lost,
+            "none: a distributed batch",
+            f"a distributed batch (its shards run on `job worker`s); "
+            f"`job resume --id {batch_id}` continues it",
+        )
     attempt = 1 + max((_attempt(r) for r in lineage), default=0)
     if attempt > settings.max_attempts:
         return _decide(

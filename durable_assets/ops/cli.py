@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 from durable_assets.kit.errors import DurableError, UsageError
+from durable_assets.kit.modes import DEFAULT_SHARDS, MAX_SHARDS, ExecutorKind
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
 #: The batch succeeded but some of its items wait for a person (status JSON ``needs_review``).
@@ -50,6 +51,28 @@ def build_parser() -> argparse.ArgumentParser:
         type=_size,
         default=1000,
         help=f"synthetic batch size, 1..{MAX_SIZE:,} (default 1000)",
+    )
+
+    run.add_argument(
+        "--executor",
+        choices=[k.value for k in ExecutorKind],
+        default=ExecutorKind.IN_PROCESS.value,
+        help="in_process (default: this process runs every step) or celery (`job worker`s run them)",
+    )
+    run.add_argument(
+        "--shards",
+        type=_shards,
+        default=DEFAULT_SHARDS,
+        help=f"with --executor celery: tasks each mutating step is split into, 1..{MAX_SHARDS} "
+        f"(default {DEFAULT_SHARDS})",
+    )
+
+    worker = sub.add_parser("worker", help="a worker of the distributed executor (a Celery worker)")
+    worker.add_argument(
+        "--concurrency",
+        type=_concurrency,
+        default=2,
+        help="steps this worker runs at once, 1..64 (default 2)",
     )
 
     for name, text in (
@@ -173,6 +196,14 @@ def _integer(text: str, low: int, high: int) -> int:
 
 def _size(text: str) -> int:
     return _integer(text, 1, MAX_SIZE)
+
+
+def _shards(text: str) -> int:
+    return _integer(text, 1, MAX_SHARDS)
+
+
+def _concurrency(text: str) -> int:
+    return _integer(text, 1, 64)
 
 
 def _port(text: str) -> int:
@@ -549,6 +580,12 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "jobs":
         return _print_jobs(args.json)
+    if args.command == "worker":
+        from durable_assets.kit.distributed import run_worker
+
+        _instance(args.verbose)  # DAGSTER_HOME resolved and checked, as for every command
+        run_worker(args.concurrency)
+        return EXIT_OK
 
     from durable_assets.ops import runner, status
 
@@ -558,7 +595,13 @@ def _dispatch(args: argparse.Namespace) -> int:
             instance,
             args.id,
             lambda: runner.start_batch(
-                instance, args.id, job=args.job, input_path=args.input, size=args.size
+                instance,
+                args.id,
+                job=args.job,
+                input_path=args.input,
+                size=args.size,
+                executor=ExecutorKind(args.executor),
+                shards=args.shards,
             ),
         )
         return _finish(instance, args.id)

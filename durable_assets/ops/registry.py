@@ -18,6 +18,7 @@ from dagster._core.definitions.reconstruct import ReconstructableJob
 
 from durable_assets.kit import BATCH_TAG, DurableJob, DurableJobs
 from durable_assets.kit.errors import UnknownJobError, UsageError
+from durable_assets.kit.modes import DEFAULT_SHARDS, EXECUTOR_TAG, SHARDS_TAG, ExecutorKind
 from durable_assets.settings import settings
 
 CODE_LOCATION_ENV = "DURABLE_CODE_LOCATION"
@@ -50,12 +51,34 @@ def job_definition(module: str, name: str) -> JobDefinition:
     return _load(module).job_definition(name)
 
 
-def reconstructable_job(job: DurableJob) -> ReconstructableJob:
+def distributed_job_definition(module: str, name: str, shards: int) -> JobDefinition:
+    """Job ``name`` of ``module``'s location for the distributed executor, with ``shards`` shards."""
+    return _load(module).distributed_job_definition(name, shards)
+
+
+def reconstructable_job(job: DurableJob, shards: int | None = None) -> ReconstructableJob:
+    """The job a run of ``job`` executes: in process, or (``shards`` given) distributed and sharded.
+
+    Workers rebuild it from this pointer, so both sides build the same plan from one descriptor.
+    """
+    if shards is not None:
+        return build_reconstructable_job(
+            "durable_assets.ops.registry",
+            "distributed_job_definition",
+            reconstructable_args=(code_location(), job.name, shards),  # type: ignore[arg-type]
+        )
     return build_reconstructable_job(
         "durable_assets.ops.registry",
         "job_definition",
         reconstructable_args=(code_location(), job.name),  # type: ignore[arg-type]  # any picklable tuple
     )
+
+
+def shards_of_runs(runs: Sequence[DagsterRun]) -> int | None:
+    """How many shards a distributed batch's lineage runs with (None: it runs in process)."""
+    if not runs or runs[0].tags.get(EXECUTOR_TAG) != ExecutorKind.CELERY.value:
+        return None
+    return int(runs[0].tags.get(SHARDS_TAG, DEFAULT_SHARDS))
 
 
 def job_of_runs(runs: Sequence[DagsterRun]) -> DurableJob:

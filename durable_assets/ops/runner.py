@@ -28,12 +28,13 @@ from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import BatchExistsError, LeaseHeldError, UnknownBatchError
 from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
+from durable_assets.kit.modes import DEFAULT_SHARDS, EXECUTOR_TAG, SHARDS_TAG, ExecutorKind
 from durable_assets.kit.resources import BATCH_TAG, run_ended
 from durable_assets.kit.status_model import StepStatus
 from durable_assets.ops import batch_webhooks
 from durable_assets.ops.batch_log import batch_output
 from durable_assets.ops.reexecution import LIVE, batch_tags, record_run_success
-from durable_assets.ops.registry import durable_jobs, job_of_runs, reconstructable_job
+from durable_assets.ops.registry import durable_jobs, job_of_runs, reconstructable_job, shards_of_runs
 from durable_assets.ops.status import batch_runs, check_batch_id, step_states
 from durable_assets.settings import settings
 
@@ -53,6 +54,11 @@ def resolve_dagster_home() -> tuple[Path, str]:
     home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(home.resolve())
     return home.resolve(), why
+
+
+def distributed_tags(shards: int) -> dict[str, str]:
+    """What marks a run as distributed, for the resume, status and the automatic resume to see."""
+    return {EXECUTOR_TAG: ExecutorKind.CELERY.value, SHARDS_TAG: str(shards)}
 
 
 def lease_ttl_s() -> float:
@@ -77,11 +83,14 @@ def start_batch(
     job: str | None = None,
     input_path: str | None = None,
     size: int = 1000,
+    executor: ExecutorKind = ExecutorKind.IN_PROCESS,
+    shards: int = DEFAULT_SHARDS,
 ) -> DagsterRun:
     """Run a new batch of durable job ``job`` (the default one if None) to the end in this process.
 
-    Returns the finished run. Its terminal webhook is sent from here (bounded) after the lease is
-    released: no daemon needed.
+    With ``executor=CELERY`` this process orchestrates and `job worker`s run the steps, each shard
+    step split into ``shards`` tasks. Returns the finished run. Its terminal webhook is sent from
+    here (bounded) after the lease is released: no daemon needed.
     """
     check_batch_id(batch_id)
     durable = durable_jobs().get(job)
@@ -93,12 +102,14 @@ def start_batch(
             )
         instance.add_dynamic_partitions(durable.partitions_name, [batch_id])
         config = durable.run_config(str(Path(input_path).resolve()) if input_path else None, size)
+        distributed = executor == ExecutorKind.CELERY
+        tags = {**batch_tags(batch_id), **(distributed_tags(shards) if distributed else {})}
         with batch_output(instance, batch_id, "run"):
             result = execute_job(
-                reconstructable_job(durable),
+                reconstructable_job(durable, shards if distributed else None),
                 instance,
                 run_config={**config, **QUIET_LOGS},
-                tags=batch_tags(batch_id),
+                tags=tags,
             )
         crash_point(CrashPoint.RUN_END)
     batch_webhooks.notify_batch(instance, batch_id)
@@ -169,12 +180,14 @@ def resume_batch(
             )
         if not finished_without_reexecution:
             CancelStore(db).clear(batch_id)
+            shards = shards_of_runs(runs)
+            tags = {**batch_tags(batch_id), **(distributed_tags(shards) if shards is not None else {})}
             with batch_output(instance, batch_id, "resume"):
                 result = execute_job(
-                    reconstructable_job(job_of_runs(runs)),
+                    reconstructable_job(job_of_runs(runs), shards),
                     instance,
                     reexecution_options=ReexecutionOptions.from_failure(newest.run_id, instance),
-                    tags=batch_tags(batch_id),
+                    tags=tags,
                 )
         crash_point(CrashPoint.RUN_END)
     batch_webhooks.notify_batch(instance, batch_id)

@@ -22,6 +22,7 @@ from durable_assets.kit.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.launcher import AUTO_RESUME_ATTEMPT_TAG, AUTO_RESUME_MAX_TAG, AUTO_RESUME_OF_TAG
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.sharding import step_of_shard
 from durable_assets.kit.status_model import (
     BATCH_ID_REGEX,
     AutoResumeModel,
@@ -119,10 +120,17 @@ def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
         run_status = BatchStatus.of_run(run.status)
         for record in instance.all_logs(run.run_id, of_type=_STEP_EVENTS):
             event = record.dagster_event
-            if event is None or event.step_key not in steps:
+            if event is None or event.step_key is None:
+                continue
+            kind = event.event_type
+            if event.step_key not in steps:
+                # A shard of a distributed run counts as its step: started when a shard starts,
+                # failed when one fails; the merged step (same key as the step) completes it.
+                shard_of = steps.get(step_of_shard(event.step_key))
+                if shard_of is not None:
+                    _fold_shard_event(shard_of, kind, record.timestamp, run.run_id)
                 continue
             step = steps[event.step_key]
-            kind = event.event_type
             if kind == DagsterEventType.STEP_START:
                 step.executions += 1
                 step.status = StepStatus.IN_PROGRESS
@@ -150,6 +158,16 @@ def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
                         StepStatus.SKIPPED if run_status == BatchStatus.CANCELED else StepStatus.FAILED
                     )
     return steps
+
+
+def _fold_shard_event(step: _Step, kind: DagsterEventType, at: float, run_id: str) -> None:
+    if kind == DagsterEventType.STEP_START and step.status != StepStatus.IN_PROGRESS:
+        step.executions += 1
+        step.status = StepStatus.IN_PROGRESS
+        step.started_at, step.finished_at = at, None
+        step.run_id = run_id
+    elif kind == DagsterEventType.STEP_FAILURE:
+        step.status, step.finished_at = StepStatus.FAILED, at
 
 
 def held_for_review(steps: Sequence[Any]) -> int:

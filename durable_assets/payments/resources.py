@@ -7,7 +7,9 @@ from pathlib import Path
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
-from durable_assets.kit.pacing import Backoff, RateLimiter, shared_limiter
+from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.modes import EXECUTOR_TAG, ExecutorKind
+from durable_assets.kit.pacing import Backoff, RateLimiter, account_limiter, shared_limiter
 from durable_assets.payments.gateway import (
     CustomerGateway,
     EmbeddedGateway,
@@ -46,11 +48,20 @@ class PaymentGateway(ConfigurableResource):
 
     _gateway: EmbeddedGateway | StripeGateway | None = PrivateAttr(default=None)
     _provider: str = PrivateAttr(default="")
+    _shared: RateLimiter | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         embedded = str(instance_dir(context) / "payments.db")
         self._gateway = gateway_from_settings(self.payments_url, self.api_key, embedded)
         self._provider = self.payments_url or f"embedded:{embedded}"
+        run = context.dagster_run
+        distributed = run is not None and run.tags.get(EXECUTOR_TAG) == ExecutorKind.CELERY.value
+        if distributed and self.rate_limit_per_second and context.instance is not None:
+            # N workers with the same per-process cap would send N times it: the account's one
+            # bucket, in the instance's database, is shared by every worker of every batch.
+            self._shared = account_limiter(
+                DurableDatabase.for_instance(context.instance), self._provider, self.rate_limit_per_second
+            )
 
     @property
     def gateway(self) -> RefundGateway:
@@ -68,7 +79,12 @@ class PaymentGateway(ConfigurableResource):
         return self._gateway
 
     def limiter(self) -> RateLimiter:
-        """The process's one limiter for this provider: what one step learns, the next one knows."""
+        """The process's one limiter for this provider: what one step learns, the next one knows.
+
+        In a distributed run the cap is the account's, shared with every other worker.
+        """
+        if self._shared is not None:
+            return self._shared
         return shared_limiter(self._provider, self.rate_limit_per_second)
 
     def backoff(self) -> Backoff:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from durable_assets.kit import DurableJob
-from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
+from durable_assets.refunds.assets import ALL_ASSETS, BATCHES, enforce_guardrails
 from durable_assets.refunds.checks import ALL_CHECKS
 from durable_assets.refunds.schedules import DAILY_REFUNDS
 from durable_assets.refunds.summary import REFUND_SUMMARY
@@ -19,6 +19,10 @@ refund_batch = DurableJob(
     summary=REFUND_SUMMARY,
     daily=DAILY_REFUNDS,
     check_input=read_invoice_file,
+    # Distributed runs shard issued_refunds and customer_notices; the ceilings see the whole batch.
+    shard_guards={
+        "issued_refunds": lambda candidates, resources: enforce_guardrails(candidates, resources["limits"])
+    },
     description=(
         "One refund batch, end to end: invoices are validated, refunds computed by policy, issued "
         "exactly once at the payment provider, reconciled, and customers notified. Partition = batch ID."

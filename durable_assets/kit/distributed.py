@@ -1,0 +1,463 @@
+"""Distributed execution: a batch's steps as Celery tasks on any number of `job worker` processes.
+
+Built on dagster-celery's step execution (the task body is its ``execute_plan`` task; the
+orchestrator's loop is its ``core_celery_execution_loop``), with what a batch with side effects
+needs on top, because a Celery task can vanish without a result:
+
+- **Our own app and task** (``durable_assets.execute_step``): ``acks_late`` and
+  ``reject_on_worker_lost``, so a task whose worker is SIGKILLed goes back to the queue instead of
+  being lost; prefetch 1, so a worker never sits on tasks another could run; a 10 s broker
+  heartbeat, so a frozen worker's connection (and its unacknowledged task) is given up.
+- **Step leases** (``durable_step_leases``): the task renews a row for its (run, step) every TTL/3.
+  The orchestrator polls the rows; a step whose task neither finished nor renewed within
+  ``DURABLE_STEP_LEASE_TTL_S`` is sent again (a new *attempt*), up to ``DURABLE_STEP_MAX_ATTEMPTS``,
+  and then failed cleanly so that `job resume` finishes the batch. A newer execution of a step
+  supersedes an older one, which stops before its next provider request.
+- **Fencing across hosts**: the orchestrator adopts the batch's run lease; a task may cause side
+  effects only while its run still holds that lease (same fence): the tasks of a run that `job
+  resume` replaced stop as a local orphan does. The cancel row is checked before every request.
+
+The ledger, not any of this, is what makes a side effect happen once: two executions of one step
+send the same idempotency keys. Leases only keep duplicates rare and bound how long a dead task
+delays its batch.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from celery import Celery
+from celery.exceptions import TaskRevokedError
+from celery.result import AsyncResult
+from dagster import DagsterInstance, Executor, executor, multiple_process_executor_requirements
+from dagster._core.definitions.reconstruct import ReconstructableJob
+from dagster._core.errors import DagsterSubprocessError
+from dagster._core.events import DagsterEvent, EngineEventData
+from dagster._core.execution.api import create_execution_plan, execute_plan_iterator
+from dagster._core.execution.context.system import PlanOrchestrationContext
+from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
+from dagster._core.execution.plan.plan import ExecutionPlan
+from dagster._core.execution.retries import RetryMode, get_retries_config
+from dagster._grpc.types import ExecuteStepArgs
+from dagster._serdes import pack_value, serialize_value, unpack_value
+from dagster._utils.error import SerializableErrorInfo, serializable_error_info_from_exc_info
+from dagster_shared.serdes import deserialize_value
+from kombu import Queue
+
+from durable_assets.kit.db import DurableDatabase, now
+from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
+from durable_assets.kit.step_leases import StepHeartbeat, StepLeaseStore, TaskContext, current_task
+from durable_assets.settings import settings
+
+TASK_NAME = "durable_assets.execute_step"
+#: How often the orchestrator looks for finished tasks (results are cheap to poll) ...
+RESULT_TICK_S = 0.1
+#: ... and for lapsed step leases (one query for all of the run's steps).
+LEASE_POLL_S = 1.0
+#: RabbitMQ's heartbeat: a frozen worker's connection is closed (and its task redelivered) after ~2x this.
+BROKER_HEARTBEAT_S = 10
+
+
+class TaskOutcome(enum.StrEnum):
+    """What a step task answers: it ran the step, or a newer (or finished) execution made it stand down."""
+
+    RAN = "ran"
+    SUPERSEDED = "superseded"
+
+
+# --- the Celery app and its task -------------------------------------------------------------
+
+
+def make_app(broker_url: str | None = None, queue: str | None = None) -> Celery:
+    """Our Celery app: one queue, late acks, redelivery of the tasks of a lost worker."""
+    env = settings()
+    queue = queue or env.broker_queue
+    app = Celery("durable_assets", broker=broker_url or env.broker_url, backend="rpc://")
+    app.conf.update(
+        task_queues=[Queue(queue, routing_key=queue)],
+        task_default_queue=queue,
+        task_default_routing_key=queue,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_track_started=False,
+        worker_prefetch_multiplier=1,
+        broker_heartbeat=BROKER_HEARTBEAT_S,
+        broker_connection_retry_on_startup=True,
+        # A worker that lost the broker gives its running tasks up: the broker redelivers them, and
+        # the step lease makes the redelivered copy the current execution.
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        result_expires=3600,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        worker_hijack_root_logger=False,
+    )
+    app.task(bind=True, name=TASK_NAME, acks_late=True, reject_on_worker_lost=True)(_execute_step)
+    return app
+
+
+@cache
+def app() -> Celery:
+    """This process's app (broker and queue as configured when first used)."""
+    return make_app()
+
+
+_instances: dict[str, DagsterInstance] = {}
+_instances_lock = threading.Lock()
+
+
+def _instance(ref: Any) -> DagsterInstance:
+    """One DagsterInstance per worker process: opening one per task costs engines and connections."""
+    key = serialize_value(ref)
+    with _instances_lock:
+        instance = _instances.get(key)
+        if instance is None:
+            instance = DagsterInstance.from_ref(ref)
+            _instances[key] = instance
+        return instance
+
+
+def _after_fork_in_child() -> None:
+    """A forked pool child must not share its parent's database connections."""
+    from durable_assets.kit import db
+
+    for engine in list(db._engines.values()):  # our own module's cache
+        engine.dispose(close=False)
+    _instances.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _execute_step(
+    self: Any, execute_step_args_packed: dict[str, Any], executable_dict: dict[str, Any], attempt: int
+) -> dict[str, Any]:
+    """Run one step of a run (dagster-celery's task body), holding the step's lease throughout."""
+    args = unpack_value(execute_step_args_packed, as_type=ExecuteStepArgs)
+    instance = _instance(args.instance_ref)
+    recon_job = ReconstructableJob.from_dict(executable_dict)
+    run = instance.get_run_by_id(args.run_id)
+    if run is None:
+        raise RuntimeError(f"no run {args.run_id} in this worker's instance")
+    step_key = (args.step_keys_to_execute or [""])[0]
+    owner = f"{socket.gethostname()}:{os.getpid()}:{self.request.id}:{uuid.uuid4().hex[:8]}"
+    store = StepLeaseStore(DurableDatabase.for_instance(instance), ttl_s=settings().step_lease_ttl_s)
+    batch_id = run.tags.get("durable/batch") or run.tags.get("dagster/partition") or ""
+    if not store.acquire(run.run_id, step_key, batch_id, attempt, owner):
+        return {"outcome": TaskOutcome.SUPERSEDED.value, "events": []}
+    task = TaskContext(run.run_id, step_key, owner, store)
+    token = current_task.set(task)
+    try:
+        with StepHeartbeat(task):
+            plan = create_execution_plan(
+                recon_job,
+                run.run_config,
+                step_keys_to_execute=args.step_keys_to_execute,
+                known_state=args.known_state,
+            )
+            events = [
+                instance.report_engine_event(
+                    f"Executing step {step_key} in worker {self.request.hostname} (attempt {attempt})",
+                    run,
+                    EngineEventData({"step_keys": step_key, "worker": str(self.request.hostname)}),
+                    step_key=step_key,
+                )
+            ]
+            events.extend(
+                execute_plan_iterator(
+                    execution_plan=plan,
+                    job=recon_job,
+                    dagster_run=run,
+                    instance=instance,
+                    retry_mode=args.retry_mode,
+                    run_config=run.run_config,
+                )
+            )
+        store.finish(run.run_id, step_key, owner)
+    finally:
+        current_task.reset(token)
+    return {"outcome": TaskOutcome.RAN.value, "events": [serialize_value(e) for e in events]}
+
+
+# --- the orchestrator's side: the executor --------------------------------------------------
+
+
+@executor(
+    name="durable_celery",
+    config_schema={"retries": get_retries_config()},
+    requirements=multiple_process_executor_requirements(),
+)
+def durable_celery_executor(init_context: Any) -> DurableCeleryExecutor:
+    """dagster-celery's executor with step leases, re-sends and fencing (see the module docstring)."""
+    retries = RetryMode.from_config(init_context.executor_config["retries"])
+    return DurableCeleryExecutor(retries if retries is not None else RetryMode.ENABLED)
+
+
+@dataclass
+class _InFlight:
+    attempt: int
+    results: list[AsyncResult]
+    sent_at: float
+
+
+class DurableCeleryExecutor(Executor):
+    def __init__(self, retries: RetryMode) -> None:
+        self._retries = retries
+
+    @property
+    def retries(self) -> RetryMode:
+        return self._retries
+
+    def execute(
+        self, plan_context: PlanOrchestrationContext, execution_plan: ExecutionPlan
+    ) -> Iterator[DagsterEvent]:
+        env = settings()
+        instance = plan_context.instance
+        run = plan_context.dagster_run
+        db = DurableDatabase.for_instance(instance)
+        batch_id = run.tags.get("durable/batch") or run.tags.get("dagster/partition")
+        heartbeat: Heartbeat | None = None
+        if batch_id:
+            leases = LeaseStore(db, ttl_s=env.lease_ttl_s)
+
+            def ended(run_id: str) -> bool:
+                other = instance.get_run_by_id(run_id)
+                return other is not None and other.is_finished
+
+            # The orchestrator is the batch's lease holder: tasks may act only while this run holds it.
+            lease = acquire_unless_live_run(leases, batch_id, run.run_id, ended, owner=process_owner())
+            heartbeat = Heartbeat(leases, lease).start()
+        try:
+            yield from self._loop(plan_context, execution_plan, StepLeaseStore(db, env.step_lease_ttl_s))
+        finally:
+            if heartbeat is not None:
+                heartbeat.stop(release=False)  # released by the CLI once the run's end is recorded
+
+    def _loop(
+        self, ctx: PlanOrchestrationContext, plan: ExecutionPlan, step_store: StepLeaseStore
+    ) -> Iterator[DagsterEvent]:
+        env = settings()
+        celery = app()
+        task = celery.tasks[TASK_NAME]
+        if not _workers_answer(celery, env.broker_queue):
+            warning = (
+                f"no `job worker` answered a ping on {env.broker_url.split('@')[-1]} (queue "
+                f"{env.broker_queue!r}); the steps wait in the queue until one starts"
+            )
+            ctx.log.warning(warning)  # the batch's log (and the terminal with --verbose)
+            yield DagsterEvent.engine_event(ctx, warning, EngineEventData())
+        in_flight: dict[str, _InFlight] = {}
+        sends: dict[str, int] = {}
+        step_errors: dict[str, SerializableErrorInfo] = {}
+        last_lease_poll = 0.0
+        run_id = ctx.dagster_run.run_id
+
+        def send(step: Any, known_state: Any) -> AsyncResult:
+            sends[step.key] = sends.get(step.key, 0) + 1
+            args = ExecuteStepArgs(
+                job_origin=ctx.reconstructable_job.get_python_origin(),
+                run_id=run_id,
+                step_keys_to_execute=[step.key],
+                instance_ref=ctx.instance.get_ref(),
+                retry_mode=self.retries.for_inner_plan(),
+                known_state=known_state,
+                print_serialized_events=True,
+            )
+            return task.apply_async(
+                kwargs={
+                    "execute_step_args_packed": pack_value(args),
+                    "executable_dict": ctx.reconstructable_job.to_dict(),
+                    "attempt": sends[step.key],
+                },
+                queue=env.broker_queue,
+                routing_key=env.broker_queue,
+            )
+
+        with (
+            InstanceConcurrencyContext(ctx.instance, ctx.dagster_run) as concurrency,
+            plan.start(retry_mode=self.retries, instance_concurrency_context=concurrency) as active,
+        ):
+            stopping = False
+            while (not active.is_complete and not stopping) or in_flight:
+                if active.check_for_interrupts():
+                    yield DagsterEvent.engine_event(
+                        ctx, "durable executor: interrupted; revoking the run's tasks", EngineEventData()
+                    )
+                    stopping = True
+                    active.mark_interrupted()
+                    for flight in in_flight.values():
+                        for r in flight.results:
+                            r.revoke()
+                    in_flight.clear()
+                    break
+                done: list[str] = []
+                for step_key, flight in list(in_flight.items()):
+                    for result in list(flight.results):
+                        if not result.ready():
+                            continue
+                        flight.results.remove(result)
+                        try:
+                            answer = result.get(disable_sync_subtasks=False)
+                        except TaskRevokedError:
+                            continue
+                        except Exception:
+                            step_errors[step_key] = serializable_error_info_from_exc_info(sys.exc_info())
+                            done.append(step_key)
+                            break
+                        if answer.get("outcome") != TaskOutcome.RAN.value:
+                            continue  # a stale copy stood down; the current one still runs
+                        for raw in answer.get("events", []):
+                            event = deserialize_value(raw, DagsterEvent)
+                            yield event
+                            active.handle_event(event)
+                        for other in flight.results:
+                            other.revoke()  # a queued copy of a step that is done
+                        done.append(step_key)
+                        break
+                    else:
+                        if not flight.results and step_key not in done:
+                            # Every copy stood down without running: the step's current execution
+                            # is gone (it finished without a result reaching us, or was lost).
+                            yield from self._resend_or_fail(
+                                ctx, active, step_key, flight, sends, send, env, in_flight
+                            )
+                for step_key in done:
+                    in_flight.pop(step_key, None)
+                    active.verify_complete(ctx, step_key)
+                yield from active.plan_events_iterator(ctx)
+                t = time.monotonic()
+                if in_flight and t - last_lease_poll >= LEASE_POLL_S:
+                    last_lease_poll = t
+                    yield from self._check_leases(ctx, active, in_flight, sends, send, step_store, env)
+                if stopping or step_errors:
+                    time.sleep(RESULT_TICK_S)
+                    continue
+                for step in active.get_steps_to_execute():
+                    yield DagsterEvent.engine_event(
+                        ctx.for_step(step),
+                        f"Sending step {step.key} to queue {env.broker_queue!r}",
+                        EngineEventData(),
+                    )
+                    result = send(step, active.get_known_state())
+                    in_flight[step.key] = _InFlight(sends[step.key], [result], now())
+                time.sleep(RESULT_TICK_S)
+        if step_errors:
+            raise DagsterSubprocessError(
+                "errors in workers:\n" + "\n".join(f"[{k}]: {e.to_string()}" for k, e in step_errors.items()),
+                subprocess_error_infos=list(step_errors.values()),
+            )
+
+    def _check_leases(
+        self,
+        ctx: PlanOrchestrationContext,
+        active: Any,
+        in_flight: dict[str, _InFlight],
+        sends: dict[str, int],
+        send: Any,
+        store: StepLeaseStore,
+        env: Any,
+    ) -> Iterator[DagsterEvent]:
+        """Re-send each step whose current execution stopped renewing its lease (its worker is lost)."""
+        try:
+            rows = store.of_run(ctx.dagster_run.run_id)
+        except Exception:  # a database hiccup: look again next second
+            return
+        t = now()
+        for step_key, flight in list(in_flight.items()):
+            row = rows.get(step_key)
+            if row is None or row.finished or row.attempt != flight.attempt or row.expires_at > t:
+                continue  # queued, done, an older execution's row, or alive
+            yield from self._resend_or_fail(ctx, active, step_key, flight, sends, send, env, in_flight)
+
+    def _resend_or_fail(
+        self,
+        ctx: PlanOrchestrationContext,
+        active: Any,
+        step_key: str,
+        flight: _InFlight,
+        sends: dict[str, int],
+        send: Any,
+        env: Any,
+        in_flight: dict[str, _InFlight],
+    ) -> Iterator[DagsterEvent]:
+        step = active.get_step_by_key(step_key)
+        if sends.get(step_key, 0) >= env.step_max_attempts:
+            message = (
+                f"step {step_key}'s task was lost {sends[step_key]} times (no lease renewal within "
+                f"{env.step_lease_ttl_s:g} s); failed so that `job resume` can finish the batch "
+                "(DURABLE_STEP_MAX_ATTEMPTS)"
+            )
+            for r in flight.results:
+                r.revoke()
+            flight.results.clear()
+            error = SerializableErrorInfo(message, [], "StepTaskLostError")
+            failure = self.log_failure_or_retry_event_after_error(
+                ctx.for_step(step), error, active.get_known_state()
+            )
+            yield DagsterEvent.engine_event(ctx.for_step(step), message, EngineEventData())
+            yield failure
+            active.handle_event(failure)
+            in_flight.pop(step_key, None)
+            return
+        yield DagsterEvent.engine_event(
+            ctx.for_step(step),
+            f"step {step_key}: its task (attempt {flight.attempt}) stopped renewing its lease; "
+            "sending it again",
+            EngineEventData(),
+        )
+        for r in flight.results:
+            r.revoke()  # a copy still queued somewhere would only stand down
+        result = send(step, active.get_known_state())
+        flight.attempt = sends[step_key]
+        flight.results = [result]
+        flight.sent_at = now()
+
+
+def run_worker(concurrency: int) -> None:
+    """`job worker`: a Celery worker of our app on the configured queue, until it is stopped.
+
+    Prefork pool: each step runs in a child process, so one step's crash (or a superseded one's
+    exit) takes no other step with it; a unique node name per process, so pings and revokes reach
+    each worker on a host.
+    """
+    from celery.signals import after_setup_logger
+
+    @after_setup_logger.connect(weak=False)
+    def _quiet_results(logger: Any, **_kwargs: Any) -> None:
+        # Celery logs every task's return value at INFO: here, a step's whole event list.
+        logging.getLogger("celery.app.trace").setLevel(logging.WARNING)
+
+    env = settings()
+    argv = [
+        "worker",
+        f"--concurrency={concurrency}",
+        "--pool=prefork",
+        f"--queues={env.broker_queue}",
+        f"--hostname=durable-{os.getpid()}@{socket.gethostname()}",
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel=INFO",
+    ]
+    app().worker_main(argv)
+
+
+def _workers_answer(celery: Celery, queue: str) -> bool:
+    """Whether a worker consumes ``queue``: a plain ping is answered by every worker on the broker,
+    including those of other queues (another deployment, another test) that will never run ours."""
+    try:
+        replies = celery.control.inspect(timeout=1.0).active_queues() or {}
+    except Exception:
+        return False
+    return any(q.get("name") == queue for queues in replies.values() for q in (queues or []))

@@ -1,0 +1,191 @@
+"""The mutating step split into N shard assets, merged back into the step users know.
+
+Why static assets and not dynamic outputs: each shard is then a step of Dagster's own plan, with
+its own checkpoint (the stored output, the materialization event), so re-execution from failure
+re-runs only the shards that did not finish, and a shard redelivered to another worker re-runs
+only its own rows (the ledger skips what it already confirmed). The merged asset keeps the
+original asset's key, so downstream steps, asset checks, the status JSON and the summary read the
+same asset as in a single-process run.
+
+Shard ``k`` of ``N`` takes the rows of the step's first input whose shard column hashes to ``k``
+(CRC-32, stable across processes and hosts, unlike Python's salted ``hash``). The merged step
+concatenates the shards' frames and adds up their materialization metadata (counts summed, maps of
+counts summed per key, anything else taken from the first shard), so the step's figures are those
+of the whole batch.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the shard functions' annotations.
+
+import inspect
+import re
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+from dagster import (
+    AssetExecutionContext,
+    AssetIn,
+    AssetKey,
+    AssetRecordsFilter,
+    AssetsDefinition,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+
+from durable_assets.kit.errors import DurableError
+from durable_assets.kit.frames import frame_digest
+from durable_assets.kit.modes import MAX_SHARDS
+
+#: Asset definition metadata of a shard: the step it is a part of.
+SHARD_OF_KEY = "durable/shard_of"
+
+_SHARD_NAME = re.compile(r"^(?P<step>.+)__shard_(?P<k>\d+)_of_(?P<n>\d+)$")
+
+
+def shard_name(step: str, k: int, n: int) -> str:
+    return f"{step}__shard_{k}_of_{n}"
+
+
+def step_of_shard(step_key: str) -> str:
+    """The user-facing step a Dagster step key belongs to (itself unless it is a shard)."""
+    match = _SHARD_NAME.match(step_key)
+    return match.group("step") if match else step_key
+
+
+def shard_of(value: object, n: int) -> int:
+    """Which of ``n`` shards a row whose shard column holds ``value`` belongs to."""
+    return zlib.crc32(str(value).encode()) % n
+
+
+def in_shard(column: pd.Series, k: int, n: int) -> pd.Series:
+    return column.map(lambda v: shard_of(v, n) == k).astype(bool)
+
+
+def sharded_assets(
+    original: AssetsDefinition,
+    n: int,
+    shard_column: str | None = None,
+    guard: Callable[[Any, Mapping[str, Any]], None] | None = None,
+) -> list[AssetsDefinition]:
+    """``n`` shard assets of ``original`` and the merged asset (which keeps its key), in step order.
+
+    ``guard(whole_input, resources)`` runs in every shard before its rows are selected: per-batch
+    ceilings must see the whole batch.
+    """
+    if not 1 <= n <= MAX_SHARDS:
+        raise ValueError(f"shards must be between 1 and {MAX_SHARDS}, not {n}")
+    shards = [_shard(original, k, n, shard_column, guard) for k in range(n)]
+    return [*shards, _merge(original, shards)]
+
+
+def _plain(value: Any) -> Any:
+    return getattr(value, "value", value)
+
+
+def _shard(
+    original: AssetsDefinition,
+    k: int,
+    n: int,
+    shard_column: str | None,
+    guard: Callable[[Any, Mapping[str, Any]], None] | None,
+) -> AssetsDefinition:
+    key = original.key
+    step = key.path[-1]
+    fn = original.op.compute_fn.decorated_fn  # type: ignore[union-attr]  # the durable_step wrapper
+    inputs: dict[str, AssetKey] = dict(original.keys_by_input_name)
+    if not inputs:
+        raise ValueError(f"step {step!r} has no input to shard")
+    # The first input *parameter* is the one split (a later one may be a lookup table, e.g. emails).
+    first = next(name for name in inspect.signature(fn).parameters if name in inputs)
+    resources = sorted(original.required_resource_keys - {"io_manager"})
+    metadata = dict(original.specs_by_key[key].metadata or {})
+
+    @asset(
+        name=shard_name(step, k, n),
+        ins={name: AssetIn(key=upstream) for name, upstream in inputs.items()},
+        required_resource_keys=set(resources),
+        partitions_def=original.partitions_def,
+        group_name=original.group_names_by_key.get(key),
+        retry_policy=original.op.retry_policy,
+        metadata={**metadata, SHARD_OF_KEY: step},
+        description=f"Shard {k + 1} of {n} of step {step!r}: its rows whose key hashes to {k}.",
+    )
+    def _run_shard(context: AssetExecutionContext, **values: Any) -> Any:
+        frame = values[first]
+        bound = {name: getattr(context.resources, name) for name in resources}
+        if guard is not None:
+            try:
+                guard(frame, bound)
+            except DurableError as exc:
+                raise Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
+        column = shard_column or str(frame.columns[0])
+        values[first] = frame[in_shard(frame[column], k, n)].reset_index(drop=True)
+        return fn(context, **values, **bound)
+
+    return _run_shard
+
+
+def _merge(original: AssetsDefinition, shards: Sequence[AssetsDefinition]) -> AssetsDefinition:
+    key = original.key
+    names = [f"shard_{k}" for k in range(len(shards))]
+    metadata = dict(original.specs_by_key[key].metadata or {})
+
+    @asset(
+        key=key,
+        ins={name: AssetIn(key=s.key) for name, s in zip(names, shards, strict=True)},
+        partitions_def=original.partitions_def,
+        group_name=original.group_names_by_key.get(key),
+        metadata=metadata,
+        description=original.descriptions_by_key.get(key),
+    )
+    def _merged(context: AssetExecutionContext, **frames: pd.DataFrame) -> MaterializeResult:
+        parts = [frames[name] for name in names]
+        out = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        figures = [_shard_metadata(context, s.key) for s in shards]
+        merged = merge_metadata(figures)
+        merged.update({"rows": len(out), "shards": len(shards)})
+        return MaterializeResult(value=out, data_version=_version(out), metadata=merged)
+
+    return _merged
+
+
+def _version(df: pd.DataFrame) -> Any:
+    from dagster import DataVersion
+
+    return DataVersion(frame_digest(df))
+
+
+def _shard_metadata(context: AssetExecutionContext, key: AssetKey) -> dict[str, Any]:
+    """The newest materialization of this batch's shard (this run's, or the run that committed it)."""
+    result = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=key, asset_partitions=[context.partition_key]), limit=1, ascending=False
+    )
+    if not result.records:
+        return {}
+    mat = result.records[0].asset_materialization
+    return {str(k): _plain(v) for k, v in (mat.metadata if mat else {}).items()}
+
+
+def merge_metadata(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Counts add up, maps of counts add up per key, anything else is the first shard's."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for name, value in part.items():
+            if name == "rows":
+                continue
+            if name not in out:
+                out[name] = dict(value) if isinstance(value, Mapping) else value
+            elif _is_count(value) and _is_count(out[name]):
+                out[name] += value
+            elif isinstance(value, Mapping) and isinstance(out[name], dict):
+                for k, v in value.items():
+                    current = out[name].get(k, 0)
+                    out[name][k] = current + v if _is_count(v) and _is_count(current) else current
+    return {name: MetadataValue.json(v) if isinstance(v, dict) else v for name, v in out.items()}
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -1,0 +1,289 @@
+"""Worker loss in a distributed batch: SIGKILL, SIGSTOP, the orchestrator killed, cancel.
+
+Every test ends with the batch succeeded (by redelivery, a re-send after a lapsed step lease, or
+`job resume`) and the provider's own store exact: one customer per account, no balance
+transaction twice, every balance at its target (credit migration, ``assert_credits_exact``).
+Kill points are chosen by what the provider has counted, not by time, and the worker killed is
+the one whose pool child holds a live shard's step lease (read from the lease table), so every
+kill lands inside a running shard.
+
+Waits poll with deadlines (``wait_until``); nothing sleeps in place of a condition.
+``DURABLE_DIST_KILL_BATCHES`` x ``DURABLE_DIST_KILLS_PER_BATCH`` random points (default 3 x 4),
+seeded by ``DURABLE_CRASH_SEED``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from tests.crash.helpers import EXIT_OK, InstanceReader, JobProcess, resume_until_accepted
+from tests.support.credits import ProviderCredits, assert_credits_exact, expected_balances
+from tests.support.polling import wait_until
+
+from .conftest import Cluster
+from .test_distributed import status_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+JOB_NAME = "credit_migration"
+KILL_BATCHES = int(os.environ.get("DURABLE_DIST_KILL_BATCHES", "3"))
+KILLS_PER_BATCH = int(os.environ.get("DURABLE_DIST_KILLS_PER_BATCH", "4"))
+#: Kills that must land in a running shard; a point the batch outran (its last shards ended
+#: together) is made up by one more batch, at most two more.
+KILLS_WANTED = min(10, KILL_BATCHES * KILLS_PER_BATCH)
+SEED = int(os.environ.get("DURABLE_CRASH_SEED", "20261201"))
+SIZE = 150
+#: A slower provider and fewer requests in flight per task, so a shard lasts seconds, not 100 ms.
+SLOW = {"DURABLE_CONCURRENCY": 2}
+
+
+@contextmanager
+def step_leases(cluster: Cluster) -> Iterator[Any]:
+    from durable_assets.kit.db import DurableDatabase
+    from durable_assets.kit.step_leases import StepLeaseStore
+
+    yield StepLeaseStore(DurableDatabase(cluster.pg_url), ttl_s=3.0)
+
+
+def slow(cluster: Cluster) -> None:
+    cluster.extra_env.update(SLOW)
+    cluster.sim.configure(latency_ms=80)
+
+
+def effects(cluster: Cluster) -> int:
+    stats = cluster.sim.stats()
+    return stats.get("customers_created", 0) + stats.get("balance_transactions_created", 0)
+
+
+def running_shard_worker(cluster: Cluster, store: Any, run_id: str | None) -> JobProcess | None:
+    """The live worker whose pool child holds a live, unfinished shard lease of the batch's run."""
+    from durable_assets.kit.db import now
+
+    if run_id is None:
+        return None
+    t = now()
+    for lease in store.of_run(run_id).values():
+        if "__shard_" not in lease.step_key or lease.finished or lease.expires_at <= t:
+            continue
+        child = int(lease.owner.split(":")[1])
+        try:
+            group = os.getpgid(child)
+        except ProcessLookupError:
+            continue
+        for w in cluster.live_workers():
+            if w.pid == group:
+                return w
+    return None
+
+
+def newest_run_id(reader: InstanceReader, batch_id: str) -> str | None:
+    from durable_assets.ops.status import batch_runs
+
+    runs = batch_runs(reader.instance, batch_id)
+    return runs[-1].run_id if runs else None
+
+
+def finish(cluster: Cluster, reader: InstanceReader, batch_id: str, run: JobProcess) -> list[JobProcess]:
+    """The batch's end: its `job run`'s own, else `job resume` until it is accepted."""
+    run.wait(300)
+    if run.proc.returncode == EXIT_OK:
+        return [run]
+    return [run, *resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)]
+
+
+def effects_of(done: list[tuple[str, int]], batch: tuple[str, int]) -> int:
+    """Provider effects ``batch`` must cause after ``done``: a customer per new account, a balance
+    transaction per account whose target moved (synthetic batches share their accounts)."""
+    before = expected_balances(done) if done else {}
+    after = expected_balances([*done, batch])
+    moved = sum(
+        1 for a, t in after.items() if t.balance_cents != (before[a].balance_cents if a in before else 0)
+    )
+    return len(set(after) - set(before)) + moved
+
+
+def _kill_point(
+    cluster: Cluster, reader: InstanceReader, store: Any, run: JobProcess, batch_id: str, at_effects: int
+) -> Any:
+    """A poll: the batch ended (True), or a worker running a shard once ``at_effects`` are counted."""
+
+    def poll() -> Any:
+        if run.proc.poll() is not None:
+            return True
+        if effects(cluster) < at_effects:
+            return None
+        return running_shard_worker(cluster, store, newest_run_id(reader, batch_id))
+
+    return poll
+
+
+def assert_exact(cluster: Cluster, batches: list[tuple[str, int]]) -> None:
+    for batch_id, _ in batches:
+        status = status_of(cluster, batch_id)
+        assert status["status"] == "succeeded", status
+        assert all(s["status"] == "completed" for s in status["steps"]), status["steps"]
+    cluster.sim.quiet()
+    assert_credits_exact(ProviderCredits.of_store(cluster.sim.db), expected_balances(batches))
+
+
+def test_sigkill_a_worker_mid_shard_at_random_points(cluster: Cluster, reader: InstanceReader) -> None:
+    rng = random.Random(SEED)
+    slow(cluster)
+    cluster.worker()
+    cluster.worker()
+    batches: list[tuple[str, int]] = []
+    kills = 0
+    with step_leases(cluster) as store:
+        b = 0
+        while b < KILL_BATCHES or (kills < KILLS_WANTED and b < KILL_BATCHES + 2):
+            # Each batch is larger than the last, so it has new accounts as well as moved balances.
+            batch_id, size = f"dist-kill-{b}", SIZE + 50 * b
+            total = effects_of(batches, (batch_id, size))
+            batches.append((batch_id, size))
+            base = effects(cluster)
+            run = cluster.run(JOB_NAME, batch_id, size, shards=4)
+            # Points among the first 80% of the batch's effects: the last shards may end together.
+            points = sorted(rng.sample(range(2, max(int(total * 0.8), KILLS_PER_BATCH + 3)), KILLS_PER_BATCH))
+            for point in points:
+                victim = wait_until(
+                    _kill_point(cluster, reader, store, run, batch_id, base + point),
+                    timeout=240,
+                    interval=0.05,
+                    what=f"a running shard past {point} effects",
+                    detail=run.tail,
+                )
+                if not isinstance(victim, JobProcess):
+                    break  # the batch ended before this point: its remaining points are not reached
+                cluster.kill_worker(victim)
+                kills += 1
+                cluster.worker()  # a replacement, as a supervisor would start
+            ends = finish(cluster, reader, batch_id, run)
+            assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
+            b += 1
+    assert_exact(cluster, batches)
+    assert kills >= KILLS_WANTED, f"only {kills} kills landed in a shard in {b} batches"
+
+
+def test_sigkill_the_orchestrator_while_workers_run_its_tasks(
+    cluster: Cluster, reader: InstanceReader
+) -> None:
+    slow(cluster)
+    cluster.worker()
+    cluster.worker()
+    batch_id = "dist-kill-orchestrator"
+    run = cluster.run(JOB_NAME, batch_id, SIZE, shards=4)
+    with step_leases(cluster) as store:
+        wait_until(
+            lambda: running_shard_worker(cluster, store, newest_run_id(reader, batch_id)),
+            timeout=240,
+            what="a running shard",
+            detail=run.tail,
+        )
+    run.sigkill()
+    assert run.proc.returncode == -signal.SIGKILL
+    ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
+    assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
+    assert_exact(cluster, [(batch_id, SIZE)])
+
+
+def test_sigkill_a_worker_and_the_orchestrator_together(cluster: Cluster, reader: InstanceReader) -> None:
+    slow(cluster)
+    cluster.worker()
+    cluster.worker()
+    batch_id = "dist-kill-both"
+    run = cluster.run(JOB_NAME, batch_id, SIZE, shards=4)
+    with step_leases(cluster) as store:
+        victim = wait_until(
+            lambda: running_shard_worker(cluster, store, newest_run_id(reader, batch_id)),
+            timeout=240,
+            what="a running shard",
+            detail=run.tail,
+        )
+    run.sigkill()
+    cluster.kill_worker(victim)
+    cluster.worker()
+    ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
+    assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
+    assert_exact(cluster, [(batch_id, SIZE)])
+
+
+def test_a_frozen_worker_is_replaced_and_stands_down_when_it_wakes(
+    cluster: Cluster, reader: InstanceReader
+) -> None:
+    """SIGSTOP a worker mid-shard: its step lease lapses, the shard is sent again and finished by
+    another worker; woken after the batch succeeded, the frozen execution sends nothing more."""
+    slow(cluster)
+    cluster.worker()
+    cluster.worker()
+    batch_id = "dist-frozen"
+    run = cluster.run(JOB_NAME, batch_id, SIZE, shards=4)
+    with step_leases(cluster) as store:
+        frozen = wait_until(
+            lambda: running_shard_worker(cluster, store, newest_run_id(reader, batch_id)),
+            timeout=240,
+            what="a running shard",
+            detail=run.tail,
+        )
+        os.killpg(frozen.pid, signal.SIGSTOP)
+        try:
+            run.wait(300)
+            assert run.proc.returncode == EXIT_OK, run.tail()
+            run_id = newest_run_id(reader, batch_id)
+            assert run_id is not None
+            # The frozen shard was sent again: its lease row names a newer attempt, which finished.
+            resent = [x for x in store.of_run(run_id).values() if x.attempt >= 2]
+            assert resent and all(x.finished for x in resent), store.of_run(run_id)
+            after_batch = cluster.sim.quiet()
+        finally:
+            os.killpg(frozen.pid, signal.SIGCONT)
+        # Woken, the stale execution finds its step taken over and its pool child ends itself (or
+        # Celery ends it, its broker connection gone): either way before another provider request.
+        wait_until(
+            lambda: (
+                "taken over by a newer execution" in frozen.stderr
+                or "lost" in frozen.stderr.lower()
+                or frozen.proc.poll() is not None
+            ),
+            timeout=90,
+            what="the woken worker to give its stale task up",
+            detail=frozen.tail,
+        )
+    assert_exact(cluster, [(batch_id, SIZE)])
+    final = cluster.sim.quiet()
+    assert final["customers_created"] == after_batch["customers_created"]
+    assert final["balance_transactions_created"] == after_batch["balance_transactions_created"]
+
+
+def test_cancel_reaches_the_tasks(cluster: Cluster, reader: InstanceReader) -> None:
+    slow(cluster)
+    cluster.worker()
+    cluster.worker()
+    batch_id = "dist-cancel"
+    run = cluster.run(JOB_NAME, batch_id, SIZE, shards=4)
+    with step_leases(cluster) as store:
+        wait_until(
+            lambda: running_shard_worker(cluster, store, newest_run_id(reader, batch_id)),
+            timeout=240,
+            what="a running shard",
+            detail=run.tail,
+        )
+    canceled = cluster.job(["cancel", "--id", batch_id])
+    assert canceled.proc.returncode == EXIT_OK, canceled.tail()
+    at_cancel = effects(cluster)
+    run.wait(240)
+    assert run.proc.returncode != EXIT_OK, run.tail()
+    after = effects(cluster)
+    # At most the requests already in flight when the cancel committed: 2 workers x 2 tasks x 2.
+    assert after - at_cancel <= 8, (at_cancel, after)
+    status = status_of(cluster, batch_id)
+    assert status["status"] in ("canceled", "failed"), status
+    ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
+    assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
+    assert_exact(cluster, [(batch_id, SIZE)])
