@@ -161,6 +161,10 @@ def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
 
 
 def _fold_shard_event(step: _Step, kind: DagsterEventType, at: float, run_id: str) -> None:
+    if step.status == StepStatus.COMPLETED:
+        # The merge ran, so every shard had succeeded: a later shard event is a stale execution's
+        # (a frozen worker woken after its shard was sent again), not news about the step.
+        return
     if kind == DagsterEventType.STEP_START and step.status != StepStatus.IN_PROGRESS:
         step.executions += 1
         step.status = StepStatus.IN_PROGRESS
