@@ -28,7 +28,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.credits import ProviderCredits, Target, assert_credits_exact, expected_balances
+from tests.support.credits import (
+    CREDIT_STEPS,
+    ProviderCredits,
+    Target,
+    assert_credits_exact,
+    expected_balances,
+)
 from tests.support.homes import pg_url_of
 from tests.support.polling import wait_until
 
@@ -50,15 +56,7 @@ CRASH_POINTS = int(os.environ.get("DURABLE_CRASH_POINTS", "20"))
 #: Postgres repeats the same seeded points, fewer of them: each batch costs it more process startup.
 PG_CRASH_POINTS = int(os.environ.get("DURABLE_PG_CRASH_POINTS", str(max(CRASH_POINTS // 2, 1))))
 CRASH_SEED = int(os.environ.get("DURABLE_CRASH_SEED", "20261201"))
-STEPS = (
-    "legacy_accounts",
-    "validated_accounts",
-    "provider_customers",
-    "planned_adjustments",
-    "applied_adjustments",
-    "verified_balances",
-    "migration_report",
-)
+STEPS = CREDIT_STEPS
 
 
 def _run_args(batch_id: str, size: int) -> list[str]:

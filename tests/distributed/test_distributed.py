@@ -14,22 +14,12 @@ from typing import Any
 import pytest
 
 from tests.crash.helpers import EXIT_OK, Expected, assert_refunded_exactly_once
-from tests.support.credits import ProviderCredits, assert_credits_exact, expected_balances
+from tests.support.credits import CREDIT_STEPS, ProviderCredits, assert_credits_exact, expected_balances
 from tests.support.polling import wait_until
 
 from .conftest import Cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
-
-CREDIT_STEPS = [
-    "legacy_accounts",
-    "validated_accounts",
-    "provider_customers",
-    "planned_adjustments",
-    "applied_adjustments",
-    "verified_balances",
-    "migration_report",
-]
 
 
 def status_of(cluster: Cluster, batch_id: str) -> dict[str, Any]:
@@ -48,7 +38,7 @@ def test_a_credit_migration_runs_sharded_on_two_workers(cluster: Cluster) -> Non
 
     status = status_of(cluster, batch)
     assert status["status"] == "succeeded", status
-    assert [s["step_name"] for s in status["steps"]] == CREDIT_STEPS
+    assert [s["step_name"] for s in status["steps"]] == list(CREDIT_STEPS)
     assert [s["status"] for s in status["steps"]] == ["completed"] * len(CREDIT_STEPS), status["steps"]
     expected = expected_balances([(batch, size)])
     stats = cluster.sim.quiet()

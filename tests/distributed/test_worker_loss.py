@@ -83,6 +83,26 @@ def running_shard_worker(cluster: Cluster, store: Any, run_id: str | None) -> Jo
     return None
 
 
+def a_batch_on_two_workers(cluster: Cluster, batch_id: str) -> JobProcess:
+    """A batch of ``SIZE`` accounts in 4 shards on two workers, slowed so a shard lasts seconds."""
+    slow(cluster)
+    cluster.worker()
+    cluster.worker()
+    return cluster.run(JOB_NAME, batch_id, SIZE, shards=4)
+
+
+def a_running_shard(
+    cluster: Cluster, reader: InstanceReader, store: Any, batch_id: str, run: JobProcess
+) -> JobProcess:
+    """The worker running one of the batch's shards right now: the one a test kills or freezes."""
+    return wait_until(
+        lambda: running_shard_worker(cluster, store, newest_run_id(reader, batch_id)),
+        timeout=240,
+        what="a running shard",
+        detail=run.tail,
+    )
+
+
 def newest_run_id(reader: InstanceReader, batch_id: str) -> str | None:
     from durable_assets.ops.status import batch_runs
 
@@ -174,18 +194,10 @@ def test_sigkill_a_worker_mid_shard_at_random_points(cluster: Cluster, reader: I
 def test_sigkill_the_orchestrator_while_workers_run_its_tasks(
     cluster: Cluster, reader: InstanceReader
 ) -> None:
-    slow(cluster)
-    cluster.worker()
-    cluster.worker()
     batch_id = "dist-kill-orchestrator"
-    run = cluster.run(JOB_NAME, batch_id, SIZE, shards=4)
+    run = a_batch_on_two_workers(cluster, batch_id)
     with step_leases(cluster) as store:
-        wait_until(
-            lambda: running_shard_worker(cluster, store, newest_run_id(reader, batch_id)),
-            timeout=240,
-            what="a running shard",
-            detail=run.tail,
-        )
+        a_running_shard(cluster, reader, store, batch_id, run)
     run.sigkill()
     assert run.proc.returncode == -signal.SIGKILL
     ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
@@ -194,18 +206,10 @@ def test_sigkill_the_orchestrator_while_workers_run_its_tasks(
 
 
 def test_sigkill_a_worker_and_the_orchestrator_together(cluster: Cluster, reader: InstanceReader) -> None:
-    slow(cluster)
-    cluster.worker()
-    cluster.worker()
     batch_id = "dist-kill-both"
-    run = cluster.run(JOB_NAME, batch_id, SIZE, shards=4)
+    run = a_batch_on_two_workers(cluster, batch_id)
     with step_leases(cluster) as store:
-        victim = wait_until(
-            lambda: running_shard_worker(cluster, store, newest_run_id(reader, batch_id)),
-            timeout=240,
-            what="a running shard",
-            detail=run.tail,
-        )
+        victim = a_running_shard(cluster, reader, store, batch_id, run)
     run.sigkill()
     cluster.kill_worker(victim)
     cluster.worker()
@@ -219,18 +223,10 @@ def test_a_frozen_worker_is_replaced_and_stands_down_when_it_wakes(
 ) -> None:
     """SIGSTOP a worker mid-shard: its step lease lapses, the shard is sent again and finished by
     another worker; woken after the batch succeeded, the frozen execution sends nothing more."""
-    slow(cluster)
-    cluster.worker()
-    cluster.worker()
     batch_id = "dist-frozen"
-    run = cluster.run(JOB_NAME, batch_id, SIZE, shards=4)
+    run = a_batch_on_two_workers(cluster, batch_id)
     with step_leases(cluster) as store:
-        frozen = wait_until(
-            lambda: running_shard_worker(cluster, store, newest_run_id(reader, batch_id)),
-            timeout=240,
-            what="a running shard",
-            detail=run.tail,
-        )
+        frozen = a_running_shard(cluster, reader, store, batch_id, run)
         os.killpg(frozen.pid, signal.SIGSTOP)
         try:
             run.wait(300)
@@ -262,18 +258,10 @@ def test_a_frozen_worker_is_replaced_and_stands_down_when_it_wakes(
 
 
 def test_cancel_reaches_the_tasks(cluster: Cluster, reader: InstanceReader) -> None:
-    slow(cluster)
-    cluster.worker()
-    cluster.worker()
     batch_id = "dist-cancel"
-    run = cluster.run(JOB_NAME, batch_id, SIZE, shards=4)
+    run = a_batch_on_two_workers(cluster, batch_id)
     with step_leases(cluster) as store:
-        wait_until(
-            lambda: running_shard_worker(cluster, store, newest_run_id(reader, batch_id)),
-            timeout=240,
-            what="a running shard",
-            detail=run.tail,
-        )
+        a_running_shard(cluster, reader, store, batch_id, run)
     canceled = cluster.job(["cancel", "--id", batch_id])
     assert canceled.proc.returncode == EXIT_OK, canceled.tail()
     at_cancel = effects(cluster)

@@ -13,6 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+#: The credit migration's steps as users see them in status, in order (written out, not read from
+#: the job's descriptor, so a step renamed or reordered by accident fails the tests).
+CREDIT_STEPS = (
+    "legacy_accounts",
+    "validated_accounts",
+    "provider_customers",
+    "planned_adjustments",
+    "applied_adjustments",
+    "verified_balances",
+    "migration_report",
+)
+
 
 @dataclass(frozen=True)
 class Target:
