@@ -25,11 +25,12 @@ from typing import Any
 
 from bench.harness import API_KEY, Result, Size, job, job_env, spread
 from tests.support.homes import postgres_available, postgres_database, shipped_home
+from tests.support.network import DEFAULT_BROKER_URL, broker_available
 from tests.support.polling import wait_until
 from tests.support.processes import JOB, Process
 from tests.support.simulator import SimulatorProcess
 
-BROKER = "pyamqp://guest@127.0.0.1:5672//"
+BROKER = DEFAULT_BROKER_URL
 SHARDS = 4
 PER_TASK_CONCURRENCY = 4
 SIZES = {  # invoices per throughput batch, binding limit (req/s), invoices for the overhead pair
@@ -37,17 +38,6 @@ SIZES = {  # invoices per throughput batch, binding limit (req/s), invoices for 
     "quick": (1_500, 30.0, 200),
     "full": (6_000, 60.0, 1_000),
 }
-
-
-def _broker_up() -> bool:
-    try:
-        from kombu import Connection
-
-        with Connection(BROKER, connect_timeout=3) as conn:
-            conn.ensure_connection(max_retries=1)
-        return True
-    except Exception:
-        return False
 
 
 class _Deployment:
@@ -160,7 +150,7 @@ def _deployment(workdir: Path, *sim_args: str) -> Iterator[tuple[_Deployment, Si
 
 def run(size: Size, workdir: Path) -> Result:
     n, limit, n_overhead = SIZES[size]
-    if not (postgres_available() and _broker_up()):
+    if not (postgres_available() and broker_available(BROKER)):
         return Result(10, "distributed refunds", measured="", skipped="needs Postgres and RabbitMQ")
     by_workers: dict[int, dict[str, Any]] = {}
     with _deployment(workdir, "--latency-ms", "100") as (dep, sim):

@@ -21,25 +21,19 @@ from typing import Any
 import pytest
 
 from tests.crash.helpers import InstanceReader, JobProcess, Simulator, job_env
+from tests.support import network
 from tests.support.homes import shipped_home
 from tests.support.polling import wait_until
 from tests.support.processes import kill_group
 
-BROKER_URL = os.environ.get("DURABLE_TEST_BROKER_URL", "pyamqp://guest@127.0.0.1:5672//")
+BROKER_URL = os.environ.get("DURABLE_TEST_BROKER_URL", network.DEFAULT_BROKER_URL)
 #: Short leases so a lost worker or orchestrator is noticed in seconds, not the production 15 s.
 LEASE_TTL_S = 3.0
 STEP_LEASE_TTL_S = 3.0
 
 
 def broker_available() -> bool:
-    try:
-        from kombu import Connection
-
-        with Connection(BROKER_URL, connect_timeout=3) as conn:
-            conn.ensure_connection(max_retries=1)
-        return True
-    except Exception:
-        return False
+    return network.broker_available(BROKER_URL)
 
 
 @dataclass

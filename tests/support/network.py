@@ -11,6 +11,9 @@ import socketserver
 import threading
 from typing import Self
 
+#: The broker the distributed tests and bench scenario 10 use (these machines run RabbitMQ there).
+DEFAULT_BROKER_URL = "pyamqp://guest@127.0.0.1:5672//"
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (the kernel's pick, released at once).
@@ -57,3 +60,15 @@ class ServedInThread(Closing):
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(timeout=10)
+
+
+def broker_available(url: str = DEFAULT_BROKER_URL) -> bool:
+    """Whether the AMQP broker at ``url`` accepts a connection within a few seconds."""
+    try:
+        from kombu import Connection
+
+        with Connection(url, connect_timeout=3) as conn:
+            conn.ensure_connection(max_retries=1)
+        return True
+    except Exception:
+        return False
