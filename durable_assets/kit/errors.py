@@ -122,6 +122,16 @@ class ProviderResponseMismatchError(ProviderError):
     """The provider's answer does not match what was asked (amount, currency, charge): fail closed."""
 
 
+class ProviderConfigError(UsageError):
+    """The configured provider cannot be used as configured (a missing or refused API key, an
+    unreachable URL), found before a batch exists (exit 2)."""
+
+
+class ProviderAccountMismatchError(UsageError):
+    """A batch bound to one provider account was asked to continue against another (exit 2): its
+    ledger entries and provider IDs belong to the first account, so it must not start over elsewhere."""
+
+
 # --- webhooks -------------------------------------------------------------------------------------
 
 
