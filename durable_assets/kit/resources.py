@@ -145,6 +145,11 @@ class BatchRuntime(ConfigurableResource):
         return self._batch_id
 
     @property
+    def has_batch(self) -> bool:
+        """Whether this run belongs to a batch (an ad-hoc materialization of a few assets does not)."""
+        return bool(self._batch_id)
+
+    @property
     def run_id(self) -> str:
         return self._run_id
 

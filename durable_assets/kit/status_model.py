@@ -133,6 +133,14 @@ class AutoResumeModel(_Model):
     run_ids: list[str]
 
 
+class ProviderModel(_Model):
+    """The provider account the batch's side effects go to; a batch is bound to one account."""
+
+    kind: str = Field(description="`embedded` (inside the instance: no real money moves) or `stripe`")
+    account: str = Field(description="the provider's account id (`acct_...`)")
+    livemode: bool = Field(description="true only for a live-mode key: real money")
+
+
 class BatchStatusModel(_Model):
     """The JSON of `job status --json` (CONTRACT.md). `GET /runs` omits `steps`."""
 
@@ -159,6 +167,10 @@ class BatchStatusModel(_Model):
     )
     auto_resume: AutoResumeModel | None = Field(
         description="the daemon's automatic resumes after lost workers; null if none"
+    )
+    provider: ProviderModel | None = Field(
+        default=None,
+        description="the provider account the batch is bound to; null until its first run binds it",
     )
     # Absent (not null) when not asked for: the schema says array, and `GET /runs` leaves it out.
     steps: list[StepModel] | SkipJsonSchema[None] = Field(default=None, json_schema_extra=_no_default)

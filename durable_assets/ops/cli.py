@@ -361,12 +361,15 @@ def _finish(instance: Any, batch_id: str) -> int:
     """The end-of-batch summary (summary.py) and the exit code it means."""
     from durable_assets.kit.status_model import BatchStatus
     from durable_assets.ops.status import batch_runs, batch_status
-    from durable_assets.ops.summary import batch_summary, spec_for
+    from durable_assets.ops.summary import batch_summary, provider_line, spec_for
 
     st = batch_status(instance, batch_id)
     runs = batch_runs(instance, batch_id)
     spec = spec_for(runs[-1].job_name) if runs else None
     print(batch_summary(instance, batch_id, st["status"], spec).render())
+    provider = provider_line(st.get("provider"))
+    if provider:
+        print(f"  {provider}")
     print(f"  status: job status --id {batch_id}")
     if st["status"] != BatchStatus.SUCCEEDED:
         _print_failure(instance, batch_id, st)
@@ -398,6 +401,7 @@ def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
 
 def _print_status(st: dict[str, Any], as_json: bool) -> None:
     from durable_assets.kit.status_model import BatchStatus
+    from durable_assets.ops.summary import provider_line
 
     if as_json:
         print(json.dumps(st, indent=2))
@@ -406,6 +410,9 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
         f"batch {st['id']} ({st['job']}): {st['status']} ({st['percent_complete']}%)  "
         f"runs: {len(st['run_ids'])}"
     )
+    provider = provider_line(st.get("provider"))
+    if provider:
+        print(f"  {provider}")
     p = st.get("progress")
     if p:
         now = "ended" if BatchStatus(st["status"]).terminal else "now"

@@ -16,6 +16,7 @@ from typing import Any
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRun, RunsFilter
 
+from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.errors import InvalidBatchIdError, UnknownBatchError
@@ -29,6 +30,7 @@ from durable_assets.kit.status_model import (
     BatchStatus,
     BatchStatusModel,
     ProgressModel,
+    ProviderModel,
     StepModel,
     StepStatus,
 )
@@ -258,6 +260,15 @@ def auto_resume_summary(runs: Sequence[DagsterRun]) -> AutoResumeModel | None:
     )
 
 
+def _provider(db: DurableDatabase, batch_id: str) -> ProviderModel | None:
+    bound = AccountBindings(db).get(batch_id)
+    return (
+        None
+        if bound is None
+        else ProviderModel(kind=bound.kind, account=bound.account, livemode=bound.livemode)
+    )
+
+
 def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> dict[str, Any]:
     """The status JSON of CONTRACT.md, as a plain dict for the CLI, the API and webhooks.
 
@@ -305,6 +316,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         needs_review=held > 0,
         held_for_review=held,
         auto_resume=auto_resume_summary(runs),
+        provider=_provider(db, batch_id),
         steps=[
             StepModel(
                 step=n,
