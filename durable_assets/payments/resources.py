@@ -13,6 +13,7 @@ from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.errors import (
     ProviderConfigError,
+    ProviderError,
     ProviderRejectedError,
     ProviderResponseMismatchError,
     ProviderUnavailableError,
@@ -174,8 +175,17 @@ def resolve_provider_account(
         gateway.close()
 
 
+#: Network failures worth naming in a one-line error; the transport's own text is a paragraph.
+_NETWORK_REASONS = ("Connection refused", "timed out", "Name or service not known", "No route to host")
+
+
 def _cause(error: BaseException) -> str:
-    """The provider's last answer in one short line, without the retry advice meant for steps."""
-    cause = error.__cause__ or error
-    text = " ".join(str(cause).split()).removeprefix("Payment provider: ")
-    return text.partition(". Retry")[0][:200]
+    """The provider's last answer in a few words: its status and message, or why there was none."""
+    last = error.__cause__ or error.__context__
+    text = " ".join(str(last if last else error).split())
+    if last is None:  # the down budget's error quotes the last answer instead of chaining it
+        text = text.partition("Last answer: ")[2] or text
+    if (isinstance(last, ProviderError) and last.http_status is None) or "no answer from" in text:
+        reason = next((reason for reason in _NETWORK_REASONS if reason.lower() in text.lower()), "")
+        return f"no answer: {reason.lower()}" if reason else "no answer"
+    return text.removeprefix("Payment provider: ").partition(". Retry")[0][:200]
