@@ -280,7 +280,18 @@ def provider_customers(
             return f"customer {answer.get('id')} names legacy account {answer.get(s.LEGACY_ACCOUNT_ID)!r}"
         return None
 
-    intents = [Intent(key, {s.LEGACY_ACCOUNT_ID: acct}) for key, (acct, _email, _name) in rows.items()]
+    # Several customers already name the account: a person picks one. Held before any claim, so no
+    # ledger entry records it and the next batch looks again (after a person kept one, it migrates).
+    notes = {
+        key: _several_customers_note(acct, [c.id for c in index.find(acct)])
+        for key, (acct, _email, _name) in rows.items()
+        if len(index.find(acct)) > 1
+    }
+    intents = [
+        Intent(key, {s.LEGACY_ACCOUNT_ID: acct})
+        for key, (acct, _email, _name) in rows.items()
+        if key not in notes
+    ]
     runner = _effects(
         context,
         runtime,
@@ -293,7 +304,7 @@ def provider_customers(
         lookup_first=True,
     )
     report = runner.run(intents)
-    notes = {key: _review_text(review) for key, review in report.review.items()}
+    notes.update({key: _review_text(review) for key, review in report.review.items()})
     settled_before = [i for i in intents if i.key in report.reused and i.key in report.results]
     for intent in settled_before:
         acct = str(intent.params[s.LEGACY_ACCOUNT_ID])
@@ -321,7 +332,7 @@ def provider_customers(
                     "status": CustomerOutcome.READY if i.key in ready else CustomerOutcome.HELD_FOR_REVIEW,
                     "review_note": notes.get(i.key, "" if i.key in ready else "no provider customer"),
                 }
-                for i in intents
+                for i in [Intent(key, {s.LEGACY_ACCOUNT_ID: acct}) for key, (acct, _e, _n) in rows.items()]
             ],
             columns=list(s.CUSTOMER_DTYPES),
         ),
