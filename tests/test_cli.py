@@ -36,9 +36,11 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
         "needs_review",
         "held_for_review",
         "auto_resume",
+        "provider",
         "steps",
     }
     assert status["auto_resume"] is None and status["job"] == "refund_batch"
+    assert status["provider"]["kind"] == "embedded" and status["provider"]["livemode"] is False
     assert status["status"] == "succeeded" and status["percent_complete"] == 100.0
     assert status["needs_review"] is False and status["held_for_review"] == 0
     assert len(status["run_ids"]) == 1 and len(status["steps"]) == 7

@@ -565,10 +565,10 @@ def test_a_duplicate_customer_created_behind_our_back_is_held_in_the_next_batch(
         s.LEGACY_ACCOUNT_ID
     )
     assert customers.loc[acct, "status"] == "held_for_review"
-    assert extra["id"] in customers.loc[acct, "review_note"]
+    assert extra.body["id"] in customers.loc[acct, "review_note"]
     assert (customers.drop(index=acct)["status"] == "ready").all()
     assert out.meta("migration_report")["held_for_review"] >= 1
-    [held] = [c for c in _provider(dagster_home).customers[acct] if c["id"] == extra["id"]]
+    [held] = [c for c in _provider(dagster_home).customers[acct] if c["id"] == extra.body["id"]]
     assert held["balance"] == 0  # no credit moved to the hand-made customer
 
 

@@ -32,10 +32,18 @@ API_KEY = "sk_test_provider_state"
 SIZE = 24
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture
 def home(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
-    pg_url = None if request.param == "sqlite" else str(request.getfixturevalue("pg_database"))
+    """An instance on SQLite, or on Postgres for the tests marked ``both_backends`` (parametrized)."""
+    backend = getattr(request, "param", "sqlite")
+    pg_url = None if backend == "sqlite" else str(request.getfixturevalue("pg_database"))
     return make_home(tmp_path / "home", pg_url)
+
+
+#: The tests whose claims differ by backend (the ledger's new key, the batch's binding) run on both;
+#: the others exercise the pipeline's rules, which no backend changes, on SQLite only (each is a
+#: handful of real batches: minutes under a loaded CI).
+both_backends = pytest.mark.parametrize("home", ["sqlite", "postgres"], indirect=True)
 
 
 @pytest.fixture
@@ -113,6 +121,7 @@ def _sim_credits(sim: ThreadedSimulator) -> ProviderCredits:
     return ProviderCredits.of_store(Path(sim.server.store.path))
 
 
+@both_backends
 def test_a_customer_made_by_hand_is_adopted_and_its_balance_planned_from(
     home: Path, sim: ThreadedSimulator
 ) -> None:
@@ -191,6 +200,7 @@ def test_a_customer_deleted_at_the_provider_is_held_never_recreated(
     assert sim.server.store.stats()["customers_created"] == len(_accounts("cm1"))
 
 
+@both_backends
 def test_one_instance_against_two_accounts_and_the_embedded_provider(
     home: Path, sim: ThreadedSimulator, tmp_path: Path
 ) -> None:
