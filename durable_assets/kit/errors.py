@@ -81,6 +81,19 @@ class BatchCanceledError(DurableError):
     """A cancel was recorded for the batch; the step stopped before its next side effect."""
 
 
+class BatchInterruptedError(DurableError):
+    """The process running the batch got SIGINT or SIGTERM and stopped at a safe point.
+
+    Its exit code is the shell's for that signal (130 for Ctrl-C, 143 for SIGTERM), so a script
+    sees an interrupt, not a failed batch; `job resume` continues it.
+    """
+
+    def __init__(self, message: str, *, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
 class GuardrailError(DurableError):
     """A safety limit would be crossed (refund above refundable amount, batch ceiling)."""
 
