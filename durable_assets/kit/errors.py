@@ -58,6 +58,11 @@ class LeaseHeldError(BatchConflictError):
     """A live worker still holds the batch's lease, so it may not be resumed or taken over."""
 
 
+class DatabaseLockedError(BatchConflictError):
+    """Another process has held a SQLite file of the instance write-locked for longer than any
+    healthy writer does (a frozen or stuck worker): waiting on it would hang, so the command stops."""
+
+
 # --- idempotency and side effects ---------------------------------------------------------------
 
 

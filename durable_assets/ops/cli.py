@@ -596,6 +596,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from durable_assets.ops import runner, status
 
+    if args.command in ("run", "resume", "cancel", "backfill", "prune"):
+        from durable_assets.ops.sqlite_locks import wait_for_write_locks
+
+        # A frozen process's SQLite write lock would hang these commands: bounded, named, exit 3.
+        wait_for_write_locks(runner.resolve_dagster_home()[0])
     instance = _instance(args.verbose)
     if args.command == "run":
         _with_progress(
