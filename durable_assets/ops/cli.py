@@ -17,12 +17,14 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
-from durable_assets.kit.errors import DurableError, UsageError
+from durable_assets.kit.errors import BatchInterruptedError, DurableError, UsageError
 from durable_assets.kit.modes import DEFAULT_SHARDS, MAX_SHARDS, ExecutorKind
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
 #: The batch succeeded but some of its items wait for a person (status JSON ``needs_review``).
 EXIT_NEEDS_REVIEW = 4
+#: Ctrl-C (128 + SIGINT); a SIGTERM while a batch runs is 143 (BatchInterruptedError.exit_code).
+EXIT_INTERRUPTED = 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -350,7 +352,9 @@ def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
     watcher = threading.Thread(target=_watch, args=(instance, batch_id, stop, out), daemon=True)
     watcher.start()
     try:
-        return fn()
+        from durable_assets.ops.interrupts import run_interruptible
+
+        return run_interruptible(instance, batch_id, fn)  # Ctrl-C / SIGTERM: stop at a safe point
     finally:
         stop.set()
         watcher.join(timeout=2)
@@ -502,14 +506,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     echo_worker_output(args.verbose)
     try:
         return _dispatch(args)
+    except BatchInterruptedError as exc:  # not an error: what the user asked for, and how to go on
+        print(exc, file=sys.stderr)
+        return exc.exit_code
     except DurableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if args.verbose:
             traceback.print_exc()
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted; `job resume` continues the batch", file=sys.stderr)
-        return EXIT_FAILED
+    except KeyboardInterrupt:  # before a batch runs (while it runs, ops/interrupts.py handles it)
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:  # a bug or an environment we did not foresee: still one line
         print(
             f"error: unexpected {type(exc).__name__}: {' '.join(str(exc).split())}"
@@ -596,6 +603,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from durable_assets.ops import runner, status
 
+    if args.command in ("run", "resume", "cancel", "backfill", "prune"):
+        from durable_assets.ops.sqlite_locks import wait_for_write_locks
+
+        # A frozen process's SQLite write lock would hang these commands: bounded, named, exit 3.
+        wait_for_write_locks(runner.resolve_dagster_home()[0])
     instance = _instance(args.verbose)
     if args.command == "run":
         _with_progress(
