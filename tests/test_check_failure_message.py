@@ -46,7 +46,9 @@ def items(context: AssetExecutionContext, runtime: BatchRuntime) -> MaterializeR
 
 
 @durable_asset(label="Auditing items", partitions_def=BATCHES)
-def audited(context: AssetExecutionContext, items: pd.DataFrame, runtime: BatchRuntime) -> MaterializeResult:
+def audited(
+    context: AssetExecutionContext, items: pd.DataFrame, runtime: BatchRuntime
+) -> MaterializeResult:
     return frame_result(items, {})
 
 
@@ -61,7 +63,9 @@ def every_item_even(audited: pd.DataFrame) -> AssetCheckResult:
 
 
 @durable_asset(label="Publishing items", partitions_def=BATCHES)
-def published(context: AssetExecutionContext, audited: pd.DataFrame, runtime: BatchRuntime) -> MaterializeResult:
+def published(
+    context: AssetExecutionContext, audited: pd.DataFrame, runtime: BatchRuntime
+) -> MaterializeResult:
     return frame_result(audited, {})
 
 

@@ -398,9 +398,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     # A run Dagster still calls running whose worker is dead has ended: derived here, never written
     # (status is read-only; `job resume` records the dead run's failure when it takes over).
     lease = LeaseStore(db).get(batch_id)
-    lost = status in (BatchStatus.RUNNING, BatchStatus.CANCELING) and worker_lost(
-        instance, runs[-1], lease, settings().lease_ttl_s
-    )
+    lost = worker_lost(instance, runs[-1], lease, settings().lease_ttl_s)
     if lost:
         status = BatchStatus.CANCELED if status == BatchStatus.CANCELING else BatchStatus.FAILED
     # Progress before steps: an older report with newer step states can only undercount the running
