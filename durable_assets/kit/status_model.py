@@ -126,8 +126,6 @@ class StepModel(_Model):
     # Why, in the one line the CLI prints: a status that says only "failed" leaves the operator to
     # dig through the log for the check, the error, or the dead worker.
     error: str | None = Field(
-        default=None,
-        json_schema_extra=_no_default,
         description=(
             "why the step failed (its error, or the failed blocking check of its asset with up to five "
             "failing items), or why the batch stopped at it (its worker was lost); null otherwise"
