@@ -16,6 +16,7 @@ STEP_FIELDS = {
     "output_ref",
     "started_at",
     "finished_at",
+    "error",
 }
 
 

@@ -123,6 +123,14 @@ class StepModel(_Model):
     output_ref: str | None
     started_at: Timestamp | None
     finished_at: Timestamp | None
+    # Why, in the one line the CLI prints: a status that says only "failed" leaves the operator to
+    # dig through the log for the check, the error, or the dead worker.
+    error: str | None = Field(
+        description=(
+            "why the step failed (its error, or the failed blocking check of its asset with up to five "
+            "failing items), or why the batch stopped at it (its worker was lost); null otherwise"
+        ),
+    )
 
 
 class AutoResumeModel(_Model):

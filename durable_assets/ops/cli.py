@@ -312,33 +312,28 @@ def _progress_line(p: dict[str, Any], tty: bool) -> str:
     return line
 
 
-def _watch(instance: Any, batch_id: str, stop: threading.Event, out: TextIO) -> None:
+def _watch(follower: Any, stop: threading.Event, out: TextIO) -> None:
     """Live progress while this process runs the batch: a bar on a terminal, plain lines otherwise.
 
-    Only while the batch runs: before a resume's first step starts, the batch still shows its old
-    run's end, which is not progress of this process.
+    Every report of the runs this process starts (ops/events.py ``ProgressFollower``), drained once
+    more after the run ends so the last steps are shown too.
     """
-    from durable_assets.kit.errors import UnknownBatchError
-    from durable_assets.kit.status_model import BatchStatus
-    from durable_assets.ops.status import batch_status
-
     tty = out.isatty()
     last = ""
-    while not stop.wait(0.25):
+    draining = 2  # the feed hands a record out one poll after it first sees it
+    while draining:
+        if stop.wait(0.25):
+            draining -= 1
         try:
-            st = batch_status(instance, batch_id, include_steps=False)
-        except UnknownBatchError:
-            continue
+            reports = follower.poll()
         except Exception:  # progress display must never break the batch
             continue
-        p = st.get("progress")
-        if not p or st["status"] not in (BatchStatus.RUNNING, BatchStatus.CANCELING):
-            continue
-        line = _progress_line(p, tty)
-        if line != last:
-            out.write(("\r" + line.ljust(100)) if tty else line + "\n")
-            out.flush()
-            last = line
+        for p in reports:
+            line = _progress_line(p.as_dict(), tty)
+            if line != last:
+                out.write(("\r" + line.ljust(100)) if tty else line + "\n")
+                out.flush()
+                last = line
     if tty and last:
         out.write("\n")
 
@@ -349,7 +344,10 @@ def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
     # Opened before the run: it keeps reaching the terminal while Dagster's output goes to the log.
     out = ClosedPipeSafe(user_stream())
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(instance, batch_id, stop, out), daemon=True)
+    from durable_assets.ops.events import ProgressFollower
+
+    follower = ProgressFollower(instance, batch_id)  # before the run: only the runs it starts are shown
+    watcher = threading.Thread(target=_watch, args=(follower, stop, out), daemon=True)
     watcher.start()
     try:
         from durable_assets.ops.interrupts import run_interruptible
@@ -421,6 +419,9 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
     if p:
         now = "ended" if BatchStatus(st["status"]).terminal else "now"
         print(f"  {now}: {_progress_line(p, tty=False)}")
+    why = next((s["error"] for s in st.get("steps") or [] if s.get("error")), None)
+    if why and BatchStatus(st["status"]).terminal:
+        print(f"  why: {why}")
     if st.get("needs_review"):
         print(f"  needs review: {st['held_for_review']} held for a person")
     auto = st.get("auto_resume")
