@@ -27,6 +27,7 @@ from .helpers import (
     EXIT_OK,
     EmbeddedProvider,
     Expected,
+    InstanceReader,
     JobProcess,
     Simulator,
     assert_refunded_exactly_once,
@@ -50,6 +51,26 @@ os.kill(os.getpid(), signal.SIGSTOP)
 
 def _frozen(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _resume_past_frozen(
+    worker: JobProcess, batch: str, env: dict[str, str], log_dir: Path, reader: InstanceReader
+) -> None:
+    """Once the frozen worker's lease lapsed: `job resume` takes over, or exits 3 within the bound
+    naming the frozen pid; the operator then kills the worker and the next resume finishes."""
+    try:
+        wait_until(lambda: not reader.lease_live(batch), 30, what="the frozen worker's lease to lapse")
+        started = time.monotonic()
+        resumed = job(["resume", "--id", batch], env, log_dir, timeout=DEADLINE_S + 180)
+        took = time.monotonic() - started
+        if resumed.proc.returncode == EXIT_CONFLICT:
+            assert f"locked by process {worker.pid}" in resumed.stderr, resumed.tail()
+            assert took < DEADLINE_S, took
+    finally:
+        worker.sigkill()  # the operator's way out; a no-op when the resume already took over
+    if resumed.proc.returncode != EXIT_OK:
+        resumed = job(["resume", "--id", batch], env, log_dir)
+    assert resumed.proc.returncode == EXIT_OK, resumed.tail()
 
 
 def test_a_process_frozen_holding_the_write_lock_is_named_within_the_bound(tmp_path: Path) -> None:
@@ -100,19 +121,7 @@ def test_a_worker_frozen_in_the_refund_step_is_taken_over_or_named(
             what=f"{k} refunds",
         )
         os.kill(worker.pid, signal.SIGSTOP)
-        try:
-            wait_until(lambda: not reader.lease_live(batch), 30, what="the frozen worker's lease to lapse")
-            started = time.monotonic()
-            resumed = job(["resume", "--id", batch], env, tmp_path, timeout=DEADLINE_S + 180)
-            took = time.monotonic() - started
-            if resumed.proc.returncode == EXIT_CONFLICT:
-                assert f"locked by process {worker.pid}" in resumed.stderr, resumed.tail()
-                assert took < DEADLINE_S, took
-        finally:
-            worker.sigkill()  # the operator's way out; a no-op when the resume already took over
-        if resumed.proc.returncode != EXIT_OK:
-            resumed = job(["resume", "--id", batch], env, tmp_path)
-    assert resumed.proc.returncode == EXIT_OK, resumed.tail()
+        _resume_past_frozen(worker, batch, env, tmp_path, reader)
     sim.quiet()
     assert_refunded_exactly_once(sim.refunds(), expected)
     assert sim.stats()["refunds_created"] == expected.n
@@ -160,24 +169,10 @@ def test_a_worker_frozen_at_a_named_point_never_hangs_the_resume(
         {**env, "DURABLE_CRASH_AT": f"{point}:{hit}:stop"},
         tmp_path,
     )
-    try:
-        wait_until(
-            lambda: _frozen(worker.pid) or not worker.alive(), 120, what=f"the worker to freeze at {point}"
-        )
-        assert worker.alive(), f"the run ended before passing {point}:{hit}\n{worker.tail()}"
-        with instance_reader(home) as reader:
-            wait_until(lambda: not reader.lease_live(batch), 30, what="the frozen worker's lease to lapse")
-        started = time.monotonic()
-        resumed = job(["resume", "--id", batch], env, tmp_path, timeout=DEADLINE_S + 180)
-        took = time.monotonic() - started
-        if resumed.proc.returncode == EXIT_CONFLICT:
-            assert f"locked by process {worker.pid}" in resumed.stderr, resumed.tail()
-            assert took < DEADLINE_S, took
-        else:
-            assert resumed.proc.returncode == EXIT_OK, resumed.tail()
-    finally:
-        worker.sigkill()  # the operator's way out; the resume may already have taken over
-    if resumed.proc.returncode != EXIT_OK:
-        resumed = job(["resume", "--id", batch], env, tmp_path)
-        assert resumed.proc.returncode == EXIT_OK, resumed.tail()
+    wait_until(
+        lambda: _frozen(worker.pid) or not worker.alive(), 120, what=f"the worker to freeze at {point}"
+    )
+    assert worker.alive(), f"the run ended before passing {point}:{hit}\n{worker.tail()}"
+    with instance_reader(home) as reader:
+        _resume_past_frozen(worker, batch, env, tmp_path, reader)
     assert_refunded_exactly_once(EmbeddedProvider(home).refunds(), expected)
