@@ -28,7 +28,7 @@ from durable_assets.ops.batch_webhooks import webhook_sensors
 from durable_assets.ops.registry import CODE_LOCATION_ENV
 from durable_assets.ops.retention import retention as retention_job
 from durable_assets.ops.retention import retention_schedule
-from durable_assets.settings import Settings
+from durable_assets.settings import Settings, settings
 
 __all__ = ["definitions"]
 
@@ -80,5 +80,5 @@ def _serve_from_here(durable_jobs: DurableJobs, caller: Mapping[str, Any]) -> No
         return
     # A location that imports another (greetings.py uses postcards.py's shop) is built last: it wins
     # over the one it imported, never over a DURABLE_CODE_LOCATION someone set.
-    if os.environ.get(CODE_LOCATION_ENV) in (None, _served):
+    if settings().code_location in (default, _served):
         os.environ[CODE_LOCATION_ENV] = _served = str(module)
