@@ -114,7 +114,7 @@ def test_the_tutorial_job_is_served_killed_and_resumed_exactly_once(tmp_path: Pa
     assert described["name"] == "postcards"
     assert [(s["step_name"], s["effect_scope"]) for s in described["steps"]] == [
         ("recipients", None),
-        ("postcards", "postcard"),
+        ("sent_cards", "postcard"),
     ]
 
     run = ["run", "--job", "postcards", "--id", batch, "--size", str(SIZE)]
@@ -153,7 +153,7 @@ def test_the_five_step_job_is_capped_scheduled_killed_and_resumed_exactly_once(
     assert listed.proc.returncode == EXIT_OK, listed.tail()
     [described] = json.loads(listed.stdout)
     assert described["name"] == "greetings" and len(described["steps"]) == 5
-    assert [s["step_name"] for s in described["steps"] if s["effect_scope"]] == ["greetings"]
+    assert [s["step_name"] for s in described["steps"] if s["effect_scope"]] == ["sent_greetings"]
     assert "daily_greetings" in json.dumps(described)
 
     greeted = "SELECT count(*) FROM cards WHERE key LIKE 'greeting:greet-1-%'"
