@@ -1,7 +1,9 @@
 """The Dagster code location: the durable jobs, registered once, with the resources they share.
 
 Configuration comes from the environment (CONTRACT.md): ``DURABLE_PAYMENTS_URL`` and
-``STRIPE_API_KEY`` select a Stripe-compatible provider; tuning knobs are optional ``DURABLE_*``.
+``STRIPE_API_KEY`` select a Stripe-compatible provider; tuning knobs are optional ``DURABLE_*``,
+read by the resources themselves. Built like any user's location (:mod:`durable_assets.location`):
+the daemon-side parts and the kit's resources come from there.
 """
 
 from __future__ import annotations
@@ -10,10 +12,8 @@ from dagster import EnvVar, JobDefinition
 
 from durable_assets.credit_migration.job import credit_migration
 from durable_assets.credit_migration.resources import CreditLimits
-from durable_assets.kit import BatchRuntime, DurableJobs, IdempotencyLedger
-from durable_assets.ops.auto_resume import AutoResumeSettings, auto_resume_sensor
-from durable_assets.ops.batch_webhooks import webhook_sensors
-from durable_assets.ops.retention import retention, retention_schedule
+from durable_assets.kit import DurableJobs
+from durable_assets.location import definitions
 from durable_assets.payments.resources import PaymentGateway, resolve_provider_account
 from durable_assets.refunds.job import REFUND_JOB, refund_batch
 from durable_assets.refunds.resources import CustomerMailbox, RefundLimits
@@ -34,26 +34,12 @@ durable_jobs = DurableJobs(
     ),
 )
 
-defs = durable_jobs.definitions(
-    jobs=[retention],
-    schedules=[retention_schedule],
-    sensors=[
-        *webhook_sensors(),  # terminal-status webhooks for runs the daemon launches
-        # re-executes batches whose worker was lost and whose retry Dagster dropped
-        auto_resume_sensor(AutoResumeSettings.from_env()),
-    ],
+defs = definitions(
+    durable_jobs,
     resources={
         "payments": PaymentGateway(
             payments_url=_optional_env("DURABLE_PAYMENTS_URL", settings().payments_url),
             api_key=_optional_env("STRIPE_API_KEY", settings().stripe_api_key),
-            concurrency=settings().concurrency,
-            rate_limit_per_second=settings().rate_limit,
-            provider_down_budget_seconds=settings().provider_down_budget_s,
-        ),
-        "ledger": IdempotencyLedger(provider_key_retention_hours=settings().key_retention_hours),
-        "runtime": BatchRuntime(
-            lease_ttl_seconds=settings().lease_ttl_s,
-            step_delay_seconds=settings().step_delay_s,
         ),
         "mailbox": CustomerMailbox(),
         "limits": RefundLimits(

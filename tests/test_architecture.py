@@ -10,6 +10,9 @@ too. The rules:
 - a pipeline imports the kit only through its public API (``from durable_assets.kit import X``
   with ``X`` in ``__all__``), never ``ops``, and never another pipeline.
 - ``payments`` (the provider: embedded, simulator, gateway) imports neither ops nor a pipeline.
+- ``location`` (a code location's ``Definitions``: the kit's jobs with the operations layer's daemon
+  parts) sits above both and imports no pipeline and no provider; nothing imports it but code
+  locations (``durable_assets/definitions.py``, a user's module), so no layer can reach it.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
 
 
 def _modules(layer: str) -> list[Path]:
-    return sorted((PACKAGE / layer).rglob("*.py"))
+    single = PACKAGE / f"{layer}.py"
+    return [single] if single.is_file() else sorted((PACKAGE / layer).rglob("*.py"))
 
 
 def _layer_of(module: str) -> str:
@@ -66,6 +70,18 @@ def test_the_operations_layer_never_imports_a_pipeline() -> None:
 
 def test_the_provider_imports_no_pipeline_and_no_operations() -> None:
     assert _violations("payments", {"kit", "payments", "settings"}) == []
+
+
+def test_the_location_is_above_the_kit_and_the_operations_layer() -> None:
+    assert _violations("location", {"kit", "ops", "settings"}) == []
+    importers = [
+        f"{path.relative_to(PACKAGE.parent)}"
+        for layer in ("kit", "ops", "payments", "settings", *PIPELINES)
+        for path in _modules(layer)
+        for module, _names in _imports(path)
+        if _layer_of(module) == "location"
+    ]
+    assert importers == []
 
 
 @pytest.mark.parametrize("pipeline", [p for p in PIPELINES if (PACKAGE / p).is_dir()])

@@ -1,14 +1,18 @@
-"""docs/your-own-job.md, executed: its code becomes a module, its job survives a SIGKILL.
+"""docs/your-own-job.md, executed: its code becomes two modules, each job survives a SIGKILL.
 
-The document's ``# file: postcards.py`` blocks are joined into ``postcards.py`` exactly as
-printed, and ``job`` serves it through ``DURABLE_CODE_LOCATION`` with no other wiring. The kill
-lands while cards go out (the shop's own table is polled for it); after ``job resume`` every
-customer has exactly one card, counted in the shop's file, which outlives the killed process.
+The document's ``# file: postcards.py`` and ``# file: greetings.py`` blocks are written, exactly as
+printed, into an otherwise empty folder, and ``job`` runs *in* that folder with no ``PYTHONPATH``
+naming it (the CLI imports the location from the current directory, as ``python -m`` does). The
+kill lands while cards go out (the shop's own table is polled for it); after ``job resume`` every
+customer has exactly one card, counted in the shop's file, which outlives the killed process. The
+five-step job's ceiling stops an oversized batch before its first card, and its wiring is counted
+in the page, so the number the page and the README state is measured.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -18,20 +22,27 @@ import pytest
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
 
-from .crash.helpers import EXIT_OK, JobProcess, instance_reader, job, job_env
+from .crash.helpers import EXIT_FAILED, EXIT_OK, EXIT_USAGE, JobProcess, instance_reader, job, job_env
 from .crash.helpers import resume_until_accepted as resume_after_kill
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "your-own-job.md"
 SIZE = 120
-BATCH = "cards-1"
 
 pytestmark = pytest.mark.slow
 
 
-def tutorial_module() -> str:
-    blocks = re.findall(r"```python\n# file: postcards\.py\n(.*?)```", DOC.read_text(), re.S)
-    assert len(blocks) == 3, "the tutorial's three postcards.py blocks"
-    return "\n\n".join(blocks)
+def tutorial_module(name: str = "postcards") -> str:
+    return "\n\n".join(re.findall(rf"```python\n# file: {name}\.py\n(.*?)```", DOC.read_text(), re.S))
+
+
+def wiring_lines(name: str) -> int:
+    """Lines that exist only for the kit: the ``@durable_asset`` lines, the partitions line, and
+    everything from ``durable_jobs =`` on (the page's own definition of wiring)."""
+    lines = [ln for ln in tutorial_module(name).splitlines() if ln.strip()]
+    start = next(i for i, ln in enumerate(lines) if re.match(r"(postcard_job|durable_jobs) = ", ln))
+    decorators = [ln for ln in lines[:start] if ln.startswith("@durable_asset(")]
+    partitions = [ln for ln in lines[:start] if "DynamicPartitionsDefinition(name=" in ln]
+    return len(decorators) + len(partitions) + len(lines[start:])
 
 
 def _count(db: Path, sql: str) -> int:
@@ -44,10 +55,47 @@ def _count(db: Path, sql: str) -> int:
             return 0
 
 
-def test_the_tutorial_job_is_served_killed_and_resumed_exactly_once(tmp_path: Path) -> None:
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """An empty folder holding only the page's two files, as a reader would make it."""
     code = tmp_path / "code"
     code.mkdir()
-    (code / "postcards.py").write_text(tutorial_module())
+    for name in ("postcards", "greetings"):
+        (code / f"{name}.py").write_text(tutorial_module(name))
+    return code
+
+
+def test_the_page_states_the_measured_wiring() -> None:
+    assert tutorial_module("postcards").count("@durable_asset(") == 2
+    assert tutorial_module("greetings").count("@durable_asset(") == 5
+    two, five = wiring_lines("postcards"), wiring_lines("greetings")
+    assert five <= 10, five
+    text = " ".join(DOC.read_text().split())
+    assert f"The wiring is {five} lines" in text
+    assert f"is {two} lines for the two-step job" in text and f"and {five} for the five-step one" in text
+    readme = " ".join((DOC.parent.parent / "README.md").read_text().split())
+    assert f"{two} lines of wiring" in readme and f"{five} for a five-step" in readme
+
+
+def _kill_mid_sending(
+    folder: Path, env: dict[str, str], logs: Path, args: list[str], shop: Path, table_sql: str, size: int
+) -> int:
+    worker = JobProcess(args, env, logs, cwd=folder)
+    wait_until(
+        lambda: _count(shop, table_sql) >= 10 or worker.proc.poll() is not None,
+        timeout=120,
+        what="the first cards",
+    )
+    assert worker.proc.poll() is None, f"the batch ended before the kill\n{worker.tail()}"
+    worker.sigkill()
+    worker.reap_group()
+    at_kill = _count(shop, table_sql)
+    assert 0 < at_kill < size, at_kill
+    return at_kill
+
+
+def test_the_tutorial_job_is_served_killed_and_resumed_exactly_once(tmp_path: Path, folder: Path) -> None:
+    batch = "cards-1"
     shop = tmp_path / "shop.db"
     home = make_home(tmp_path)
     logs = tmp_path / "logs"
@@ -55,34 +103,24 @@ def test_the_tutorial_job_is_served_killed_and_resumed_exactly_once(tmp_path: Pa
     env = job_env(
         home,
         DURABLE_CODE_LOCATION="postcards",
-        PYTHONPATH=str(code),
         PRINT_SHOP_DB=str(shop),
         PRINT_SHOP_LATENCY_MS=40,  # 120 cards, 4 at a time: ~1.2 s of sending to kill inside
     )
+    assert str(folder) not in env.get("PYTHONPATH", "").split(os.pathsep)
 
-    listed = job(["jobs", "--json"], env, logs, timeout=60)
+    listed = job(["jobs", "--json"], env, logs, timeout=60, cwd=folder)
     assert listed.proc.returncode == EXIT_OK, listed.tail()
     [described] = json.loads(listed.stdout)
     assert described["name"] == "postcards"
     assert [(s["step_name"], s["effect_scope"]) for s in described["steps"]] == [
         ("recipients", None),
-        ("postcards", "postcard"),
+        ("sent_cards", "postcard"),
     ]
 
-    worker = JobProcess(["run", "--job", "postcards", "--id", BATCH, "--size", str(SIZE)], env, logs)
-    wait_until(
-        lambda: _count(shop, "SELECT count(*) FROM cards") >= 10 or worker.proc.poll() is not None,
-        timeout=120,
-        what="the first cards",
-    )
-    assert worker.proc.poll() is None, f"the batch ended before the kill\n{worker.tail()}"
-    worker.sigkill()
-    worker.reap_group()
-    at_kill = _count(shop, "SELECT count(*) FROM cards")
-    assert 0 < at_kill < SIZE, at_kill
-
+    run = ["run", "--job", "postcards", "--id", batch, "--size", str(SIZE)]
+    at_kill = _kill_mid_sending(folder, env, logs, run, shop, "SELECT count(*) FROM cards", SIZE)
     with instance_reader(home) as reader:
-        attempts = resume_after_kill(BATCH, env, logs, reader)
+        attempts = resume_after_kill(batch, env, logs, reader, cwd=folder)
     assert attempts[-1].proc.returncode == EXIT_OK, attempts[-1].tail()
 
     assert _count(shop, "SELECT count(*) FROM cards") == SIZE
@@ -90,7 +128,51 @@ def test_the_tutorial_job_is_served_killed_and_resumed_exactly_once(tmp_path: Pa
     # Answers are recorded a chunk at a time, so a card sent but not yet recorded at the kill is
     # asked for again on resume, with its key: the shop answers from memory and prints nothing.
     assert SIZE <= _count(shop, "SELECT count(*) FROM requests") <= SIZE + at_kill + 4
-    status = job(["status", "--id", BATCH, "--json"], env, logs, timeout=60)
+    status = job(["status", "--id", batch, "--json"], env, logs, timeout=60, cwd=folder)
     st = json.loads(status.stdout)
     assert st["job"] == "postcards" and st["status"] == "succeeded" and len(st["run_ids"]) == 2
     assert [s["status"] for s in st["steps"]] == ["completed", "completed"]
+
+
+def test_the_five_step_job_is_capped_scheduled_killed_and_resumed_exactly_once(
+    tmp_path: Path, folder: Path
+) -> None:
+    """Section 5 as printed: 300 guests of which 30 have no name, killed while greetings go out."""
+    shop = tmp_path / "shop.db"
+    home = make_home(tmp_path)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    env = job_env(
+        home,
+        DURABLE_CODE_LOCATION="greetings",
+        PRINT_SHOP_DB=str(shop),
+        PRINT_SHOP_LATENCY_MS=20,
+        MAX_CARDS_PER_BATCH=500,
+    )
+    listed = job(["jobs", "--json"], env, logs, timeout=60, cwd=folder)
+    assert listed.proc.returncode == EXIT_OK, listed.tail()
+    [described] = json.loads(listed.stdout)
+    assert described["name"] == "greetings" and len(described["steps"]) == 5
+    assert [s["step_name"] for s in described["steps"] if s["effect_scope"]] == ["sent_greetings"]
+    assert "daily_greetings" in json.dumps(described)
+
+    greeted = "SELECT count(*) FROM cards WHERE key LIKE 'greeting:greet-1-%'"
+    run = ["run", "--job", "greetings", "--id", "greet-1", "--size", "300"]
+    at_kill = _kill_mid_sending(folder, env, logs, run, shop, greeted, 270)
+    with instance_reader(home) as reader:
+        attempts = resume_after_kill("greet-1", env, logs, reader, cwd=folder)
+    assert attempts[-1].proc.returncode == EXIT_OK, attempts[-1].tail()
+    assert _count(shop, greeted) == 270
+    assert _count(shop, "SELECT count(DISTINCT recipient) FROM cards WHERE key LIKE 'greeting:%'") == 270
+    sent = _count(shop, "SELECT count(*) FROM requests WHERE key LIKE 'greeting:greet-1-%'")
+    assert 270 <= sent <= 270 + at_kill + 4
+
+    capped = job(["run", "--job", "greetings", "--id", "greet-2", "--size", "900"], env, logs, cwd=folder)
+    assert capped.proc.returncode == EXIT_FAILED, capped.tail()
+    assert "810 cards exceed the per-batch ceiling of 500" in capped.stderr
+    assert _count(shop, "SELECT count(*) FROM requests WHERE key LIKE 'greeting:greet-2-%'") == 0
+
+    bad = job(
+        ["run", "--job", "greetings", "--id", "greet-3", "--input", "missing.csv"], env, logs, cwd=folder
+    )
+    assert bad.proc.returncode == EXIT_USAGE, bad.tail()

@@ -170,3 +170,16 @@ class PruneInProgressError(BatchConflictError):
 
 class ArchiveError(DurableError):
     """An archive could not be written, or one on disk disagrees with run storage; nothing was deleted."""
+
+
+# --- the code location and the instance ----------------------------------------------------------
+
+
+class StepWiringError(UsageError):
+    """A durable step cannot get what it needs (its ``runtime`` or ``ledger`` resource, its effect
+    scope): found when the job is defined, so it never runs without cancel, fence or ledger (exit 2)."""
+
+
+class InstanceConfigError(UsageError):
+    """The Dagster instance's ``dagster.yaml`` lacks the lease-aware launcher, run monitoring or run
+    retries, without which a dead worker's batch is never failed nor resumed by the daemon (exit 2)."""

@@ -33,7 +33,7 @@ from dagster import (
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.kit.errors import UnknownJobError
+from durable_assets.kit.errors import StepWiringError, UnknownJobError
 from durable_assets.kit.schedules import DailyBatches
 
 #: Asset definition metadata: the step's label ("Issuing refunds") and its ledger scope, if it mutates.
@@ -128,6 +128,7 @@ class DurableJob:
         self.daily = daily
         self.check_input = check_input
         _check_step_order(name, self.assets)
+        _check_kit_resources(name, self.assets)
         #: The steps a distributed run splits into shards: those named, else every mutating step
         #: that reads an upstream frame (a first step that makes its input has nothing to split).
         self.shard_steps = tuple(
@@ -251,12 +252,20 @@ class DurableJobs:
     def definitions(
         self,
         *,
-        resources: Mapping[str, Any],
+        resources: Mapping[str, Any] | None = None,
         jobs: Sequence[Any] = (),
         schedules: Sequence[Any] = (),
         sensors: Sequence[Any] = (),
     ) -> Definitions:
+        """The jobs' ``Definitions`` with ``resources`` over the kit's defaults (``ledger``, ``runtime``).
+
+        The operations layer's daemon parts (automatic resume, webhooks, retention) are added by
+        :func:`durable_assets.location.definitions`, which calls this; a location should use that.
+        """
         if self._defs is None:
+            resources = {**default_resources(), **(resources or {})}
+            for j in self:
+                _check_kit_resources(j.name, j.assets, resources)
             self._resources = dict(resources)
             self._defs = Definitions(
                 assets=[a for j in self for a in j.assets],
@@ -310,6 +319,36 @@ class DurableJobs:
         resolved = defs.resolve_job_def(job.name)
         self._distributed[(name, shards)] = resolved
         return resolved
+
+
+def default_resources() -> dict[str, Any]:
+    """The kit's resources, tuned by the settings (``DURABLE_LEASE_TTL_S``, ...) where the step runs."""
+    from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
+
+    return {"ledger": IdempotencyLedger(), "runtime": BatchRuntime()}
+
+
+def _check_kit_resources(
+    name: str, assets: Sequence[AssetsDefinition], resources: Mapping[str, Any] | None = None
+) -> None:
+    """Every step gets ``runtime`` and ``ledger`` (a durable_asset asks for them): one that cannot
+    would run without cancel, fence or ledger, so the job is refused when it is defined."""
+    from durable_assets.kit.steps import KIT_RESOURCES
+
+    for a in assets:
+        for key, kind in KIT_RESOURCES.items():
+            step = a.key.to_user_string()
+            if key not in a.required_resource_keys:
+                raise StepWiringError(
+                    f"durable job {name!r}: step {step} does not require the {key!r} resource "
+                    f"({kind.__name__}), so it would run without cancel, fence and ledger: define it "
+                    "with durable_asset"
+                )
+            if resources is not None and not isinstance(resources.get(key), kind):
+                raise StepWiringError(
+                    f"durable job {name!r}: step {step} needs resource {key!r} to be a {kind.__name__}, "
+                    f"got {type(resources.get(key)).__name__}; leave {key!r} out to get the kit's"
+                )
 
 
 def _step_of(asset: AssetsDefinition) -> DurableStep:

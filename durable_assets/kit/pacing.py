@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -34,6 +34,7 @@ from durable_assets.kit.errors import (
     ProviderUnavailableError,
     TransientProviderError,
 )
+from durable_assets.settings import settings
 
 Result = Mapping[str, Any]
 T = TypeVar("T")
@@ -263,7 +264,7 @@ class Backoff:
 
     base_s: float = 0.05
     cap_s: float = 5.0
-    down_budget_s: float = 60.0
+    down_budget_s: float = field(default_factory=lambda: settings().provider_down_budget_s)
     #: What the user changes to wait longer; named in the error.
     budget_setting: str = "DURABLE_PROVIDER_DOWN_BUDGET_S"
 

@@ -3,6 +3,9 @@
 ``IdempotencyLedger`` is for any mutating op; ``BatchRuntime`` holds the run's lease (heartbeat),
 answers "may I still cause side effects?" (cancel + fence) and reports progress. Both find their
 tables through the instance, so they follow it to Postgres with no configuration of their own.
+Their tuning fields default to None, meaning "the settings' value in the process that runs the
+step" (``DURABLE_LEASE_TTL_S``, ``DURABLE_KEY_RETENTION_HOURS``, ``DURABLE_STEP_DELAY_S``): each
+default is declared once, in :mod:`durable_assets.settings`, and ``BatchRuntime()`` obeys it.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.errors import FencedOutError
 from durable_assets.kit.interrupts import raise_if_stop_requested
 from durable_assets.kit.leases import (
-    DEFAULT_LEASE_TTL_S,
     Heartbeat,
     Lease,
     LeaseStore,
@@ -28,6 +30,7 @@ from durable_assets.kit.ledger import Ledger
 from durable_assets.kit.modes import EXECUTOR_TAG, ExecutorKind
 from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore, event_log_sink
 from durable_assets.kit.step_leases import TaskContext, current_task
+from durable_assets.settings import settings
 
 BATCH_TAG = "durable/batch"
 
@@ -44,7 +47,9 @@ class IdempotencyLedger(ConfigurableResource):
     """Exactly-once bookkeeping (atomic phases) for any side effect; see ``durable_assets.kit.ledger``."""
 
     claim_ttl_seconds: float = 120.0
-    provider_key_retention_hours: float = 24.0
+    provider_key_retention_hours: float | None = Field(
+        default=None, gt=0, description="Provider key retention (DURABLE_KEY_RETENTION_HOURS)"
+    )
     database_url: str | None = None
 
     _ledger: Ledger | None = PrivateAttr(default=None)
@@ -60,7 +65,8 @@ class IdempotencyLedger(ConfigurableResource):
 
     @property
     def key_retention_s(self) -> float:
-        return self.provider_key_retention_hours * 3600.0
+        hours = self.provider_key_retention_hours or settings().key_retention_hours
+        return hours * 3600.0
 
 
 def run_ended(instance: DagsterInstance | None) -> Callable[[str], bool]:
@@ -87,9 +93,11 @@ def _lease_of_run(leases: LeaseStore, batch_id: str, run_id: str) -> Lease:
 class BatchRuntime(ConfigurableResource):
     """The run's lease, cancel and fence checks, and progress reporting for one batch."""
 
-    lease_ttl_seconds: float = DEFAULT_LEASE_TTL_S
+    lease_ttl_seconds: float | None = Field(default=None, gt=0, description="Lease TTL (DURABLE_LEASE_TTL_S)")
     progress_interval_seconds: float = 0.5
-    step_delay_seconds: float = Field(default=0.0, ge=0, description="Pause before each step (demos, tests)")
+    step_delay_seconds: float | None = Field(
+        default=None, ge=0, description="Pause before each step, for demos and tests (DURABLE_STEP_DELAY_S)"
+    )
     database_url: str | None = None
 
     _db: DurableDatabase | None = PrivateAttr(default=None)
@@ -109,7 +117,7 @@ class BatchRuntime(ConfigurableResource):
         self._batch_id = run.tags.get(BATCH_TAG) or run.tags.get("dagster/partition")
         if not self._batch_id:
             return
-        leases = LeaseStore(self._db, ttl_s=self.lease_ttl_seconds)
+        leases = LeaseStore(self._db, ttl_s=self.lease_ttl_s)
         if run.tags.get(EXECUTOR_TAG) == ExecutorKind.CELERY.value:
             # A step task of a distributed run: the orchestrator holds the batch's lease; this task
             # may act only while that lease is its run's (the fence it had when the task started).
@@ -140,6 +148,14 @@ class BatchRuntime(ConfigurableResource):
             self._reporter.close()
 
     @property
+    def lease_ttl_s(self) -> float:
+        return self.lease_ttl_seconds or settings().lease_ttl_s
+
+    @property
+    def step_delay_s(self) -> float:
+        return settings().step_delay_s if self.step_delay_seconds is None else self.step_delay_seconds
+
+    @property
     def batch_id(self) -> str:
         if not self._batch_id:
             raise RuntimeError("this run carries no durable/batch tag")
@@ -168,7 +184,7 @@ class BatchRuntime(ConfigurableResource):
         if self._heartbeat is not None and self._heartbeat.lost.is_set():
             raise FencedOutError(f"this worker lost the lease on batch {self._batch_id!r}")
         CancelStore(self._db).raise_if_requested(self.batch_id)
-        store = LeaseStore(self._db, ttl_s=self.lease_ttl_seconds)
+        store = LeaseStore(self._db, ttl_s=self.lease_ttl_s)
         store.check_fence(self.batch_id, self._lease.fence)
         if self._task is not None:
             current = store.get(self.batch_id)

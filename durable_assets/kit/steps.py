@@ -9,8 +9,10 @@ may be retried by the asset's ``RetryPolicy``.
 
 # No `from __future__ import annotations`: Dagster reads the wrapped functions' annotations.
 import functools
+import inspect
 import time
 from collections.abc import Callable, Mapping
+from inspect import Parameter, Signature
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -32,7 +34,7 @@ from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.effects import EffectRunner
-from durable_assets.kit.errors import DurableError, TransientProviderError
+from durable_assets.kit.errors import DurableError, StepWiringError, TransientProviderError
 from durable_assets.kit.frames import frame_digest
 from durable_assets.kit.job import EFFECT_SCOPE_KEY, LABEL_KEY, STEPS_KEY
 from durable_assets.kit.ledger import Intent, LedgerEntry
@@ -41,6 +43,7 @@ from durable_assets.kit.pacing import RateLimiter
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.kit.sharding import step_of_shard
+from durable_assets.settings import settings
 
 #: Whole-step retries for transient faults that escape a step (the ledger makes a retried step
 #: resume where it stopped). A provider down for its whole down budget is not one of them:
@@ -51,21 +54,33 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+#: The kit resources every durable step gets, whether or not its function names them: cancel, fence
+#: and progress come from ``runtime``, the ledger from ``ledger``. The kit supplies both by default.
+KIT_RESOURCES: dict[str, type] = {"runtime": BatchRuntime, "ledger": IdempotencyLedger}
+
+
 def durable_step(fn: Callable[P, R]) -> Callable[P, R]:
     """Report, check cancel and fence, run; our errors become a plain ``Failure`` (transient ones retry).
 
-    The asset must take ``context`` first and a ``runtime: BatchRuntime`` resource.
+    The asset takes ``context`` first. It need not name the ``runtime`` and ``ledger`` resources:
+    the wrapper asks Dagster for them anyway (a step that forgot ``runtime`` used to lose its
+    cancel and fence checks silently), and :func:`effect_runner` finds them on ``context.resources``.
     """
+    signature = inspect.signature(fn, eval_str=True)
+    added = [name for name in KIT_RESOURCES if name not in signature.parameters]
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        context = args[0]
+        # A step need not take ``context`` either: the running step's is Dagster's current one.
+        context = args[0] if args else AssetExecutionContext.get()
         runtime = kwargs.get("runtime")
+        for name in added:
+            kwargs.pop(name, None)
         if isinstance(context, AssetExecutionContext) and isinstance(runtime, BatchRuntime):
             # First the step's own report (no count yet: of=0), so progress never names the step before.
             runtime.report(step_progress(context, 0, 0), force=True)
-            if runtime.step_delay_seconds:
-                time.sleep(runtime.step_delay_seconds)  # demos and crash tests: a visibly slow batch
+            if runtime.step_delay_s:
+                time.sleep(runtime.step_delay_s)  # demos and crash tests: a visibly slow batch
             _check_step_boundary(context, runtime)
         crash_point(CrashPoint.STEP_START)
         try:
@@ -77,6 +92,19 @@ def durable_step(fn: Callable[P, R]) -> Callable[P, R]:
         crash_point(CrashPoint.STEP_BODY_DONE)
         return output
 
+    # Dagster reads resource parameters from the signature: advertise the kit's ones too.
+    params = list(signature.parameters.values())
+    at = next((i for i, p in enumerate(params) if p.kind == Parameter.VAR_KEYWORD), len(params))
+    params[at:at] = [Parameter(n, Parameter.KEYWORD_ONLY, annotation=KIT_RESOURCES[n]) for n in added]
+    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {
+        **{p.name: p.annotation for p in params if p.annotation is not Parameter.empty},
+        **(
+            {"return": signature.return_annotation}
+            if signature.return_annotation is not Signature.empty
+            else {}
+        ),
+    }
     return wrapper
 
 
@@ -92,7 +120,8 @@ def durable_asset(
     """``@asset`` plus :func:`durable_step`, labelled for users.
 
     ``effect_scope`` names the ledger scope the step's side effects go through (None: it causes
-    none); it is what ``job jobs`` shows as the step's effect, and documentation for the UI.
+    none); it is what ``job jobs`` shows as the step's effect, and what :func:`effect_runner`
+    uses, so it is written once.
     """
 
     def decorate(fn: Callable[..., Any]) -> Any:
@@ -131,14 +160,14 @@ def step_progress(context: AssetExecutionContext, done: int, of: int) -> Progres
 
 def effect_runner(
     context: AssetExecutionContext,
-    runtime: BatchRuntime,
-    ledger: IdempotencyLedger,
+    runtime: BatchRuntime | None = None,
+    ledger: IdempotencyLedger | None = None,
     *,
-    scope: str,
     perform: Callable[[Intent], Mapping[str, Any]],
+    scope: str | None = None,
     verify: Callable[[Intent, Mapping[str, Any]], str | None] | None = None,
     lookup: Callable[[LedgerEntry], Mapping[str, Any] | None] | None = None,
-    concurrency: int = 16,
+    concurrency: int | None = None,
     limiter: RateLimiter | None = None,
     backoff: PacingBackoff | None = None,
     account: ProviderAccount | None = None,
@@ -147,10 +176,21 @@ def effect_runner(
     """An :class:`EffectRunner` for this step: its run owns the claims, the lease's fence guards every
     send, a cancel stops the next one, and progress counts settled intents.
 
+    ``runtime`` and ``ledger`` default to the step's own (every durable step has them), ``scope``
+    to the step's ``durable_asset(effect_scope=...)``; ``concurrency`` to ``DURABLE_CONCURRENCY``
+    and ``limiter`` to ``DURABLE_RATE_LIMIT``. ``verify(intent, answer)`` returns why an answer
+    does not match what was asked (None when it does): a mismatch is recorded and the step fails
+    with :class:`ProviderResponseMismatchError` instead of trusting it. ``perform`` raises
+    :class:`TransientProviderError` for a fault worth retrying with the same key and
+    :class:`ProviderRejectedError` for an answer that will not change.
+
     ``account`` is the provider account the effects go to: the batch is bound to it on first use
     (another account later is :class:`ProviderAccountMismatchError`) and the keys live in its
     namespace. Without one, the effects share the ledger's default namespace (one foreign system).
     """
+    runtime = runtime or _kit_resource(context, "runtime", BatchRuntime)
+    ledger = ledger or _kit_resource(context, "ledger", IdempotencyLedger)
+    scope = _effect_scope(context, scope)
     keys = ledger.ledger
     if account is not None:
         if runtime.has_batch:
@@ -161,6 +201,8 @@ def effect_runner(
         optional["verify"] = verify
     if lookup is not None:
         optional["lookup"] = lookup
+    if concurrency is not None:
+        optional["concurrency"] = concurrency
     return EffectRunner(
         ledger=keys,
         scope=scope,
@@ -168,14 +210,46 @@ def effect_runner(
         perform=perform,
         fence=runtime.fence,
         guard=runtime.check_may_continue,
-        concurrency=concurrency,
-        limiter=limiter or RateLimiter(None),
+        limiter=limiter or RateLimiter(settings().rate_limit),
         backoff=backoff or PacingBackoff(),
         key_retention_s=ledger.key_retention_s,
         lookup_first=lookup_first,
         on_progress=lambda done, of: runtime.report(step_progress(context, done, of), force=done == of),
         **optional,
     )
+
+
+T = TypeVar("T")
+
+
+def _kit_resource(context: AssetExecutionContext, key: str, kind: type[T]) -> T:
+    found = getattr(context.resources, key, None)
+    if not isinstance(found, kind):
+        raise StepWiringError(
+            f"step {context.asset_key.to_user_string()} has no {kind.__name__} resource {key!r}: make it "
+            "a durable_asset, or pass it to effect_runner"
+        )
+    return found
+
+
+def _effect_scope(context: AssetExecutionContext, scope: str | None) -> str:
+    """The scope the step declared; an explicit one must agree with it (the ledger's keys live in it)."""
+    declared = ""
+    assets_def = context.assets_def
+    spec = assets_def.specs_by_key.get(context.asset_key) if assets_def is not None else None
+    if spec is not None and spec.metadata:
+        declared = str(
+            getattr(spec.metadata.get(EFFECT_SCOPE_KEY), "value", spec.metadata.get(EFFECT_SCOPE_KEY)) or ""
+        )
+    step = context.asset_key.to_user_string()
+    if scope and declared and scope != declared:
+        raise StepWiringError(
+            f"step {step} declares effect_scope={declared!r} but sends through scope {scope!r}: "
+            "drop scope= from effect_runner (it reads the step's)"
+        )
+    if not (scope or declared):
+        raise StepWiringError(f"step {step} sends effects but declares no durable_asset(effect_scope=...)")
+    return scope or declared
 
 
 def frame_result(df: pd.DataFrame, metadata: Mapping[str, Any]) -> MaterializeResult:

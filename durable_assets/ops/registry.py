@@ -10,6 +10,8 @@ Runs are rebuilt in any process through :func:`job_definition`, a module-level f
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Sequence
 from functools import cache
 
@@ -30,6 +32,11 @@ def code_location() -> str:
 
 @cache
 def _load(module: str) -> DurableJobs:
+    # As `python -m` and `dagster -m` do: a module in the current directory is importable, so a
+    # location in the folder the command runs in needs no PYTHONPATH.
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         jobs = getattr(importlib.import_module(module), "durable_jobs", None)
     except ImportError as exc:

@@ -40,6 +40,7 @@ from durable_assets.kit.resources import BATCH_TAG, run_ended
 from durable_assets.kit.status_model import StepStatus
 from durable_assets.ops import batch_webhooks
 from durable_assets.ops.batch_log import batch_output
+from durable_assets.ops.instance import ensure_instance_config
 from durable_assets.ops.reexecution import LIVE, batch_tags, record_run_success
 from durable_assets.ops.registry import durable_jobs, job_of_runs, reconstructable_job, shards_of_runs
 from durable_assets.ops.status import batch_runs, check_batch_id, step_states
@@ -52,15 +53,16 @@ QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "W
 
 
 def resolve_dagster_home() -> tuple[Path, str]:
-    """DAGSTER_HOME if set, else ./dagster_home if present, else ~/.durable_assets (CONTRACT.md)."""
+    """DAGSTER_HOME if set, else ./dagster_home if present, else ~/.durable_assets (CONTRACT.md);
+    with the project's dagster.yaml (written if missing, checked if present: ops/instance.py)."""
     configured = settings().dagster_home
     if configured:
-        return Path(configured), "DAGSTER_HOME"
+        return ensure_instance_config(Path(configured)), "DAGSTER_HOME"
     local = Path.cwd() / "dagster_home"
     home, why = (local, "./dagster_home") if local.is_dir() else (Path.home() / ".durable_assets", "default")
     home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(home.resolve())
-    return home.resolve(), why
+    return ensure_instance_config(home.resolve()), why
 
 
 def distributed_tags(shards: int) -> dict[str, str]:

@@ -33,6 +33,7 @@ from durable_assets.payments.gateway import (
     StripeGateway,
     gateway_from_settings,
 )
+from durable_assets.settings import settings
 
 
 def instance_dir(context: InitResourceContext) -> Path:
@@ -52,10 +53,16 @@ class PaymentGateway(ConfigurableResource):
 
     payments_url: str | None = Field(default=None, description="Stripe-compatible base URL; unset = embedded")
     api_key: str | None = Field(default=None, description="Secret key for the provider (STRIPE_API_KEY)")
-    concurrency: int = Field(default=16, ge=1, le=256)
-    rate_limit_per_second: float | None = Field(default=None, description="Client-side cap on requests/s")
-    provider_down_budget_seconds: float = Field(
-        default=60.0,
+    # Unset tuning fields take the settings' values (DURABLE_CONCURRENCY, DURABLE_RATE_LIMIT,
+    # DURABLE_PROVIDER_DOWN_BUDGET_S) in the process that runs the step: declared there, once.
+    concurrency_limit: int | None = Field(
+        default=None, ge=1, le=256, description="Concurrent requests (DURABLE_CONCURRENCY)"
+    )
+    rate_limit_per_second: float | None = Field(
+        default=None, gt=0, description="Client-side cap on requests/s (DURABLE_RATE_LIMIT)"
+    )
+    provider_down_budget_seconds: float | None = Field(
+        default=None,
         gt=0,
         description="How long the provider may let nothing through before the step fails "
         "(DURABLE_PROVIDER_DOWN_BUDGET_S)",
@@ -75,11 +82,11 @@ class PaymentGateway(ConfigurableResource):
         self._provider = self.payments_url or f"embedded:{embedded}"
         run = context.dagster_run
         distributed = run is not None and run.tags.get(EXECUTOR_TAG) == ExecutorKind.CELERY.value
-        if distributed and self.rate_limit_per_second and context.instance is not None:
+        if distributed and self.rate_limit and context.instance is not None:
             # N workers with the same per-process cap would send N times it: the account's one
             # bucket, in the instance's database, is shared by every worker of every batch.
             self._shared = account_limiter(
-                DurableDatabase.for_instance(context.instance), self._provider, self.rate_limit_per_second
+                DurableDatabase.for_instance(context.instance), self._provider, self.rate_limit
             )
 
     @property
@@ -117,10 +124,19 @@ class PaymentGateway(ConfigurableResource):
         """
         if self._shared is not None:
             return self._shared
-        return shared_limiter(self._provider, self.rate_limit_per_second)
+        return shared_limiter(self._provider, self.rate_limit)
+
+    @property
+    def concurrency(self) -> int:
+        return self.concurrency_limit or settings().concurrency
+
+    @property
+    def rate_limit(self) -> float | None:
+        return self.rate_limit_per_second or settings().rate_limit
 
     def backoff(self) -> Backoff:
-        return Backoff(down_budget_s=self.provider_down_budget_seconds)
+        budget = self.provider_down_budget_seconds
+        return Backoff(down_budget_s=budget) if budget else Backoff()
 
 
 #: How long the CLI lets the provider answer 429s and 5xx before calling it unusable: long enough

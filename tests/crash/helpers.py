@@ -53,19 +53,31 @@ class JobProcess(Process):
     _seq = itertools.count(1)
 
     def __init__(
-        self, args: list[str], env: Mapping[str, str], log_dir: Path, command: list[str] | None = None
+        self,
+        args: list[str],
+        env: Mapping[str, str],
+        log_dir: Path,
+        command: list[str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         stem = log_dir / f"{next(JobProcess._seq):03d}-{'-'.join(args[:3])}"
         self.args = args
         argv = [*(command or [str(JOB)]), *args]
         super().__init__(
-            argv, env, stem.with_suffix(".out"), stem.with_suffix(".err"), label=f"job {' '.join(args)}"
+            argv,
+            env,
+            stem.with_suffix(".out"),
+            stem.with_suffix(".err"),
+            label=f"job {' '.join(args)}",
+            cwd=cwd,
         )
 
 
-def job(args: list[str], env: Mapping[str, str], log_dir: Path, timeout: float = 180) -> JobProcess:
-    """Run `job ...` to completion."""
-    p = JobProcess(args, env, log_dir)
+def job(
+    args: list[str], env: Mapping[str, str], log_dir: Path, timeout: float = 180, cwd: Path | None = None
+) -> JobProcess:
+    """Run `job ...` to completion (in ``cwd``, if given)."""
+    p = JobProcess(args, env, log_dir, cwd=cwd)
     p.wait(timeout)
     return p
 
@@ -158,6 +170,7 @@ def resume_until_accepted(
     size: int | None = None,
     timeout: float = 240,
     job_name: str | None = None,
+    cwd: Path | None = None,
 ) -> list[JobProcess]:
     """Continue a killed batch: `job resume` (or `job run` again if the kill came before the run
     existed; ``job_name`` is then its ``--job``), repeated while it answers 3 because the dead
@@ -175,7 +188,7 @@ def resume_until_accepted(
             args = ["resume", "--id", batch_id]
         else:
             args = ["run", *(["--job", job_name] if job_name else []), "--id", batch_id, "--size", str(size)]
-        p = job(args, env, log_dir, timeout=max(deadline - time.monotonic(), 30))
+        p = job(args, env, log_dir, timeout=max(deadline - time.monotonic(), 30), cwd=cwd)
         attempts.append(p)
         if p.proc.returncode != EXIT_CONFLICT:
             return attempts

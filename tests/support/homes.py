@@ -17,12 +17,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from durable_assets.ops.instance import INSTANCE_YAML
+
 from .processes import REPO
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
 
-TELEMETRY_OFF = "telemetry:\n  enabled: false\n"
+#: The instance every command requires (ops/instance.py): our launcher, run monitoring, run retries,
+#: telemetry off. A test's own instance differs from a user's only in where its storage lives.
+TELEMETRY_OFF = INSTANCE_YAML
 #: The instance configurations the repository ships: "" is dagster_home/, "postgres" its sibling.
 SHIPPED = REPO / "dagster_home"
 #: The Postgres server tests use (CI starts it); a database per test is created on it.

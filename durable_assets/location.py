@@ -1,0 +1,84 @@
+"""A code location's ``Definitions``: its durable jobs with everything that protects them.
+
+The kit describes jobs and the operations layer serves them; a code location needs both, and the
+daemon-side half (automatic resume of lost workers, terminal-status webhooks and their outbox, the
+retention job and its schedule) only exists if the location registers it. Registering it by hand
+was a step every new location forgot, leaving a UI-launched run whose worker died unresumed. So
+this module, above both layers (it may import the kit and ``ops``; nothing imports it but code
+locations), is the one way a location is built, ours (``durable_assets/definitions.py``) included:
+
+    defs = definitions(durable_jobs, resources={"shop": PrintShop(...)})
+
+Each part can be switched off (``auto_resume=False``, ``webhooks=False``, ``retention=False``);
+the kit's ``ledger`` and ``runtime`` resources are supplied from the settings unless given.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dagster import Definitions
+
+from durable_assets.kit import DurableJobs
+from durable_assets.ops.auto_resume import AutoResumeSettings, auto_resume_sensor
+from durable_assets.ops.batch_webhooks import webhook_sensors
+from durable_assets.ops.registry import CODE_LOCATION_ENV
+from durable_assets.ops.retention import retention as retention_job
+from durable_assets.ops.retention import retention_schedule
+from durable_assets.settings import Settings, settings
+
+__all__ = ["definitions"]
+
+#: The location this process serves because it built it (not because DURABLE_CODE_LOCATION said so).
+_served: str | None = None
+
+
+def definitions(
+    durable_jobs: DurableJobs,
+    *,
+    resources: Mapping[str, Any] | None = None,
+    jobs: Sequence[Any] = (),
+    schedules: Sequence[Any] = (),
+    sensors: Sequence[Any] = (),
+    auto_resume: bool = True,
+    webhooks: bool = True,
+    retention: bool = True,
+) -> Definitions:
+    """The location's ``Definitions``: ``durable_jobs``, the daemon-side parts, and ``resources``
+    over the kit's defaults. ``jobs``, ``schedules`` and ``sensors`` are the location's own others.
+
+    - ``auto_resume``: the ``auto_resume_lost_batches`` sensor re-executes a batch whose worker
+      was lost and whose Dagster retry was dropped (``DURABLE_AUTO_RESUME_*``);
+    - ``webhooks``: run-status sensors and the ``webhook_outbox`` sensor (idle while
+      ``DURABLE_WEBHOOK_URLS`` is unset);
+    - ``retention``: the ``retention`` job and its daily ``retention_daily`` schedule.
+    """
+    _serve_from_here(durable_jobs, sys._getframe(1).f_globals)
+    return durable_jobs.definitions(
+        resources=resources,
+        jobs=[*([retention_job] if retention else []), *jobs],
+        schedules=[*([retention_schedule] if retention else []), *schedules],
+        sensors=[
+            *(webhook_sensors() if webhooks else []),
+            *([auto_resume_sensor(AutoResumeSettings.from_env())] if auto_resume else []),
+            *sensors,
+        ],
+    )
+
+
+def _serve_from_here(durable_jobs: DurableJobs, caller: Mapping[str, Any]) -> None:
+    """A process that loads this location (``dagster dev -m postcards``, the daemon's code server,
+    a run worker it launches) serves it to the operations layer too, unless ``DURABLE_CODE_LOCATION``
+    names one: the sensors' status reads and the retention job find these jobs, not the default's."""
+    global _served
+    module = caller.get("__name__")
+    default = Settings.model_fields["code_location"].default
+    if caller.get("durable_jobs") is not durable_jobs or module in (None, "__main__", default):
+        return
+    # A location that imports another (greetings.py uses postcards.py's shop) is built last: it wins
+    # over the one it imported, never over a DURABLE_CODE_LOCATION someone set.
+    if settings().code_location in (default, _served):
+        os.environ[CODE_LOCATION_ENV] = _served = str(module)

@@ -1,0 +1,135 @@
+"""Every code location gets what ours gets: the daemon-side parts, the kit's resources from the
+settings, and steps that cannot lose their cancel, fence and ledger (issue #21 items 1-3)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster import Definitions, DynamicPartitionsDefinition, asset
+
+from durable_assets.kit import BatchRuntime, DurableJob, DurableJobs, IdempotencyLedger, durable_asset
+from durable_assets.kit.errors import StepWiringError
+from durable_assets.kit.pacing import Backoff
+from durable_assets.location import definitions
+from durable_assets.ops.instance import INSTANCE_YAML, missing_parts
+from durable_assets.payments.resources import PaymentGateway
+from tests.support.homes import clean_env
+from tests.support.processes import REPO
+
+from .crash.helpers import EXIT_OK, EXIT_USAGE, job
+from .test_tutorial import tutorial_module
+
+PARTS = DynamicPartitionsDefinition(name="location_test")
+
+
+def _parts(defs: Definitions) -> tuple[set[str], set[str], set[str]]:
+    repo = defs.get_repository_def()
+    return (
+        {s.name for s in repo.sensor_defs},
+        {s.name for s in repo.schedule_defs},
+        {j.name for j in repo.get_all_jobs()},
+    )
+
+
+def _ours_independent_of_jobs(ours: Definitions) -> tuple[set[str], set[str]]:
+    from durable_assets.definitions import durable_jobs
+
+    per_job = {j.daily.schedule_name for j in durable_jobs if j.daily}
+    sensors, schedules, _jobs = _parts(ours)
+    return sensors, schedules - per_job
+
+
+def test_a_users_location_has_every_sensor_and_schedule_ours_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_assets.definitions import defs as ours
+
+    (tmp_path / "postcards.py").write_text(tutorial_module("postcards"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("DURABLE_CODE_LOCATION", "postcards")  # keeps this process's own location
+    monkeypatch.setitem(sys.modules, "postcards", importlib.import_module("postcards"))
+    theirs: Definitions = sys.modules["postcards"].defs
+    sensors, schedules = _ours_independent_of_jobs(ours)
+    assert {"auto_resume_lost_batches", "webhook_outbox", "batch_failed_webhooks"} <= sensors
+    assert schedules == {"retention_daily"}
+    their_sensors, their_schedules, their_jobs = _parts(theirs)
+    assert their_sensors == sensors and their_schedules == schedules
+    assert {"postcards", "retention"} <= their_jobs
+    resources = theirs.resources or {}
+    assert isinstance(resources["runtime"], BatchRuntime) and isinstance(
+        resources["ledger"], IdempotencyLedger
+    )
+
+
+def test_each_daemon_part_can_be_switched_off() -> None:
+    @durable_asset(label="One", partitions_def=PARTS)
+    def one() -> int:
+        return 1
+
+    jobs = DurableJobs([DurableJob("switched", assets=[one], partitions=PARTS, description="d")])
+    sensors, schedules, names = _parts(definitions(jobs, auto_resume=False, webhooks=False, retention=False))
+    assert sensors == set() and schedules == set() and "retention" not in names
+
+
+def test_a_step_that_cannot_get_the_kit_resources_fails_when_the_job_is_defined() -> None:
+    @asset(partitions_def=PARTS)
+    def plain() -> int:
+        return 1
+
+    with pytest.raises(StepWiringError, match=r"step plain does not require the 'runtime' resource"):
+        DurableJob("plain", assets=[plain], partitions=PARTS, description="d")
+
+    @durable_asset(label="Two", partitions_def=PARTS)
+    def two() -> int:
+        return 2
+
+    wrong = DurableJobs([DurableJob("wrong", assets=[two], partitions=PARTS, description="d")])
+    with pytest.raises(StepWiringError, match=r"step two needs resource 'ledger' to be a IdempotencyLedger"):
+        wrong.definitions(resources={"ledger": object()})
+
+
+def test_kit_resources_take_their_defaults_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DURABLE_LEASE_TTL_S", "7")
+    monkeypatch.setenv("DURABLE_KEY_RETENTION_HOURS", "2")
+    monkeypatch.setenv("DURABLE_CONCURRENCY", "5")
+    monkeypatch.setenv("DURABLE_RATE_LIMIT", "30")
+    monkeypatch.setenv("DURABLE_PROVIDER_DOWN_BUDGET_S", "9")
+    monkeypatch.setenv("DURABLE_STEP_DELAY_S", "0.5")
+    runtime = BatchRuntime()
+    assert runtime.lease_ttl_s == 7 and runtime.step_delay_s == 0.5
+    assert IdempotencyLedger().key_retention_s == 2 * 3600
+    gateway = PaymentGateway()
+    assert gateway.concurrency == 5 and gateway.rate_limit == 30 and gateway.backoff().down_budget_s == 9
+    assert Backoff().down_budget_s == 9
+    # An explicit value still wins.
+    assert BatchRuntime(lease_ttl_seconds=3).lease_ttl_s == 3
+
+
+@pytest.mark.parametrize("variant", ["", "postgres", "distributed"])
+def test_the_shipped_instances_and_the_written_one_have_every_part(variant: str) -> None:
+    assert missing_parts(yaml.safe_load((REPO / "dagster_home" / variant / "dagster.yaml").read_text())) == []
+    assert missing_parts(yaml.safe_load(INSTANCE_YAML)) == []
+
+
+def test_an_instance_folder_without_dagster_yaml_gets_the_projects(tmp_path: Path) -> None:
+    home = tmp_path / "fresh"
+    home.mkdir()
+    listed = job(["list", "--json"], clean_env(home), tmp_path, timeout=60)
+    assert listed.proc.returncode == EXIT_OK, listed.tail()
+    assert (home / "dagster.yaml").read_text() == INSTANCE_YAML
+
+
+def test_a_dagster_yaml_without_the_parts_is_refused_naming_each(tmp_path: Path) -> None:
+    home = tmp_path / "bare"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\nrun_retries:\n  enabled: true\n")
+    listed = job(["list"], clean_env(home), tmp_path, timeout=60)
+    assert listed.proc.returncode == EXIT_USAGE, listed.tail()
+    [line] = listed.stderr.strip().splitlines()
+    assert "run_launcher: {module: durable_assets.kit.launcher, class: LeaseAwareRunLauncher}" in line
+    assert "run_monitoring: {enabled: true}" in line and "run_retries" not in line
+    assert not list(home.glob("*.db")), "no storage was created in a refused instance"
