@@ -11,9 +11,9 @@ The process then kills itself (``SIGKILL``: no cleanup, no atexit, no lease rele
 a lost host looks like) the 37th time it passes that point; ``:N`` may be omitted for the first
 pass. A trailing ``:stop`` (``after_intent_commit:37:stop``) freezes it there with ``SIGSTOP``
 instead: a hung host or a paused VM, which keeps every lock its threads hold (issue #23: a frozen
-SQLite writer must not hang the resume that takes over). ``DURABLE_CRASH_COUNTS=/path/file`` makes the process append, at its exit, one JSON line with
-how often it passed each point, so a suite learns from an uncrashed run which hits exist
-(first, middle, last) instead of guessing.
+SQLite writer must not hang the resume that takes over). ``DURABLE_CRASH_COUNTS=/path/file``
+makes the process append, at its exit, one JSON line with how often it passed each point, so a
+suite learns from an uncrashed run which hits exist (first, middle, last) instead of guessing.
 
 Unarmed (the normal case) a call costs one module-level ``None`` check: the environment is read
 once, on the first call, after which ``_armed`` is None for good. Settings are imported lazily in
