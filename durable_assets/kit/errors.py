@@ -152,3 +152,16 @@ class PruneInProgressError(BatchConflictError):
 
 class ArchiveError(DurableError):
     """An archive could not be written, or one on disk disagrees with run storage; nothing was deleted."""
+
+
+# --- the machine -----------------------------------------------------------------------------------
+
+
+class DiskFullError(DurableError):
+    """The filesystem holding the instance (SQLite storage, our tables, step outputs, the batch log)
+    has no space left. Nothing is lost: every committed step and side effect stays recorded, and
+    ``job resume`` continues once space is freed (exit 1, as for any batch that ended failed)."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path

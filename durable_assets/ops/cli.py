@@ -381,6 +381,7 @@ def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
     """One line: the step, the reason our code gave, and the log with everything else."""
     from durable_assets.kit.status_model import BatchStatus
     from durable_assets.ops.batch_log import batch_failure, log_path
+    from durable_assets.ops.disk import batch_disk_full, full_path_of_reason
 
     runs = [r for r in (instance.get_run_by_id(run_id) for run_id in st["run_ids"]) if r is not None]
     step_key, reason = batch_failure(instance, runs)
@@ -389,6 +390,9 @@ def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
         number = next((s["step"] for s in st["steps"] if s["step_name"] == step_key), None)
         where = f" at step {number} ({step_key})" if number else f" at {step_key}"
     log = log_path(instance, batch_id)
+    full = full_path_of_reason(reason, log.parent.parent)
+    if full is not None:  # the step recorded why it stopped: the disk is full
+        raise batch_disk_full(batch_id, full, number if step_key else None)
     print(
         f"error: batch {batch_id} {st['status']}{where}: {reason.rstrip('.')}; full log: {log}"
         + (f"; continue with `job resume --id {batch_id}`" if st["status"] == BatchStatus.CANCELED else ""),
@@ -494,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     echo_worker_output(args.verbose)
     try:
-        return _dispatch(args)
+        return _dispatch_minding_the_disk(args)
     except DurableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if args.verbose:
@@ -514,6 +518,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     finally:
         sys.stdout.flush()  # while the pipe guard is on: the interpreter's own flush would complain
+
+
+def _dispatch_minding_the_disk(args: argparse.Namespace) -> int:
+    """A full disk (ops/disk.py): reading commands still answer; a batch this process runs ends
+    with the one documented line naming its step, the full path and ``job resume``."""
+    from durable_assets.ops import disk
+
+    if args.command in ("status", "list"):
+        return disk.reading_when_full(lambda: _dispatch(args), _home)
+    if args.command not in ("run", "resume"):
+        return _dispatch(args)
+    home = _home()
+    step_now = lambda: _current_step(_instance(False), args.id)  # noqa: E731
+    with disk.full_disk_ends_batch(args.id, home, step_now, home / "logs" / f"{args.id}.log"):
+        return _dispatch(args)
+
+
+def _home() -> Any:
+    from durable_assets.ops.runner import resolve_dagster_home
+
+    return resolve_dagster_home()[0]
+
+
+def _current_step(instance: Any, batch_id: str) -> int | None:
+    """The step a batch stopped in: the first one not completed (None before its run existed)."""
+    from durable_assets.kit.errors import UnknownBatchError
+    from durable_assets.kit.status_model import StepStatus
+    from durable_assets.ops.status import batch_status
+
+    try:
+        steps = batch_status(instance, batch_id)["steps"]
+    except UnknownBatchError:
+        return None
+    return next((s["step"] for s in steps if s["status"] != StepStatus.COMPLETED), None)
 
 
 def _check_before_instance(args: argparse.Namespace) -> None:
