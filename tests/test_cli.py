@@ -1,4 +1,4 @@
-"""The `job` CLI as outside tooling sees it: JSON shape and exit codes from CONTRACT.md."""
+"""The `job` CLI as outside tooling sees it: JSON shape and exit codes from docs/contract.md."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 class DurableError(Exception):
     """Base of every error raised by durable-assets on purpose."""
 
-    #: Process exit code the CLI uses when this error ends a command (see CONTRACT.md).
+    #: Process exit code the CLI uses when this error ends a command (see docs/contract.md).
     exit_code: int = 1
 
 

@@ -1,4 +1,4 @@
-"""The ``job`` command (CONTRACT.md): thin argument handling over runner, status and the servers.
+"""The ``job`` command (docs/contract.md): thin argument handling over runner, status and the servers.
 
 Exit codes: 0 succeeded; 1 the batch ended failed or canceled; 2 usage error or invalid input;
 3 conflict (existing ID on run, unknown ID, live lease); 4 ``run``/``resume`` finished (succeeded)

@@ -45,7 +45,7 @@ QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "W
 
 
 def resolve_dagster_home() -> tuple[Path, str]:
-    """DAGSTER_HOME if set, else ./dagster_home if present, else ~/.durable_assets (CONTRACT.md)."""
+    """DAGSTER_HOME if set, else ./dagster_home if present, else ~/.durable_assets (docs/contract.md)."""
     configured = settings().dagster_home
     if configured:
         return Path(configured), "DAGSTER_HOME"

@@ -259,7 +259,7 @@ def auto_resume_summary(runs: Sequence[DagsterRun]) -> AutoResumeModel | None:
 
 
 def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> dict[str, Any]:
-    """The status JSON of CONTRACT.md, as a plain dict for the CLI, the API and webhooks.
+    """The status JSON of docs/contract.md, as a plain dict for the CLI, the API and webhooks.
 
     Built as a :class:`BatchStatusModel`, the model ``/openapi.json`` is generated from: a value
     outside what the document promises fails here, not in a client.
