@@ -36,6 +36,8 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
         "needs_review",
         "held_for_review",
         "auto_resume",
+        "created_at",
+        "updated_at",
         "steps",
     }
     assert status["auto_resume"] is None and status["job"] == "refund_batch"

@@ -102,7 +102,9 @@ def _status_example(text: str) -> dict[str, object]:
 
 def test_status_json_fields_and_words_are_the_models() -> None:
     example = _status_example(DOC.read_text())
-    assert set(example) <= set(BatchStatusModel.model_fields), set(example) - set(BatchStatusModel.model_fields)
+    assert set(example) <= set(BatchStatusModel.model_fields), set(example) - set(
+        BatchStatusModel.model_fields
+    )
     progress = example["progress"]
     assert isinstance(progress, dict) and set(progress) <= set(ProgressModel.model_fields)
     steps = example["steps"]
@@ -134,7 +136,9 @@ def test_environment_variables_are_read_somewhere() -> None:
 
 def test_nothing_points_outside_the_repository_for_the_contract() -> None:
     files = [REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "durable_assets").rglob("*.py")]
-    stale = [str(p.relative_to(REPO)) for p in files if re.search(r"shared/CONTRACT|\bCONTRACT\.md", p.read_text())]
+    stale = [
+        str(p.relative_to(REPO)) for p in files if re.search(r"shared/CONTRACT|\bCONTRACT\.md", p.read_text())
+    ]
     assert not stale, f"point these at docs/contract.md: {stale}"
     readme = (REPO / "README.md").read_text()
     assert "docs/contract.md" in readme and ".venv/bin/job" in readme and ".venv/bin/activate" in readme

@@ -160,6 +160,10 @@ class BatchStatusModel(_Model):
     auto_resume: AutoResumeModel | None = Field(
         description="the daemon's automatic resumes after lost workers; null if none"
     )
+    created_at: str | None = Field(description="when the batch's first run was created, ISO 8601 UTC")
+    updated_at: str | None = Field(
+        description="when its newest run last changed (started, ended), ISO 8601 UTC"
+    )
     # Absent (not null) when not asked for: the schema says array, and `GET /runs` leaves it out.
     steps: list[StepModel] | SkipJsonSchema[None] = Field(default=None, json_schema_extra=_no_default)
 

@@ -155,7 +155,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY",
         help="an API key to accept (repeatable); without it, any sk_test_ key is accepted",
     )
+    _verbose_after_the_command(p)
     return p
+
+
+def _verbose_after_the_command(parser: argparse.ArgumentParser) -> None:
+    """``job run --id x --verbose`` as well as ``job --verbose run ...``: every subcommand accepts it,
+    and leaves the top-level value alone when it is not given there (SUPPRESS)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.add_argument(
+                    "--verbose", action="store_true", default=argparse.SUPPRESS, help="as `job --verbose`"
+                )
+                _verbose_after_the_command(sub)
 
 
 # --- option types: every value is checked while parsing, before an instance or a batch exists ------
@@ -395,7 +408,11 @@ def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
         raise batch_disk_full(batch_id, full, number if step_key else None)
     print(
         f"error: batch {batch_id} {st['status']}{where}: {reason.rstrip('.')}; full log: {log}"
-        + (f"; continue with `job resume --id {batch_id}`" if st["status"] == BatchStatus.CANCELED else ""),
+        + (
+            f"; continue with `job resume --id {batch_id}`"
+            if st["status"] == BatchStatus.CANCELED and "job resume" not in reason  # advice once
+            else ""
+        ),
         file=sys.stderr,
     )
 
@@ -675,7 +692,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 review = f"  needs review: {b['held_for_review']}" if b.get("needs_review") else ""
                 print(
                     f"{b['id']:<30} {b['job']:<18} {b['status']:<10} {b['percent_complete']:>5}%  "
-                    f"runs={len(b['run_ids'])}{review}"
+                    f"created {b['created_at']}  updated {b['updated_at']}  runs={len(b['run_ids'])}{review}"
                 )
         return EXIT_OK
     raise UsageError(f"unknown command {args.command}")

@@ -1,0 +1,91 @@
+"""What an operator meets at the command line (#23 item 7): each rough edge of the list, as behaviour
+of the real `job` command."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.support.homes import clean_env
+from tests.support.polling import wait_until
+from tests.support.processes import JOB, Process
+from tests.support.simulator import ThreadedSimulator
+
+from .conftest import job_cli
+
+API_KEY = "sk_test_polish"
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[ThreadedSimulator]:
+    s = ThreadedSimulator(tmp_path / "simulator.db")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _stats(sim: ThreadedSimulator) -> dict[str, int]:
+    import requests
+
+    return dict(requests.get(f"{sim.url}/_sim/stats", timeout=5).json())
+
+
+def test_verbose_is_accepted_after_the_subcommand(dagster_home: Path) -> None:
+    after = job_cli("status", "--id", "nope", "--verbose")
+    before = job_cli("--verbose", "status", "--id", "nope")
+    plain = job_cli("status", "--id", "nope")
+    assert after.returncode == before.returncode == plain.returncode == 3, after.stderr
+    assert f"instance: {dagster_home}" in after.stderr and f"instance: {dagster_home}" in before.stderr
+    assert "instance:" not in plain.stderr
+
+
+def test_canceled_batch_says_what_was_done_and_advises_resume_once(
+    dagster_home: Path, tmp_path: Path, sim: ThreadedSimulator
+) -> None:
+    """Canceled inside the refund step: the summary shows how far that step got (its metadata, which
+    the summary reads, is written only when a step completes), and `job resume` is advised once."""
+    env = clean_env(dagster_home, DURABLE_PAYMENTS_URL=sim.url, STRIPE_API_KEY=API_KEY, DURABLE_CONCURRENCY=1)
+    worker = Process(
+        [JOB, "run", "--id", "stopme", "--size", "500"], env, tmp_path / "run.out", tmp_path / "run.err"
+    )
+    wait_until(
+        lambda: _stats(sim)["refund_requests"] > 0 or worker.proc.poll() is not None,
+        timeout=120,
+        what="the refund step's first request",
+    )
+    sim.configure(latency_ms=100)
+    wait_until(lambda: _stats(sim)["refunds_created"] >= 5 or worker.proc.poll() is not None, timeout=60)
+    assert worker.proc.poll() is None, worker.tail()
+    assert job_cli("cancel", "--id", "stopme", env=env).returncode == 0
+    worker.wait(120)
+    issued = _stats(sim)["refunds_created"]
+
+    out, err = worker.stdout, worker.err_path.read_text() if worker.err_path else ""
+    assert worker.proc.returncode == 1, worker.tail()
+    assert (out + err).count("job resume") == 1, out + err
+    assert re.search(r"stopped in step\s+4/7\s+Issuing refunds\n", out), out
+    done = re.search(r"done before the stop\s+([\d,]+)\s+refund ([\d,]+)\n", out)
+    assert done and int(done.group(1).replace(",", "")) == int(done.group(2).replace(",", "")) == issued, out
+    assert "records read" in out and "refund candidates" in out  # the steps before the cancel
+
+
+def _utc(text: str) -> datetime:
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", text), text
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_list_shows_created_and_updated_dates(dagster_home: Path) -> None:
+    assert job_cli("run", "--id", "dated", "--size", "20").returncode == 0
+    (batch,) = json.loads(job_cli("list", "--json").stdout)
+    created, updated = _utc(batch["created_at"]), _utc(batch["updated_at"])
+    assert created <= updated
+    status = json.loads(job_cli("status", "--id", "dated", "--json").stdout)
+    assert (status["created_at"], status["updated_at"]) == (batch["created_at"], batch["updated_at"])
+    (line,) = job_cli("list").stdout.splitlines()
+    assert f"created {batch['created_at']}" in line and f"updated {batch['updated_at']}" in line, line
