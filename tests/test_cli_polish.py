@@ -89,3 +89,15 @@ def test_list_shows_created_and_updated_dates(dagster_home: Path) -> None:
     assert (status["created_at"], status["updated_at"]) == (batch["created_at"], batch["updated_at"])
     (line,) = job_cli("list").stdout.splitlines()
     assert f"created {batch['created_at']}" in line and f"updated {batch['updated_at']}" in line, line
+
+
+def test_backfill_says_as_each_day_starts_and_ends(dagster_home: Path, tmp_path: Path) -> None:
+    env = clean_env(dagster_home, DURABLE_STEP_DELAY_S=0.5)
+    p = Process([JOB, "backfill", "--from", "2026-11-01", "--to", "2026-11-02"], env, tmp_path / "bf.out")
+    first = "day 1/2 daily-2026-11-01"
+    wait_until(lambda: f"{first}: starting" in p.stdout or p.proc.poll() is not None, timeout=120)
+    assert f"{first}: succeeded" not in p.stdout, "the start line came only with the end"
+    assert p.wait(300) == 0, p.tail()
+    lines = [line for line in p.stdout.splitlines() if line.startswith("day ")]
+    assert [line.split(": ")[1].split(" in ")[0] for line in lines] == ["starting", "succeeded"] * 2, lines
+    assert re.fullmatch(r"day 2/2 daily-2026-11-02: succeeded in \d+\.\d s", lines[-1]), lines

@@ -484,6 +484,11 @@ def _say_plan(skipped: Sequence[str], to_run: Sequence[str]) -> None:
         print(f"resume: running {', '.join(to_run)}", file=sys.stderr)
 
 
+def _say_now(line: str) -> None:
+    """A line that reaches a pipe or a file at once, not when the buffer fills (backfill's days)."""
+    print(line, flush=True)
+
+
 def _prune(instance: Any, args: argparse.Namespace) -> int:
     from durable_assets.ops.retention import policy_from_env, prune_batches
 
@@ -682,7 +687,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from durable_assets.ops.backfill import backfill_days, days_between
 
         days = days_between(args.first, args.last)  # checked already; cheap
-        return EXIT_OK if backfill_days(instance, days, print, job=args.job) else EXIT_FAILED
+        return EXIT_OK if backfill_days(instance, days, _say_now, job=args.job) else EXIT_FAILED
     if args.command == "list":
         batches = status.list_batches(instance, job=args.job)
         if args.json:
