@@ -101,3 +101,15 @@ def test_backfill_says_as_each_day_starts_and_ends(dagster_home: Path, tmp_path:
     lines = [line for line in p.stdout.splitlines() if line.startswith("day ")]
     assert [line.split(": ")[1].split(" in ")[0] for line in lines] == ["starting", "succeeded"] * 2, lines
     assert re.fullmatch(r"day 2/2 daily-2026-11-02: succeeded in \d+\.\d s", lines[-1]), lines
+
+
+def test_binary_input_is_exit_2_saying_so(dagster_home: Path, tmp_path: Path) -> None:
+    path = tmp_path / "invoices.csv"
+    path.write_bytes(b"invoice_id,customer_id\n" + b"\x00\x01\x02" * 100)
+    done = job_cli("run", "--id", "bin", "--input", str(path))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        f"error: {path}: not a text CSV file (binary content at byte 23); "
+        "give a UTF-8 CSV or a .parquet file. Nothing was read."
+    )
+    assert job_cli("status", "--id", "bin").returncode == 3  # the ID stays unused
