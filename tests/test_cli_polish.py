@@ -113,3 +113,20 @@ def test_binary_input_is_exit_2_saying_so(dagster_home: Path, tmp_path: Path) ->
         "give a UTF-8 CSV or a .parquet file. Nothing was read."
     )
     assert job_cli("status", "--id", "bin").returncode == 3  # the ID stays unused
+
+
+def test_review_note_in_the_report_is_readable_text(dagster_home: Path, tmp_path: Path) -> None:
+    """A refund the provider refuses is held; the report says why in words, not as a dict."""
+    import pandas as pd
+
+    header = (
+        "invoice_id,customer_id,customer_email,charge_id,currency,amount_charged,contracted_amount,"
+        "already_refunded,service_period,charged_at,cancelled_at\n"
+    )
+    path = tmp_path / "held.csv"
+    path.write_text(header + "H1,C1,a@x.com,ch_missing_1,usd,12.00,10.00,0,2026-10,2026-10-01T00:00:00Z,\n")
+    assert job_cli("run", "--id", "held", "--invoices", str(path)).returncode == 4
+    report = pd.read_csv(dagster_home / "batches" / "held" / "refund_report.csv", dtype=str)
+    (note,) = report.loc[report["status"] == "held_for_review", "review_note"]
+    assert note.startswith("the provider refused the request: "), note
+    assert "No such charge" in note and "{" not in note and "'error':" not in note, note

@@ -48,6 +48,7 @@ from durable_assets.kit import (
     frame_result,
     paced_map,
     reason_counts,
+    review_note,
     step_progress,
     typed,
     write_csv_atomically,
@@ -250,7 +251,7 @@ def provider_customers(
                     "status": CustomerOutcome.READY
                     if i.key in report.results
                     else CustomerOutcome.HELD_FOR_REVIEW,
-                    "review_note": "" if i.key in report.results else str(report.review.get(i.key)),
+                    "review_note": "" if i.key in report.results else review_note(report.review.get(i.key)),
                 }
                 for i in intents
             ],
@@ -492,7 +493,7 @@ def _review_note(review: Mapping[str, Any] | None) -> str:
             f"another adjustment (key {review['holder_key']}, to {holder.get('target', '?')}) was already "
             "claimed from the same balance; run the migration again to plan from the balance it left"
         )
-    return str(review)
+    return review_note(review)
 
 
 @durable_asset(label="Verifying balances", partitions_def=CREDIT_BATCHES, group_name="balances")

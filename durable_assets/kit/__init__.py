@@ -13,7 +13,7 @@
 ``docs/your-own-job.md`` walks through a whole job.
 """
 
-from durable_assets.kit.effects import EffectReport, EffectRunner
+from durable_assets.kit.effects import EffectReport, EffectRunner, review_note
 from durable_assets.kit.errors import (
     DurableError,
     GuardrailError,
@@ -100,6 +100,7 @@ __all__ = [
     "path_and_size",
     "read_text_table",
     "reason_counts",
+    "review_note",
     "shared_limiter",
     "step_progress",
     "typed",
