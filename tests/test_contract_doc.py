@@ -154,3 +154,24 @@ def test_every_option_named_anywhere_in_the_doc_is_accepted() -> None:
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", DOC.read_text()))
     assert {"--latency-ms", "--invoices"} <= named
     assert named <= accepted, sorted(named - accepted)
+
+
+def test_every_jobs_graph_url_in_the_docs_opens_exactly_its_groups() -> None:
+    """README and docs/ui.md link each durable job's whole graph with every group of its steps open."""
+    from dagster import AssetKey
+
+    from durable_assets.definitions import defs
+    from durable_assets.ops.registry import durable_jobs
+
+    docs = (REPO / "README.md").read_text() + (REPO / "docs" / "ui.md").read_text()
+    for job in durable_jobs():
+        groups = []
+        for step in job.steps:
+            group = defs.get_assets_def(AssetKey(step.key)).group_names_by_key[AssetKey(step.key)]
+            if group not in groups:
+                groups.append(group)
+        url = re.search(
+            rf"http://127\.0\.0\.1:3000/asset-groups~job:%22{job.name}%22\?expanded=([^)\s]+)", docs
+        )
+        assert url, f"no graph URL for {job.name} in README.md or docs/ui.md"
+        assert url.group(1).split(",") == [f"global@global:{g}" for g in groups], (job.name, url.group(1))
