@@ -130,3 +130,33 @@ def test_review_note_in_the_report_is_readable_text(dagster_home: Path, tmp_path
     (note,) = report.loc[report["status"] == "held_for_review", "review_note"]
     assert note.startswith("the provider refused the request: "), note
     assert "No such charge" in note and "{" not in note and "'error':" not in note, note
+
+
+def test_status_columns_stay_aligned_with_long_step_names(capsys: pytest.CaptureFixture[str]) -> None:
+    from durable_assets.ops.cli import _print_status
+
+    names = ["load", "a_step_name_well_past_twenty_characters", *[f"s{n}" for n in range(3, 11)]]
+    steps = [
+        {
+            "step": n,
+            "step_name": name,
+            "status": "completed",
+            "executions": 1,
+            "finished_at": "2026-12-01T00:00:00Z",
+        }
+        for n, name in enumerate(names, 1)
+    ]
+    st = {
+        "id": "b",
+        "job": "mine",
+        "status": "succeeded",
+        "percent_complete": 100.0,
+        "run_ids": ["r"],
+        "steps": steps,
+    }
+    _print_status(st, as_json=False)
+    rows = [line for line in capsys.readouterr().out.splitlines() if "executions=" in line]
+    assert len(rows) == 10
+    assert len({line.index("completed") for line in rows}) == 1, rows  # one column, whatever the name
+    assert len({line.index("executions=") for line in rows}) == 1, rows
+    assert all(f" {name} " in row for name, row in zip(names, rows, strict=True))

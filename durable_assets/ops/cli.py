@@ -439,10 +439,13 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
             f"  automatically resumed (attempt {auto['attempts']} of {auto['max_attempts']}) after its "
             f"worker was lost: run {auto['run_ids'][-1]}"
         )
-    for s in st.get("steps", []):
+    steps = st.get("steps", [])
+    name_width = max([20, *(len(s["step_name"]) for s in steps)])  # a long step name widens the column
+    number_width = len(str(len(steps)))
+    for s in steps:
         print(
-            f"  {s['step']}. {s['step_name']:<20} {s['status']:<12} executions={s['executions']}"
-            f"  finished={s['finished_at'] or '-'}"
+            f"  {s['step']:>{number_width}}. {s['step_name']:<{name_width}} {s['status']:<12} "
+            f"executions={s['executions']}  finished={s['finished_at'] or '-'}"
         )
 
 
