@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from durable_assets.kit.errors import DiskFullError, UnknownBatchError
 from durable_assets.ops import disk
 
 
@@ -93,3 +94,43 @@ def test_a_wal_with_commits_and_no_index_is_read_with_the_index_in_memory(tmp_pa
     assert conn is not None
     assert conn.execute("SELECT n FROM t").fetchone() == (7,)  # the table exists only in the WAL
     conn.close()
+
+
+def _full(step_now: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, logged: bool = True) -> str:
+    # Not in this process: it would change how every later test's SQLite connections open.
+    monkeypatch.setattr(disk, "read_without_wal_index", lambda: None)
+    log = tmp_path / "b.log"
+    log.write_text("")
+    with (
+        pytest.raises(DiskFullError) as caught,
+        disk.full_disk_ends_batch("b", tmp_path, step_now, log),  # type: ignore[arg-type]
+    ):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "storage" / "x"))
+    # The batch log gets the line when it fits (a batch that was never created has none).
+    assert log.read_text() == (f"error: {caught.value}\n" if logged else "")
+    return str(caught.value)
+
+
+def test_full_disk_while_a_batch_runs_names_its_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    line = _full(lambda: 4, tmp_path, monkeypatch)
+    assert (
+        line
+        == f"batch b failed at step 4: disk full ({tmp_path}/storage/x); free space and run job resume --id b"
+    )
+
+
+def test_full_disk_before_the_batch_existed_says_it_was_not_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_batch() -> int:
+        raise UnknownBatchError("no batch")
+
+    line = _full(no_batch, tmp_path, monkeypatch, logged=False)
+    assert line.endswith("batch b was not created; free space and run the command again"), line
+
+
+def test_full_disk_before_a_resume_began_blames_no_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    line = _full(lambda: None, tmp_path, monkeypatch)
+    assert "failed" not in line and line.endswith("free space and run job resume --id b"), line

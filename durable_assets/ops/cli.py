@@ -567,15 +567,11 @@ def _home() -> Any:
 
 
 def _current_step(instance: Any, batch_id: str) -> int | None:
-    """The step a batch stopped in: the first one not completed (None before its run existed)."""
-    from durable_assets.kit.errors import UnknownBatchError
+    """The step a batch stopped in: the first one not completed (UnknownBatchError before it existed)."""
     from durable_assets.kit.status_model import StepStatus
     from durable_assets.ops.status import batch_status
 
-    try:
-        steps = batch_status(instance, batch_id)["steps"]
-    except UnknownBatchError:
-        return None
+    steps = batch_status(instance, batch_id)["steps"]
     return next((s["step"] for s in steps if s["status"] != StepStatus.COMPLETED), None)
 
 

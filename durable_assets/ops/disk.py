@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import sqlalchemy as sa
 
-from durable_assets.kit.errors import DiskFullError
+from durable_assets.kit.errors import DiskFullError, UnknownBatchError
 
 T = TypeVar("T")
 
@@ -184,9 +184,23 @@ def full_disk_ends_batch(
             raise
         read_without_wal_index()
         step: int | None = None
-        with suppress(Exception):  # the error line matters more than its step number
+        try:
             step = step_now()
+        except UnknownBatchError:  # `job run` found the disk full before the batch existed
+            error = DiskFullError(
+                f"disk full ({path}): batch {batch_id} was not created; free space and run the command again",
+                path=path,
+            )
+            raise error from exc
+        except Exception:  # the error line matters more than its step number
+            pass
         error = batch_disk_full(batch_id, path, step)
+        if step is None:  # every step completed: nothing failed, the disk stopped us before it began
+            error = DiskFullError(
+                f"disk full ({path}) before batch {batch_id} could continue; free space and run "
+                f"job resume --id {batch_id}",
+                path=path,
+            )
         append_to_log(log, f"error: {error}")
         raise error from exc
 
