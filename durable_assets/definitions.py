@@ -14,7 +14,7 @@ from durable_assets.kit import BatchRuntime, DurableJobs, IdempotencyLedger
 from durable_assets.ops.auto_resume import AutoResumeSettings, auto_resume_sensor
 from durable_assets.ops.batch_webhooks import webhook_sensors
 from durable_assets.ops.retention import retention, retention_schedule
-from durable_assets.payments.resources import PaymentGateway
+from durable_assets.payments.resources import PaymentGateway, resolve_provider_account
 from durable_assets.refunds.job import REFUND_JOB, refund_batch
 from durable_assets.refunds.resources import CustomerMailbox, RefundLimits
 from durable_assets.settings import settings
@@ -26,7 +26,13 @@ def _optional_env(name: str, value: str | None) -> EnvVar | None:
 
 
 #: The one registration point: every durable job of this code location, the default first.
-durable_jobs = DurableJobs([refund_batch, credit_migration])
+durable_jobs = DurableJobs(
+    [refund_batch, credit_migration],
+    # Both jobs talk to the one configured payment provider: a batch is bound to its account.
+    provider_account=lambda instance_root: resolve_provider_account(
+        settings().payments_url, settings().stripe_api_key, instance_root
+    ),
+)
 
 defs = durable_jobs.definitions(
     jobs=[retention],

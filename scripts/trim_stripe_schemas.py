@@ -7,8 +7,8 @@ validates every simulator answer against. Only that trimmed data is committed, n
 Input: a git clone (or bare mirror) of https://github.com/stripe/openapi. The spec is read with
 ``git show COMMIT:openapi/spec3.json``; without ``--commit``, the newest commit on HEAD whose
 spec blob can be read is used (a partial clone or a snapshot may lack the newest, largest blobs).
-The components kept are charge, refund, customer, customer_balance_transaction and error, with the
-sub-objects they embed inline, and the lists of ``GET /v1/refunds``,
+The components kept are charge, refund, customer, deleted_customer, customer_balance_transaction,
+account and error, with the sub-objects they embed inline, and the lists of ``GET /v1/refunds``,
 ``GET /v1/charges/{charge}/refunds``, ``GET /v1/customers`` and
 ``GET /v1/customers/{customer}/balance_transactions``. Every other
 ``$ref`` (objects reached only through an expandable ID, or sub-objects the simulator always
@@ -50,6 +50,8 @@ KEEP = (
     "customer",
     "customer_balance_transaction",
     "invoice_setting_customer_setting",
+    "deleted_customer",
+    "account",
 )
 #: List objects are inline in their paths; they are kept under these names.
 LISTS = {

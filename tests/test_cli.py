@@ -16,6 +16,7 @@ STEP_FIELDS = {
     "output_ref",
     "started_at",
     "finished_at",
+    "error",
 }
 
 
@@ -38,9 +39,11 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
         "auto_resume",
         "created_at",
         "updated_at",
+        "provider",
         "steps",
     }
     assert status["auto_resume"] is None and status["job"] == "refund_batch"
+    assert status["provider"]["kind"] == "embedded" and status["provider"]["livemode"] is False
     assert status["status"] == "succeeded" and status["percent_complete"] == 100.0
     assert status["needs_review"] is False and status["held_for_review"] == 0
     assert len(status["run_ids"]) == 1 and len(status["steps"]) == 7

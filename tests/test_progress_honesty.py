@@ -92,3 +92,54 @@ def test_cancel_leaves_later_steps_pending_and_resume_says_what_it_skips(tmp_pat
     progress_lines = [line for line in err.splitlines() if line.startswith("step ")]
     assert progress_lines and progress_lines[0].startswith("step 3/7"), progress_lines
     assert not any(line.startswith(("step 1/7", "step 2/7")) for line in progress_lines), progress_lines
+
+
+def _progress_steps(stderr: str) -> list[int]:
+    return [int(line.split()[1].split("/")[0]) for line in stderr.splitlines() if line.startswith("step ")]
+
+
+def test_every_step_is_shown_by_the_cli_and_the_stream_however_short(tmp_path: Path) -> None:
+    """Issue #23, item 6: a step shorter than the watcher's poll was never printed (2 -> 4)."""
+    from durable_assets.ops.events import BatchEventFeed
+
+    home = make_home(tmp_path)
+    worker = JobProcess(["run", "--id", "e1", "--size", "200"], job_env(home), tmp_path)
+    assert worker.wait(120) == 0, worker.tail()
+    shown = _progress_steps(worker.stderr)
+    assert shown == sorted(shown), shown  # in order
+    assert set(shown) == set(range(1, 8)), shown  # none skipped, however fast it passed
+
+    with instance_reader(home) as reader:
+        feed = BatchEventFeed(reader.instance, "e1")
+        events: list[Any] = []
+
+        def drained() -> bool:
+            got, ended = feed.poll()
+            events.extend(got)
+            return ended
+
+        wait_until(drained, timeout=30, what="the stream of a finished batch to end")
+    streamed = [e.data["step"] for e in events if e.event == "progress"]
+    assert streamed == sorted(streamed) and set(streamed) == set(range(1, 8)), streamed
+    # Each step's first progress event follows its start and precedes its end.
+    for n in range(1, 8):
+        kinds = [(e.event, e.data.get("status")) for e in events if e.data.get("step") == n]
+        assert kinds[0] == ("step", "in_progress") and kinds[1][0] == "progress", kinds
+        assert kinds[-1] == ("step", "completed"), kinds
+
+
+def test_percent_is_100_only_once_the_batch_succeeded(tmp_path: Path) -> None:
+    """Issue #23, item 6: every step committed but the run's end not recorded (the worker SIGKILLed
+    itself between the last step's success and the run's) is not 100 %: the batch has not succeeded."""
+    from .crash.helpers import job_killed_in_teardown
+
+    home = make_home(tmp_path)
+    env = job_env(home, lease_ttl_s=60.0)  # the dead worker's lease stays live while we look
+    worker = job_killed_in_teardown(["run", "--id", "t1", "--size", "60"], env, tmp_path)
+    assert worker.wait(120) != 0, worker.tail()
+    with instance_reader(home) as reader:
+        st = reader.status("t1")
+        assert reader.lease_live("t1"), "the test needs the lease live to read the batch as running"
+    assert st is not None and st["status"] == "running", st
+    assert [s["status"] for s in st["steps"]] == ["completed"] * 7
+    assert st["percent_complete"] < 100.0, st["percent_complete"]

@@ -43,6 +43,7 @@ from durable_assets.kit import (
     Intent,
     LedgerEntry,
     batch_dir,
+    call_with_retries,
     durable_asset,
     effect_runner,
     frame_result,
@@ -74,12 +75,14 @@ def _effects(
     perform: Callable[[Intent], Mapping[str, Any]],
     **kwargs: Any,
 ) -> EffectRunner:
+    """The step's effect runner at the provider's pace, its keys in the provider account's namespace."""
     return effect_runner(
         context,
         runtime,
         ledger,
         scope=scope,
         perform=perform,
+        account=payments.account,
         concurrency=payments.concurrency,
         limiter=payments.limiter(),
         backoff=payments.backoff(),
@@ -148,11 +151,13 @@ def validated_accounts(
 
 
 class _CustomersByLegacyId:
-    """Every provider customer that names a legacy account, listed once per step when first needed.
+    """Every live provider customer that names a legacy account, listed once per step when first needed.
 
-    Only keys older than the provider's key retention are looked up (a resend could create a second
-    customer); listing the customers once costs one request per 100 of them, where a lookup per key
-    narrowed by email would cost one per key and miss a customer whose email has changed since.
+    Listing is exact (Stripe's search is eventually consistent: a customer made a second ago may not
+    be found) and cheap: one request per 100 customers of the provider account, read before this
+    step creates any, so what it holds was made by someone else or by an earlier run. A lookup per
+    account narrowed by email would cost a request per account and miss a customer whose email has
+    changed since.
     """
 
     def __init__(self, customers: CustomerGateway, runtime_check: Callable[[], None]) -> None:
@@ -168,7 +173,7 @@ class _CustomersByLegacyId:
                 index: dict[str, list[Customer]] = {}
                 for customer in self._customers.list_customers():
                     legacy = customer.metadata.get(s.LEGACY_ID_METADATA)
-                    if legacy:
+                    if legacy and not customer.deleted:
                         index.setdefault(legacy, []).append(customer)
                 self._index = index
             return self._index.get(legacy_account_id, [])
@@ -176,6 +181,41 @@ class _CustomersByLegacyId:
 
 def _customer_answer(customer: Customer) -> dict[str, Any]:
     return {"id": customer.id, s.LEGACY_ACCOUNT_ID: customer.metadata.get(s.LEGACY_ID_METADATA, "")}
+
+
+def _several_customers_note(acct: str, ids: list[str]) -> str:
+    return (
+        f"{len(ids)} provider customers name legacy account {acct}: {', '.join(ids)}; keep one (delete or "
+        "re-label the others' metadata.legacy_account_id), then run the migration again"
+    )
+
+
+def _recorded_customer_problem(
+    acct: str, recorded: str, at_provider: list[str], retrieve: Callable[[str], Customer]
+) -> str | None:
+    """Why an account's customer, settled by an earlier run, can no longer be migrated to, or None.
+
+    The ledger remembers the customer; the provider is the truth about whether it still stands.
+    A customer deleted since, or joined by a second one naming the same account, is a decision for
+    a person: re-creating or choosing one silently could move credit to the wrong customer.
+    """
+    if at_provider == [recorded]:
+        return None
+    if recorded in at_provider:
+        return _several_customers_note(acct, at_provider)
+    customer = retrieve(recorded)
+    if customer.deleted:
+        return (
+            f"customer {recorded}, which legacy account {acct} was migrated to, was deleted at the provider; "
+            "it is not re-created automatically: restore the account's customer (or decide it gets none) "
+            "and run the migration again"
+        )
+    named = customer.metadata.get(s.LEGACY_ID_METADATA, "")
+    others = f"; provider customers naming it now: {', '.join(at_provider)}" if at_provider else ""
+    return (
+        f"customer {recorded}, which legacy account {acct} was migrated to, now names legacy account "
+        f"{named!r} in its metadata{others}; fix the metadata and run the migration again"
+    )
 
 
 @durable_asset(
@@ -191,13 +231,15 @@ def provider_customers(
     ledger: IdempotencyLedger,
     runtime: BatchRuntime,
 ) -> MaterializeResult:
-    """Step 3 — exactly one provider customer per legacy account, found or created.
+    """Step 3 — exactly one provider customer per legacy account: adopted if it exists, else created.
 
-    The key is the legacy account ID alone, so every batch, night and worker asks for the same
-    customer: a key the ledger settled is reused without a request; an unsettled one is sent again
-    with the same key, and the provider answers with the customer it created. A key older than the
-    provider's key retention is looked up by ``metadata.legacy_account_id`` before anything is
-    created. Each customer records its legacy account ID in its metadata.
+    Before creating a customer for an account the ledger has not settled, the provider's customers are
+    looked up by ``metadata.legacy_account_id``: one match is adopted (a sign-up, support staff, an
+    earlier migration), several are held for review with every ID named, none is created with the
+    account's key (the legacy account ID alone, so every batch, night and worker asks for the same
+    customer). An account settled by an earlier night is checked against the provider: a customer
+    deleted since, or joined by a second one, is held for review, never re-created. Only the held
+    accounts wait for a person; the rest of the batch migrates.
     """
     customers = payments.customers
     rows = {
@@ -232,28 +274,66 @@ def provider_customers(
 
     def verify(intent: Intent, answer: Mapping[str, Any]) -> str | None:
         if "duplicates" in answer:
-            dupes = answer["duplicates"]
-            return f"{len(dupes)} provider customers name this legacy account: {dupes}"
+            return _several_customers_note(
+                str(intent.params[s.LEGACY_ACCOUNT_ID]), list(answer["duplicates"])
+            )
         if answer.get(s.LEGACY_ACCOUNT_ID) != intent.params[s.LEGACY_ACCOUNT_ID]:
             return f"customer {answer.get('id')} names legacy account {answer.get(s.LEGACY_ACCOUNT_ID)!r}"
         return None
 
-    intents = [Intent(key, {s.LEGACY_ACCOUNT_ID: acct}) for key, (acct, _email, _name) in rows.items()]
-    runner = _effects(context, runtime, ledger, payments, "customer", create, verify=verify, lookup=lookup)
+    # Several customers already name the account: a person picks one. Held before any claim, so no
+    # ledger entry records it and the next batch looks again (after a person kept one, it migrates).
+    notes = {
+        key: _several_customers_note(acct, [c.id for c in index.find(acct)])
+        for key, (acct, _email, _name) in rows.items()
+        if len(index.find(acct)) > 1
+    }
+    intents = [
+        Intent(key, {s.LEGACY_ACCOUNT_ID: acct})
+        for key, (acct, _email, _name) in rows.items()
+        if key not in notes
+    ]
+    runner = _effects(
+        context,
+        runtime,
+        ledger,
+        payments,
+        "customer",
+        create,
+        verify=verify,
+        lookup=lookup,
+        lookup_first=True,
+    )
     report = runner.run(intents)
+    notes.update({key: review_note(review) for key, review in report.review.items()})
+    settled_before = [i for i in intents if i.key in report.reused and i.key in report.results]
+    for intent in settled_before:
+        acct = str(intent.params[s.LEGACY_ACCOUNT_ID])
+        recorded = str(report.results[intent.key]["id"])
+        at_provider = [c.id for c in index.find(acct)]
+
+        def retrieve(customer_id: str) -> Customer:
+            return call_with_retries(
+                lambda: {"customer": customers.retrieve_customer(customer_id)},
+                payments.limiter(),
+                payments.backoff(),
+            )["customer"]
+
+        problem = _recorded_customer_problem(acct, recorded, at_provider, retrieve)
+        if problem:
+            notes[intent.key] = problem
+    ready = {k: v for k, v in report.results.items() if k not in notes}
     out = typed(
         pd.DataFrame(
             [
                 {
                     s.LEGACY_ACCOUNT_ID: i.params[s.LEGACY_ACCOUNT_ID],
-                    "customer_id": str((report.results.get(i.key) or {}).get("id", "")),
+                    "customer_id": str((ready.get(i.key) or {}).get("id", "")),
                     "idempotency_key": i.key,
-                    "status": CustomerOutcome.READY
-                    if i.key in report.results
-                    else CustomerOutcome.HELD_FOR_REVIEW,
-                    "review_note": "" if i.key in report.results else review_note(report.review.get(i.key)),
+                    "status": CustomerOutcome.READY if i.key in ready else CustomerOutcome.HELD_FOR_REVIEW,
+                    "review_note": notes.get(i.key, "" if i.key in ready else "no provider customer"),
                 }
-                for i in intents
+                for i in [Intent(key, {s.LEGACY_ACCOUNT_ID: acct}) for key, (acct, _e, _n) in rows.items()]
             ],
             columns=list(s.CUSTOMER_DTYPES),
         ),
@@ -266,7 +346,7 @@ def provider_customers(
             "customers": len(out) - held,
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
-            "found_by_lookup": report.looked_up,
+            "adopted": report.looked_up,
             "held_for_review": held,
         },
     )
@@ -556,12 +636,24 @@ def migration_report(
     Written as CSV with spreadsheet formulas neutralised (names and emails come from outside).
     """
     applied = typed(applied_adjustments, s.APPLIED_DTYPES)
-    verified = typed(verified_balances, s.VERIFIED_DTYPES)[[s.LEGACY_ACCOUNT_ID, "verification"]]
+    verified = typed(verified_balances, s.VERIFIED_DTYPES)[
+        [s.LEGACY_ACCOUNT_ID, "verification", "provider_balance_cents"]
+    ]
     accounts = typed(validated_accounts, s.ACCOUNT_DTYPES)[[s.LEGACY_ACCOUNT_ID, "credit_cents"]]
-    report = typed(
-        applied.merge(accounts, on=s.LEGACY_ACCOUNT_ID).merge(verified, on=s.LEGACY_ACCOUNT_ID),
-        s.REPORT_DTYPES,
-    )
+    merged = applied.merge(accounts, on=s.LEGACY_ACCOUNT_ID).merge(verified, on=s.LEGACY_ACCOUNT_ID)
+    # A balance that missed its target is that account's problem: held, the rest of the batch stands.
+    missed = merged["verification"] == Verification.MISMATCH
+    if missed.any():  # pandas refuses an empty list under an all-False mask
+        merged.loc[missed, "review_note"] = [
+            f"balance read back is {format_cents(int(got), str(ccy))}, target "
+            f"{format_cents(int(want), str(ccy))}: it moved outside this migration after the plan; "
+            "check the customer's balance transactions"
+            for got, want, ccy in merged.loc[
+                missed, ["provider_balance_cents", "target_cents", s.CURRENCY]
+            ].itertuples(index=False)
+        ]
+        merged.loc[missed, "status"] = AdjustmentOutcome.HELD_FOR_REVIEW.value
+    report = typed(merged, s.REPORT_DTYPES)
     path = write_csv_atomically(report, batch_dir(context) / "migration_report.csv")
     moved = report[report["status"] == AdjustmentOutcome.APPLIED]
     return frame_result(

@@ -13,11 +13,15 @@
 ``docs/your-own-job.md`` walks through a whole job.
 """
 
+from durable_assets.kit.account_bindings import AccountBindings
+from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.effects import EffectReport, EffectRunner, review_note
 from durable_assets.kit.errors import (
     DurableError,
     GuardrailError,
     InputFileError,
+    ProviderAccountMismatchError,
+    ProviderConfigError,
     ProviderRejectedError,
     ProviderResponseMismatchError,
     TransientProviderError,
@@ -64,6 +68,7 @@ __all__ = [
     "REASONS",
     "ROW_NUMBER",
     "TRANSIENT_RETRY",
+    "AccountBindings",
     "Backoff",
     "BatchRuntime",
     "DailyBatches",
@@ -79,6 +84,9 @@ __all__ = [
     "Intent",
     "LedgerEntry",
     "Progress",
+    "ProviderAccount",
+    "ProviderAccountMismatchError",
+    "ProviderConfigError",
     "ProviderRejectedError",
     "ProviderResponseMismatchError",
     "RateLimiter",

@@ -26,9 +26,15 @@ if TYPE_CHECKING:
 
 metadata = sa.MetaData()
 
+#: Width of a provider account's ledger namespace (``kind:account:mode``, see kit/accounts.py).
+ACCOUNT_WIDTH = 160
+
 idempotency = sa.Table(
     "durable_idempotency",
     metadata,
+    # The provider account the key was sent to: keys are scoped per account, as at Stripe, so a
+    # batch against a second account never takes the first account's settled results as its own.
+    sa.Column("account", sa.String(ACCOUNT_WIDTH), primary_key=True),
     sa.Column("scope", sa.String(64), primary_key=True),
     sa.Column("key", sa.String(255), primary_key=True),
     sa.Column("fingerprint", sa.String(64), nullable=False),
@@ -49,7 +55,8 @@ effect_subjects = sa.Table(
     metadata,
     # At most one idempotency key per business subject (e.g. "a refund of charge X for reason R"),
     # whatever rows, batches or workers name it: keys come from one identity (the invoice), the
-    # subject from another (the charge), and the money follows the subject.
+    # subject from another (the charge), and the money follows the subject. Per provider account.
+    sa.Column("account", sa.String(ACCOUNT_WIDTH), primary_key=True),
     sa.Column("scope", sa.String(64), primary_key=True),
     sa.Column("subject", sa.String(255), primary_key=True),
     sa.Column("key", sa.String(255), nullable=False),
@@ -127,6 +134,18 @@ step_leases = sa.Table(
     sa.Column("heartbeat_at", sa.Float, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False),
     sa.Column("finished", sa.Boolean, nullable=False, default=False),
+)
+
+batch_accounts = sa.Table(
+    "durable_batch_accounts",
+    metadata,
+    # The provider account a batch is bound to, from its first run on: every resume, re-execution,
+    # shard and retry must talk to the same account (kit/account_bindings.py).
+    sa.Column("batch_id", sa.String(64), primary_key=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("account", sa.String(128), nullable=False),
+    sa.Column("livemode", sa.Boolean, nullable=False),
+    sa.Column("bound_at", sa.Float, nullable=False),
 )
 
 rate_limits = sa.Table(

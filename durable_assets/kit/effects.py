@@ -48,6 +48,8 @@ class EffectReport:
     looked_up: int = 0
     #: Intents never sent because another key had already claimed their subject (held for review).
     subject_taken: int = 0
+    #: Keys whose outcome the ledger already held before this run (settled by an earlier run).
+    reused: set[str] = field(default_factory=set)
 
 
 class _Counter:
@@ -78,6 +80,11 @@ class EffectRunner:
     perform: Callable[[Intent], Result]
     verify: Callable[[Intent, Result], str | None] = lambda _i, _r: None
     lookup: Callable[[LedgerEntry], Result | None] | None = None
+    #: Look every unsettled key up before sending it, not only keys older than the provider's key
+    #: retention: for effects that may exist already without our key (a customer made by hand, an
+    #: earlier migration's), which the provider's idempotency cannot know about. The found answer
+    #: goes through ``verify`` like a sent one.
+    lookup_first: bool = False
     key_retention_s: float = 24 * 3600.0
     fence: int = 0
     guard: Callable[[], None] = lambda: None
@@ -156,6 +163,8 @@ class EffectRunner:
         report.results.update(claim.finished)
         report.review.update(claim.review)
         report.replayed += len(claim.finished) + len(claim.review)
+        report.reused.update(claim.finished)
+        report.reused.update(claim.review)
         for key, taken in claim.taken.items():
             report.review[key] = {
                 "subject_taken": taken.subject,
@@ -225,8 +234,9 @@ class EffectRunner:
 
     def _settle(self, intent: Intent, stale: bool, entry: LedgerEntry) -> Settled:
         """Reach a final answer for one key (its outcome, the result, and where it came from)."""
-        if stale and self.lookup is not None:
-            # The provider may have forgotten this key: a resend would not be deduplicated.
+        if (stale or self.lookup_first) and self.lookup is not None:
+            # The provider may have forgotten this key (a resend would not be deduplicated), or the
+            # effect may exist without our key at all.
             lookup = self.lookup
             found = call_with_retries(lambda: {"found": lookup(entry)}, self.limiter, self.backoff)["found"]
             if found is not None:

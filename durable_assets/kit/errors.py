@@ -58,6 +58,11 @@ class LeaseHeldError(BatchConflictError):
     """A live worker still holds the batch's lease, so it may not be resumed or taken over."""
 
 
+class DatabaseLockedError(BatchConflictError):
+    """Another process has held a SQLite file of the instance write-locked for longer than any
+    healthy writer does (a frozen or stuck worker): waiting on it would hang, so the command stops."""
+
+
 # --- idempotency and side effects ---------------------------------------------------------------
 
 
@@ -79,6 +84,19 @@ class FencedOutError(DurableError):
 
 class BatchCanceledError(DurableError):
     """A cancel was recorded for the batch; the step stopped before its next side effect."""
+
+
+class BatchInterruptedError(DurableError):
+    """The process running the batch got SIGINT or SIGTERM and stopped at a safe point.
+
+    Its exit code is the shell's for that signal (130 for Ctrl-C, 143 for SIGTERM), so a script
+    sees an interrupt, not a failed batch; `job resume` continues it.
+    """
+
+    def __init__(self, message: str, *, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
 
 
 class GuardrailError(DurableError):

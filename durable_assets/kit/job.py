@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from dagster import (
@@ -31,6 +32,7 @@ from dagster import (
 )
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
+from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.errors import UnknownJobError
 from durable_assets.kit.schedules import DailyBatches
 
@@ -200,7 +202,16 @@ class DurableJobs:
     whatever else the location defines (resources, schedules, sensors, other jobs).
     """
 
-    def __init__(self, jobs: Iterable[DurableJob]) -> None:
+    def __init__(
+        self,
+        jobs: Iterable[DurableJob],
+        *,
+        provider_account: Callable[[Path], ProviderAccount] | None = None,
+    ) -> None:
+        #: The provider account the jobs' effects go to, given the instance's directory: asked
+        #: before a batch exists (a missing key is a usage error, not a failed batch) and bound to
+        #: the batch, so a resume against another account is refused. None: effects need no account.
+        self.provider_account = provider_account
         self._jobs = {j.name: j for j in jobs}
         if not self._jobs:
             raise ValueError("register at least one durable job")

@@ -28,6 +28,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from durable_assets.kit.accounts import DEFAULT_NAMESPACE
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, effect_subjects, idempotency, now
 from durable_assets.kit.errors import IdempotencyKeyMismatchError
@@ -87,11 +88,22 @@ class Claim:
 
 
 class Ledger:
-    """Plain-Python ledger over :class:`DurableDatabase`; the Dagster resource wraps it."""
+    """Plain-Python ledger over :class:`DurableDatabase`; the Dagster resource wraps it.
 
-    def __init__(self, db: DurableDatabase, *, claim_ttl_s: float = 120.0) -> None:
+    Every key and subject lives in one provider account's namespace (``account``, see
+    :mod:`durable_assets.kit.accounts`): the same key at two accounts is two entries, as at Stripe.
+    """
+
+    def __init__(
+        self, db: DurableDatabase, *, claim_ttl_s: float = 120.0, account: str = DEFAULT_NAMESPACE
+    ) -> None:
         self.db = db
         self.claim_ttl_s = claim_ttl_s
+        self.account = account
+
+    def for_account(self, namespace: str) -> Ledger:
+        """The same ledger, reading and writing the keys of another provider account."""
+        return Ledger(self.db, claim_ttl_s=self.claim_ttl_s, account=namespace)
 
     def claim(self, scope: str, intents: Sequence[Intent], *, owner: str, fence: int = 0) -> Claim:
         """Commit intents for new keys and claim the unfinished ones, in one transaction.
@@ -128,12 +140,14 @@ class Ledger:
             return {}
         sc = effect_subjects.c
         rows = [
-            {"scope": scope, "subject": subject, "key": key, "created_at": t}
+            {"account": self.account, "scope": scope, "subject": subject, "key": key, "created_at": t}
             for subject, key in sorted(wanted.items())
         ]
         conn.execute(self.db.insert_ignore(effect_subjects), rows)
         found = conn.execute(
-            sa.select(sc.subject, sc.key).where(sc.scope == scope, sc.subject.in_(sorted(wanted)))
+            sa.select(sc.subject, sc.key).where(
+                sc.account == self.account, sc.scope == scope, sc.subject.in_(sorted(wanted))
+            )
         )
         holders: dict[str, str] = {row.subject: row.key for row in found}
         losers = {
@@ -145,7 +159,11 @@ class Ledger:
             return {}
         c = idempotency.c
         holder_keys = sorted({holder for _sub, holder in losers.values()})
-        stored = conn.execute(sa.select(c.key, c.params).where(c.scope == scope, c.key.in_(holder_keys)))
+        stored = conn.execute(
+            sa.select(c.key, c.params).where(
+                c.account == self.account, c.scope == scope, c.key.in_(holder_keys)
+            )
+        )
         params: dict[str, Mapping[str, Any]] = {row.key: json.loads(row.params) for row in stored}
         params.update({i.key: i.params for i in intents if i.key in holder_keys})  # a holder in this call
         return {
@@ -160,6 +178,7 @@ class Ledger:
         by_key = {i.key: i for i in intents}
         rows = [
             {
+                "account": self.account,
                 "scope": scope,
                 "key": i.key,
                 "fingerprint": i.fingerprint,
@@ -180,11 +199,14 @@ class Ledger:
         if self.db.is_postgres:
             # Lock in key order so two workers claiming overlapping chunks cannot deadlock.
             conn.execute(
-                sa.select(c.key).where(c.scope == scope, c.key.in_(keys)).order_by(c.key).with_for_update()
+                sa.select(c.key)
+                .where(c.account == self.account, c.scope == scope, c.key.in_(keys))
+                .order_by(c.key)
+                .with_for_update()
             )
         conn.execute(
             idempotency.update()
-            .where(c.scope == scope, c.key.in_(keys), c.recovery_point == STARTED)
+            .where(c.account == self.account, c.scope == scope, c.key.in_(keys), c.recovery_point == STARTED)
             .where(
                 sa.or_(
                     c.claimed_by.is_(None),
@@ -195,7 +217,9 @@ class Ledger:
             )
             .values(claimed_by=owner, claim_fence=fence, claim_expires_at=t + self.claim_ttl_s)
         )
-        found = conn.execute(sa.select(idempotency).where(c.scope == scope, c.key.in_(keys))).all()
+        found = conn.execute(
+            sa.select(idempotency).where(c.account == self.account, c.scope == scope, c.key.in_(keys))
+        ).all()
         for row in found:
             if row.fingerprint != by_key[row.key].fingerprint:
                 raise IdempotencyKeyMismatchError(
@@ -241,7 +265,12 @@ class Ledger:
         c = idempotency.c
         stmt = (
             idempotency.update()
-            .where(c.scope == scope, c.key == sa.bindparam("k"), c.recovery_point == STARTED)
+            .where(
+                c.account == self.account,
+                c.scope == scope,
+                c.key == sa.bindparam("k"),
+                c.recovery_point == STARTED,
+            )
             .values(recovery_point=sa.bindparam("p"), result=sa.bindparam("r"), updated_at=t, claimed_by=None)
         )
         rows = [
@@ -266,7 +295,7 @@ class Ledger:
 
     def entries(self, scope: str, keys: Iterable[str] | None = None) -> list[LedgerEntry]:
         c = idempotency.c
-        query = sa.select(idempotency).where(c.scope == scope)
+        query = sa.select(idempotency).where(c.account == self.account, c.scope == scope)
         if keys is not None:
             query = query.where(c.key.in_(list(keys)))
         with self.db.engine.connect() as conn:

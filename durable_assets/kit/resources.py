@@ -16,6 +16,7 @@ from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.errors import FencedOutError
+from durable_assets.kit.interrupts import raise_if_stop_requested
 from durable_assets.kit.leases import (
     DEFAULT_LEASE_TTL_S,
     Heartbeat,
@@ -145,6 +146,11 @@ class BatchRuntime(ConfigurableResource):
         return self._batch_id
 
     @property
+    def has_batch(self) -> bool:
+        """Whether this run belongs to a batch (an ad-hoc materialization of a few assets does not)."""
+        return bool(self._batch_id)
+
+    @property
     def run_id(self) -> str:
         return self._run_id
 
@@ -153,7 +159,10 @@ class BatchRuntime(ConfigurableResource):
         return self._lease.fence if self._lease else 0
 
     def check_may_continue(self) -> None:
-        """Raise before a side effect if the batch was canceled or this worker was superseded."""
+        """Raise before a side effect if the batch was canceled or interrupted, or this worker was
+        superseded."""
+        if self._batch_id:
+            raise_if_stop_requested(self._batch_id)  # one attribute read: checked first, before any query
         if self._db is None or self._lease is None:
             return
         if self._heartbeat is not None and self._heartbeat.lost.is_set():

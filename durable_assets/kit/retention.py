@@ -452,7 +452,7 @@ def prune_ledger(db: DurableDatabase, days: float, at: float, dry_run: bool = Fa
         deleted = int(conn.execute(kit_db.idempotency.delete().where(where)).rowcount)
         # A subject is held exactly as long as the key that claimed it.
         s = kit_db.effect_subjects.c
-        holder_kept = sa.exists().where(c.scope == s.scope, c.key == s.key)
+        holder_kept = sa.exists().where(c.account == s.account, c.scope == s.scope, c.key == s.key)
         conn.execute(kit_db.effect_subjects.delete().where(s.created_at < cutoff, ~holder_kept))
         return deleted
 

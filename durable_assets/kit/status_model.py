@@ -123,6 +123,14 @@ class StepModel(_Model):
     output_ref: str | None
     started_at: Timestamp | None
     finished_at: Timestamp | None
+    # Why, in the one line the CLI prints: a status that says only "failed" leaves the operator to
+    # dig through the log for the check, the error, or the dead worker.
+    error: str | None = Field(
+        description=(
+            "why the step failed (its error, or the failed blocking check of its asset with up to five "
+            "failing items), or why the batch stopped at it (its worker was lost); null otherwise"
+        ),
+    )
 
 
 class AutoResumeModel(_Model):
@@ -131,6 +139,14 @@ class AutoResumeModel(_Model):
     attempts: int = Field(ge=1)
     max_attempts: int = Field(ge=0)
     run_ids: list[str]
+
+
+class ProviderModel(_Model):
+    """The provider account the batch's side effects go to; a batch is bound to one account."""
+
+    kind: str = Field(description="`embedded` (inside the instance: no real money moves) or `stripe`")
+    account: str = Field(description="the provider's account id (`acct_...`)")
+    livemode: bool = Field(description="true only for a live-mode key: real money")
 
 
 class BatchStatusModel(_Model):
@@ -163,6 +179,10 @@ class BatchStatusModel(_Model):
     created_at: str | None = Field(description="when the batch's first run was created, ISO 8601 UTC")
     updated_at: str | None = Field(
         description="when its newest run last changed (started, ended), ISO 8601 UTC"
+    )
+    provider: ProviderModel | None = Field(
+        default=None,
+        description="the provider account the batch is bound to; null until its first run binds it",
     )
     # Absent (not null) when not asked for: the schema says array, and `GET /runs` leaves it out.
     steps: list[StepModel] | SkipJsonSchema[None] = Field(default=None, json_schema_extra=_no_default)

@@ -28,6 +28,8 @@ from dagster import (
 )
 from dagster._core.storage.dagster_run import DagsterRunStatus
 
+from durable_assets.kit.account_bindings import AccountBindings
+from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.effects import EffectRunner
 from durable_assets.kit.errors import DurableError, TransientProviderError
@@ -139,16 +141,28 @@ def effect_runner(
     concurrency: int = 16,
     limiter: RateLimiter | None = None,
     backoff: PacingBackoff | None = None,
+    account: ProviderAccount | None = None,
+    lookup_first: bool = False,
 ) -> EffectRunner:
     """An :class:`EffectRunner` for this step: its run owns the claims, the lease's fence guards every
-    send, a cancel stops the next one, and progress counts settled intents."""
+    send, a cancel stops the next one, and progress counts settled intents.
+
+    ``account`` is the provider account the effects go to: the batch is bound to it on first use
+    (another account later is :class:`ProviderAccountMismatchError`) and the keys live in its
+    namespace. Without one, the effects share the ledger's default namespace (one foreign system).
+    """
+    keys = ledger.ledger
+    if account is not None:
+        if runtime.has_batch:
+            AccountBindings(keys.db).bind(runtime.batch_id, account)
+        keys = keys.for_account(account.namespace)
     optional: dict[str, Any] = {}
     if verify is not None:
         optional["verify"] = verify
     if lookup is not None:
         optional["lookup"] = lookup
     return EffectRunner(
-        ledger=ledger.ledger,
+        ledger=keys,
         scope=scope,
         owner=context.run_id,
         perform=perform,
@@ -158,6 +172,7 @@ def effect_runner(
         limiter=limiter or RateLimiter(None),
         backoff=backoff or PacingBackoff(),
         key_retention_s=ledger.key_retention_s,
+        lookup_first=lookup_first,
         on_progress=lambda done, of: runtime.report(step_progress(context, done, of), force=done == of),
         **optional,
     )

@@ -26,10 +26,11 @@ import uvicorn
 from dagster import DagsterInstance
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -401,7 +402,7 @@ def create_app(
     if cors_origins:
         # Outside the auth: a preflight (OPTIONS) carries no token by design (Fetch standard), and
         # a 401 must carry the CORS headers too, or the dashboard cannot even see why it failed.
-        served = CORSMiddleware(
+        served = _OriginCheckedCORS(
             served,
             allow_origins=list(cors_origins),
             allow_methods=["GET", "POST"],
@@ -410,6 +411,22 @@ def create_app(
             max_age=600,
         )
     return served
+
+
+class _OriginCheckedCORS(CORSMiddleware):
+    """Starlette's CORS, except that a preflight from an origin not allowed gets no
+    ``Access-Control-*`` header at all.
+
+    Starlette refuses such a preflight with a 400 that still lists the allowed methods, headers and
+    max-age: the API's policy, told to any page that asks. A refusal should say nothing.
+    """
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        if self.is_allowed_origin(origin=request_headers["origin"]):
+            return super().preflight_response(request_headers)
+        # Vary as for an allowed one: a cache must not serve this refusal to an allowed origin.
+        vary = {name: value for name, value in self.preflight_headers.items() if name.lower() == "vary"}
+        return PlainTextResponse("Disallowed CORS origin", status_code=400, headers=vary)
 
 
 def _raise_fd_limit(needed: int) -> None:

@@ -17,12 +17,14 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
-from durable_assets.kit.errors import DurableError, UsageError
+from durable_assets.kit.errors import BatchInterruptedError, DurableError, UsageError
 from durable_assets.kit.modes import DEFAULT_SHARDS, MAX_SHARDS, ExecutorKind
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
 #: The batch succeeded but some of its items wait for a person (status JSON ``needs_review``).
 EXIT_NEEDS_REVIEW = 4
+#: Ctrl-C (128 + SIGINT); a SIGTERM while a batch runs is 143 (BatchInterruptedError.exit_code).
+EXIT_INTERRUPTED = 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -323,33 +325,28 @@ def _progress_line(p: dict[str, Any], tty: bool) -> str:
     return line
 
 
-def _watch(instance: Any, batch_id: str, stop: threading.Event, out: TextIO) -> None:
+def _watch(follower: Any, stop: threading.Event, out: TextIO) -> None:
     """Live progress while this process runs the batch: a bar on a terminal, plain lines otherwise.
 
-    Only while the batch runs: before a resume's first step starts, the batch still shows its old
-    run's end, which is not progress of this process.
+    Every report of the runs this process starts (ops/events.py ``ProgressFollower``), drained once
+    more after the run ends so the last steps are shown too.
     """
-    from durable_assets.kit.errors import UnknownBatchError
-    from durable_assets.kit.status_model import BatchStatus
-    from durable_assets.ops.status import batch_status
-
     tty = out.isatty()
     last = ""
-    while not stop.wait(0.25):
+    draining = 2  # the feed hands a record out one poll after it first sees it
+    while draining:
+        if stop.wait(0.25):
+            draining -= 1
         try:
-            st = batch_status(instance, batch_id, include_steps=False)
-        except UnknownBatchError:
-            continue
+            reports = follower.poll()
         except Exception:  # progress display must never break the batch
             continue
-        p = st.get("progress")
-        if not p or st["status"] not in (BatchStatus.RUNNING, BatchStatus.CANCELING):
-            continue
-        line = _progress_line(p, tty)
-        if line != last:
-            out.write(("\r" + line.ljust(100)) if tty else line + "\n")
-            out.flush()
-            last = line
+        for p in reports:
+            line = _progress_line(p.as_dict(), tty)
+            if line != last:
+                out.write(("\r" + line.ljust(100)) if tty else line + "\n")
+                out.flush()
+                last = line
     if tty and last:
         out.write("\n")
 
@@ -360,10 +357,15 @@ def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
     # Opened before the run: it keeps reaching the terminal while Dagster's output goes to the log.
     out = ClosedPipeSafe(user_stream())
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(instance, batch_id, stop, out), daemon=True)
+    from durable_assets.ops.events import ProgressFollower
+
+    follower = ProgressFollower(instance, batch_id)  # before the run: only the runs it starts are shown
+    watcher = threading.Thread(target=_watch, args=(follower, stop, out), daemon=True)
     watcher.start()
     try:
-        return fn()
+        from durable_assets.ops.interrupts import run_interruptible
+
+        return run_interruptible(instance, batch_id, fn)  # Ctrl-C / SIGTERM: stop at a safe point
     finally:
         stop.set()
         watcher.join(timeout=2)
@@ -374,12 +376,15 @@ def _finish(instance: Any, batch_id: str) -> int:
     """The end-of-batch summary (summary.py) and the exit code it means."""
     from durable_assets.kit.status_model import BatchStatus
     from durable_assets.ops.status import batch_runs, batch_status
-    from durable_assets.ops.summary import batch_summary, spec_for
+    from durable_assets.ops.summary import batch_summary, provider_line, spec_for
 
     st = batch_status(instance, batch_id)
     runs = batch_runs(instance, batch_id)
     spec = spec_for(runs[-1].job_name) if runs else None
     print(batch_summary(instance, batch_id, st["status"], spec).render())
+    provider = provider_line(st.get("provider"))
+    if provider:
+        print(f"  {provider}")
     print(f"  status: job status --id {batch_id}")
     if st["status"] != BatchStatus.SUCCEEDED:
         _print_failure(instance, batch_id, st)
@@ -419,6 +424,7 @@ def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
 
 def _print_status(st: dict[str, Any], as_json: bool) -> None:
     from durable_assets.kit.status_model import BatchStatus
+    from durable_assets.ops.summary import provider_line
 
     if as_json:
         print(json.dumps(st, indent=2))
@@ -427,10 +433,16 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
         f"batch {st['id']} ({st['job']}): {st['status']} ({st['percent_complete']}%)  "
         f"runs: {len(st['run_ids'])}"
     )
+    provider = provider_line(st.get("provider"))
+    if provider:
+        print(f"  {provider}")
     p = st.get("progress")
     if p:
         now = "ended" if BatchStatus(st["status"]).terminal else "now"
         print(f"  {now}: {_progress_line(p, tty=False)}")
+    why = next((s["error"] for s in st.get("steps") or [] if s.get("error")), None)
+    if why and BatchStatus(st["status"]).terminal:
+        print(f"  why: {why}")
     if st.get("needs_review"):
         print(f"  needs review: {st['held_for_review']} held for a person")
     auto = st.get("auto_resume")
@@ -524,14 +536,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     echo_worker_output(args.verbose)
     try:
         return _dispatch_minding_the_disk(args)
+    except BatchInterruptedError as exc:  # not an error: what the user asked for, and how to go on
+        print(exc, file=sys.stderr)
+        return exc.exit_code
     except DurableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if args.verbose:
             traceback.print_exc()
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted; `job resume` continues the batch", file=sys.stderr)
-        return EXIT_FAILED
+    except KeyboardInterrupt:  # before a batch runs (while it runs, ops/interrupts.py handles it)
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:  # a bug or an environment we did not foresee: still one line
         print(
             f"error: unexpected {type(exc).__name__}: {' '.join(str(exc).split())}"
@@ -648,6 +663,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from durable_assets.ops import runner, status
 
+    if args.command in ("run", "resume", "cancel", "backfill", "prune"):
+        from durable_assets.ops.sqlite_locks import wait_for_write_locks
+
+        # A frozen process's SQLite write lock would hang these commands: bounded, named, exit 3.
+        wait_for_write_locks(runner.resolve_dagster_home()[0])
     instance = _instance(args.verbose)
     if args.command == "run":
         _with_progress(

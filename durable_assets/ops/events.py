@@ -16,8 +16,8 @@ from typing import Any
 from dagster import DagsterEventType, DagsterInstance
 
 from durable_assets.kit.errors import UnknownBatchError
-from durable_assets.kit.progress import progress_from_event
-from durable_assets.kit.runlog import LineageFeed, LineageRecord
+from durable_assets.kit.progress import Progress, progress_from_event
+from durable_assets.kit.runlog import LineageFeed, LineageRecord, encode_id
 from durable_assets.kit.sse import ServerSentEvent
 from durable_assets.kit.status_model import BatchStatus, StepEventStatus
 from durable_assets.ops.registry import durable_jobs
@@ -101,3 +101,28 @@ class BatchEventFeed:
     def nothing_left(self) -> bool:
         """A resumed client already has every event of a batch that has ended."""
         return self.resumed and self._feed.ended_at_cursor()
+
+
+class ProgressFollower:
+    """Every progress report of the runs a batch gets from now on, in order: what `job run` and
+    `job resume` print while they work.
+
+    Read from the event log, as the stream is, not by polling the status: a poll shows the step
+    running at that instant, and a step shorter than the interval was never printed (2 -> 4). Every
+    durable step reports its start, so every step it passes through is printed. Runs that exist
+    when the follower is made are left out: a resume shows its own run, not the end of the last.
+    """
+
+    def __init__(self, instance: DagsterInstance, batch_id: str) -> None:
+        self._feed = LineageFeed(
+            instance,
+            lambda: batch_runs(instance, batch_id),
+            {DagsterEventType.ENGINE_EVENT},
+            after=encode_id(len(batch_runs(instance, batch_id)), 0),
+        )
+
+    def poll(self) -> list[Progress]:
+        """The reports settled since the last poll (the feed holds a record back for one poll)."""
+        records, _ended = self._feed.poll()
+        found = (progress_from_event(r.record.event_log_entry.dagster_event) for r in records)
+        return [p for p in found if p is not None]

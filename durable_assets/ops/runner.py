@@ -22,10 +22,17 @@ from dagster import (
     execute_job,
 )
 
+from durable_assets.kit.account_bindings import AccountBindings, mismatch_message
+from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.errors import BatchExistsError, LeaseHeldError, UnknownBatchError
+from durable_assets.kit.errors import (
+    BatchExistsError,
+    LeaseHeldError,
+    ProviderAccountMismatchError,
+    UnknownBatchError,
+)
 from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.modes import DEFAULT_SHARDS, EXECUTOR_TAG, SHARDS_TAG, ExecutorKind
@@ -95,11 +102,14 @@ def start_batch(
     check_batch_id(batch_id)
     durable = durable_jobs().get(job)
     batch_webhooks.settings()  # a broken webhook configuration fails before the run, not after it
+    account = configured_account(instance)  # a provider we cannot use fails before the batch exists
     with _holding_lease(instance, batch_id):
         if batch_runs(instance, batch_id):
             raise BatchExistsError(
                 f"batch {batch_id!r} already exists; use `job resume --id {batch_id}` or a new ID"
             )
+        if account is not None:
+            AccountBindings(DurableDatabase.for_instance(instance)).bind(batch_id, account)
         instance.add_dynamic_partitions(durable.partitions_name, [batch_id])
         config = durable.run_config(str(Path(input_path).resolve()) if input_path else None, size)
         distributed = executor == ExecutorKind.CELERY
@@ -138,6 +148,7 @@ def resume_batch(
         batch_webhooks.notify_batch(instance, batch_id)  # delivers what an earlier process left pending
         return None
     db = DurableDatabase.for_instance(instance)
+    _refuse_other_account(db, batch_id, configured_account(instance))
     _refuse_if_worker_alive(instance, LeaseStore(db, ttl_s=lease_ttl_s()), newest)
     if newest.status not in LIVE:
         # The end this resume leaves is an event even if the process that saw it died before
@@ -192,6 +203,24 @@ def resume_batch(
         crash_point(CrashPoint.RUN_END)
     batch_webhooks.notify_batch(instance, batch_id)
     return None if finished_without_reexecution else _reload(instance, result.run_id)
+
+
+def configured_account(instance: DagsterInstance) -> ProviderAccount | None:
+    """The provider account the code location's effects go to now (None if its jobs name none)."""
+    resolve = durable_jobs().provider_account
+    return None if resolve is None else resolve(Path(instance.root_directory))
+
+
+def _refuse_other_account(db: DurableDatabase, batch_id: str, account: ProviderAccount | None) -> None:
+    """A batch continues only at the account it started with (its keys and provider IDs are there);
+    a batch from before accounts were recorded is bound to the configured one now."""
+    if account is None:
+        return
+    bindings = AccountBindings(db)
+    bound = bindings.get(batch_id)
+    if bound is not None and bound != account:
+        raise ProviderAccountMismatchError(mismatch_message(batch_id, bound, account))
+    bindings.bind(batch_id, account)
 
 
 def _refuse_if_worker_alive(instance: DagsterInstance, leases: LeaseStore, run: DagsterRun) -> None:

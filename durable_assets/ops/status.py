@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from dagster import DagsterEventType, DagsterInstance, DagsterRun, RunsFilter
+from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
+from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.cancel import CancelStore
-from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.launcher import AUTO_RESUME_ATTEMPT_TAG, AUTO_RESUME_MAX_TAG, AUTO_RESUME_OF_TAG
+from durable_assets.kit.leases import Lease, LeaseStore
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.sharding import step_of_shard
@@ -29,10 +31,13 @@ from durable_assets.kit.status_model import (
     BatchStatus,
     BatchStatusModel,
     ProgressModel,
+    ProviderModel,
     StepModel,
     StepStatus,
 )
+from durable_assets.ops.batch_log import blocks, describe_failed_checks, step_failure_reason
 from durable_assets.ops.registry import durable_jobs, job_of_runs
+from durable_assets.settings import settings
 
 BATCH_ID_PATTERN = re.compile(BATCH_ID_REGEX)
 INPUT_VERSION_TAG_PREFIX = "dagster/input_data_version/"
@@ -44,6 +49,20 @@ HELD_FOR_REVIEW_KEY = "held_for_review"
 #: The error a step raises when it stops because the batch was canceled (kit/cancel.py); a step that
 #: ends with it was stopped on request, not failed.
 CANCELED_ERROR = "BatchCanceledError"
+#: Dagster run statuses whose worker may still be alive (or not started yet); ops/reexecution.py's
+#: ``LIVE``, which imports this module.
+_MAY_BE_LIVE = frozenset(
+    {
+        DagsterRunStatus.QUEUED,
+        DagsterRunStatus.NOT_STARTED,
+        DagsterRunStatus.STARTING,
+        DagsterRunStatus.STARTED,
+        DagsterRunStatus.CANCELING,
+    }
+)
+#: Percent shown for a batch whose every step may be done but whose end is not recorded yet (the
+#: last step's count at its end, the moment between its success and the run's): 100 means succeeded.
+NOT_YET_DONE_PERCENT = 99.9
 
 
 def run_status_label(run: DagsterRun) -> BatchStatus:
@@ -58,6 +77,7 @@ _STEP_EVENTS = {
     DagsterEventType.STEP_SKIPPED,
     DagsterEventType.HANDLED_OUTPUT,
     DagsterEventType.ASSET_MATERIALIZATION,
+    DagsterEventType.ASSET_CHECK_EVALUATION,
 }
 
 
@@ -86,6 +106,24 @@ class _Step:
     input_hash: str | None = None
     run_id: str | None = None  # the run of its latest start
     metadata: dict[str, Any] = field(default_factory=dict)  # its latest materialization's, plain values
+    error: str | None = None  # why it failed (its own error), while it stays failed
+    # The failures of its asset's checks since it last started, by check step key: a blocking
+    # check that failed stops the run at this step, whatever Dagster calls the next one.
+    check_failures: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def effective_status(self) -> StepStatus:
+        """Its own status, but failed when a check of its asset failed after it completed."""
+        if self.status == StepStatus.COMPLETED and self.check_failures:
+            return StepStatus.FAILED
+        return self.status
+
+    @property
+    def reason(self) -> str | None:
+        """Why the step failed, or why the batch stopped at it (for ``error`` in the status JSON)."""
+        if self.check_failures and self.effective_status == StepStatus.FAILED:
+            return "; ".join(self.check_failures.values())
+        return self.error
 
 
 def _iso(ts: float | None) -> str | None:
@@ -114,8 +152,33 @@ def _stopped_by_cancel(event: Any) -> bool:
     return CANCELED_ERROR in text
 
 
+def _check_steps(runs: Sequence[DagsterRun]) -> dict[str, str]:
+    """Each asset check's step key -> the step of the asset it checks."""
+    return {
+        checks.node_def.name: key.asset_key.path[-1]
+        for checks in job_of_runs(runs).checks
+        for key in checks.check_keys
+    }
+
+
+def _fold_check_event(step: _Step, check_step: str, event: Any) -> None:
+    kind = event.event_type
+    if kind == DagsterEventType.STEP_START:
+        step.check_failures.pop(check_step, None)  # run again: its last verdict is void
+    elif kind == DagsterEventType.ASSET_CHECK_EVALUATION:
+        evaluation = event.event_specific_data
+        if blocks(evaluation):
+            step.check_failures[check_step] = describe_failed_checks([evaluation])
+        else:
+            step.check_failures.pop(check_step, None)
+    elif kind == DagsterEventType.STEP_FAILURE and check_step not in step.check_failures:
+        # The check itself raised: it never gave a verdict, and the run stops all the same.
+        step.check_failures[check_step] = f"check {check_step} failed: {step_failure_reason(event)}"
+
+
 def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, _Step]:
     steps = {name: _Step(name) for name in job_of_runs(runs).step_keys}
+    check_steps = _check_steps(runs)
     for run in runs:
         run_status = BatchStatus.of_run(run.status)
         for record in instance.all_logs(run.run_id, of_type=_STEP_EVENTS):
@@ -123,6 +186,10 @@ def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
             if event is None or event.step_key is None:
                 continue
             kind = event.event_type
+            checked = steps.get(check_steps.get(event.step_key, ""))
+            if checked is not None:
+                _fold_check_event(checked, event.step_key, event)
+                continue
             if event.step_key not in steps:
                 # A shard of a distributed run counts as its step: started when a shard starts,
                 # failed when one fails; the merged step (same key as the step) completes it.
@@ -136,14 +203,17 @@ def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
                 step.status = StepStatus.IN_PROGRESS
                 step.started_at, step.finished_at = record.timestamp, None
                 step.run_id = run.run_id
+                step.error = None
+                step.check_failures.clear()  # its checks run again after it
             elif kind == DagsterEventType.STEP_SUCCESS:
                 step.status, step.finished_at = StepStatus.COMPLETED, record.timestamp
             elif kind == DagsterEventType.STEP_FAILURE:
                 # A step stopped by a cancel did not fail: it is left for `job resume` to run.
                 step.status = StepStatus.SKIPPED if _stopped_by_cancel(event) else StepStatus.FAILED
                 step.finished_at = record.timestamp
+                step.error = step_failure_reason(event)
             elif kind == DagsterEventType.STEP_SKIPPED and step.status != StepStatus.COMPLETED:
-                step.status = StepStatus.SKIPPED
+                step.status, step.error = StepStatus.SKIPPED, None
             elif kind == DagsterEventType.HANDLED_OUTPUT:
                 path = event.event_specific_data.metadata.get("path")  # type: ignore[union-attr]
                 step.output_ref = str(path.value) if path is not None else step.output_ref
@@ -187,24 +257,79 @@ def held_for_review(steps: Sequence[Any]) -> int:
     return held
 
 
+def _ended_at(steps: list[_Step]) -> int:
+    """The step number a batch that did not succeed ended at: the first failed or skipped step (a
+    check's failure counts as its asset's step), else the first not completed."""
+    stopped = (StepStatus.FAILED, StepStatus.SKIPPED)
+    ended = next((n for n, st in enumerate(steps, 1) if st.effective_status in stopped), None)
+    if ended is None:
+        ended = next((n for n, st in enumerate(steps, 1) if st.status != StepStatus.COMPLETED), len(steps))
+    return ended
+
+
 def _final_progress(
-    status: BatchStatus, steps: list[_Step], report: tuple[Progress, str] | None, labels: Mapping[str, str]
+    status: BatchStatus,
+    steps: list[_Step],
+    report: tuple[Progress, str] | None,
+    labels: Mapping[str, str],
+    lost: bool = False,
 ) -> Progress:
     """A finished batch's progress is its final state: where it ended, and how far that step got."""
     total = len(steps)
     if status == BatchStatus.SUCCEEDED:
         return Progress(total, total, "Succeeded", 0, 0)
-    ended = next(
-        (n for n, st in enumerate(steps, 1) if st.status in (StepStatus.FAILED, StepStatus.SKIPPED)), None
-    )
-    if ended is None:
-        ended = next((n for n, st in enumerate(steps, 1) if st.status != StepStatus.COMPLETED), total)
+    ended = _ended_at(steps)
     step = steps[ended - 1]
     outcome = "Canceled" if status == BatchStatus.CANCELED else "Failed"
+    if lost:
+        outcome += " (worker lost)"
     label = f"{outcome}: {labels.get(step.name, step.name)}"
+    if step.check_failures:
+        label += f" (check {', '.join(_check_names(step))})"
     if report is not None and report[0].step == ended and report[1] == step.run_id and report[0].counted:
         return Progress(ended, total, label, report[0].done, report[0].of)
     return Progress(ended, total, label, 0, 0)
+
+
+def _check_names(step: _Step) -> list[str]:
+    """The failed checks' names, from their step keys (``<asset>_<check>``)."""
+    prefix = f"{step.name}_"
+    return [key[len(prefix) :] if key.startswith(prefix) else key for key in step.check_failures]
+
+
+def worker_lost(instance: DagsterInstance, run: DagsterRun, lease: Lease | None, ttl_s: float) -> bool:
+    """Whether ``run`` looks alive in Dagster while its worker is dead: `job resume`'s takeover rule.
+
+    The worker (for a distributed run, its orchestrator: the `job run` process or the daemon's run
+    worker) renews the batch's lease; a lapsed lease of this run means it is dead. A run that never
+    took the lease is dead only once it started (or was created by a CLI process, which adopts the
+    lease it holds) more than a TTL ago; a queued run of the daemon's has not started and is not.
+    """
+    if run.status not in _MAY_BE_LIVE:
+        return False
+    t = now()
+    if lease is not None and lease.is_live(t):
+        return False
+    if lease is not None and lease.run_id == run.run_id:
+        return True
+    record = instance.get_run_record_by_id(run.run_id)
+    started = record.start_time if record and record.start_time else None
+    if started is None:
+        # Not started: queued for the daemon, or a CLI process that died right after creating it
+        # (dead once the lease it took for the run has lapsed).
+        return run.remote_job_origin is None and lease is not None
+    return t - started >= ttl_s
+
+
+def _lost_reason(batch_id: str, status: BatchStatus, lease: Lease | None) -> str:
+    """The sentence a batch whose worker died ends with: who, since when, and what continues it."""
+    holder = f"{lease.owner} " if lease is not None else ""
+    since = f" {now() - lease.expires_at:.0f} s ago" if lease is not None else ""
+    what = "canceled after its" if status == BatchStatus.CANCELED else "its"
+    return (
+        f"{what} worker {holder}was lost (its lease lapsed{since}); "
+        f"continue with `job resume --id {batch_id}`"
+    )
 
 
 def _live_progress(
@@ -258,6 +383,15 @@ def auto_resume_summary(runs: Sequence[DagsterRun]) -> AutoResumeModel | None:
     )
 
 
+def _provider(db: DurableDatabase, batch_id: str) -> ProviderModel | None:
+    bound = AccountBindings(db).get(batch_id)
+    return (
+        None
+        if bound is None
+        else ProviderModel(kind=bound.kind, account=bound.account, livemode=bound.livemode)
+    )
+
+
 def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> dict[str, Any]:
     """The status JSON of docs/contract.md, as a plain dict for the CLI, the API and webhooks.
 
@@ -272,6 +406,12 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     status = BatchStatus.of_run(runs[-1].status)
     if status == BatchStatus.RUNNING and CancelStore(db).is_requested(batch_id):
         status = BatchStatus.CANCELING
+    # A run Dagster still calls running whose worker is dead has ended: derived here, never written
+    # (status is read-only; `job resume` records the dead run's failure when it takes over).
+    lease = LeaseStore(db).get(batch_id)
+    lost = worker_lost(instance, runs[-1], lease, settings().lease_ttl_s)
+    if lost:
+        status = BatchStatus.CANCELED if status == BatchStatus.CANCELING else BatchStatus.FAILED
     # Progress before steps: an older report with newer step states can only undercount the running
     # step, so percent_complete never goes backwards between two polls (the other order could pair a
     # finished step's report with a snapshot taken before it finished, and drop a step's worth).
@@ -280,9 +420,11 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     labels = {st.key: st.label for st in job.steps}
     folded = _fold_steps(instance, runs)
     steps = list(folded.values())
+    if lost:
+        _end_lost_run(steps, runs[-1].run_id, status, _lost_reason(batch_id, status, lease))
     completed = sum(1 for st in steps if st.status == StepStatus.COMPLETED)
     if status.terminal:
-        progress: Progress | None = _final_progress(status, steps, report, labels)
+        progress: Progress | None = _final_progress(status, steps, report, labels, lost)
     else:
         progress = _live_progress(steps, report, runs[-1].run_id, labels)
     fraction = 0.0
@@ -292,7 +434,9 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         in_progress = 0 <= index < len(steps) and steps[index].status == StepStatus.IN_PROGRESS
         fraction = min(progress.done / progress.of, 1.0) if in_progress else 0.0
     percent = (
-        100.0 if status == BatchStatus.SUCCEEDED else round(100.0 * (completed + fraction) / len(steps), 1)
+        100.0
+        if status == BatchStatus.SUCCEEDED
+        else min(round(100.0 * (completed + fraction) / len(steps), 1), NOT_YET_DONE_PERCENT)
     )
     held = held_for_review([st.metadata for st in steps])
     model = BatchStatusModel(
@@ -306,11 +450,13 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         held_for_review=held,
         auto_resume=auto_resume_summary(runs),
         **_lineage_times(instance, runs),
+        provider=_provider(db, batch_id),
         steps=[
             StepModel(
                 step=n,
                 step_name=st.name,
-                status=st.status,
+                status=st.effective_status,
+                error=st.reason,
                 executions=st.executions,
                 input_hash=st.input_hash,
                 output_ref=st.output_ref,
@@ -323,6 +469,16 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         else None,
     )
     return model.as_json()
+
+
+def _end_lost_run(steps: list[_Step], run_id: str, status: BatchStatus, reason: str) -> None:
+    """The dead run's steps as its end leaves them: the running one failed (or skipped, when the
+    batch was being canceled), and the reason on the step it stopped at."""
+    for step in steps:
+        if step.status == StepStatus.IN_PROGRESS and step.run_id == run_id:
+            step.status = StepStatus.SKIPPED if status == BatchStatus.CANCELED else StepStatus.FAILED
+    # Died between two steps, the step is the next one (still pending): where `job resume` goes on.
+    steps[_ended_at(steps) - 1].error = reason
 
 
 def list_batches(instance: DagsterInstance, *, job: str | None = None) -> list[dict[str, Any]]:

@@ -73,6 +73,16 @@ class Summary:
         return "\n".join(out)
 
 
+def provider_line(provider: Mapping[str, Any] | None) -> str | None:
+    """Which account the batch's effects went to, and whether that was real money."""
+    if not provider:
+        return None
+    where = f"{provider['kind']} account {provider['account']}"
+    if provider["kind"] == "embedded":
+        return f"provider: {where} (inside this instance: no real money moved)"
+    return f"provider: {where} ({'LIVE mode: real money' if provider['livemode'] else 'test mode'})"
+
+
 def _wrap_items(first: str, items: list[str]) -> list[str]:
     """``first`` then ``items`` joined by ", ", wrapped between items (never inside ``USD 1.00``)."""
     lines, current = [], first

@@ -36,10 +36,12 @@ from stripe.params import (
     CustomerListParams,
 )
 
+from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.errors import (
     DurableError,
     IdempotencyKeyInFlightError,
     IdempotencyKeyMismatchError,
+    ProviderConfigError,
     ProviderRejectedError,
     ProviderResponseMismatchError,
     TransientProviderError,
@@ -118,12 +120,16 @@ class RefundGateway(Protocol):
 
 @dataclass(frozen=True)
 class Customer:
+    """``deleted``: deleted at the provider, which still answers its id (Stripe's ``deleted: true``)
+    but nothing else about it; every other field is then empty."""
+
     id: str
     email: str | None
     name: str | None
     balance: int
     currency: str | None
     metadata: dict[str, str] = field(default_factory=dict, hash=False)
+    deleted: bool = False
 
     @property
     def idempotency_key(self) -> str | None:
@@ -161,7 +167,13 @@ class CustomerGateway(Protocol):
         self, *, email: str | None, name: str | None, metadata: dict[str, str], idempotency_key: str
     ) -> Customer: ...
 
-    def retrieve_customer(self, customer_id: str) -> Customer: ...
+    def retrieve_customer(self, customer_id: str) -> Customer:
+        """The customer; a deleted one is returned (``deleted=True``), not raised."""
+        ...
+
+    def delete_customer(self, customer_id: str) -> Customer:
+        """Deletes at the provider; answers the deleted customer. Deleting it again is a 404."""
+        ...
 
     def list_customers(self, *, email: str | None = None) -> list[Customer]: ...
 
@@ -182,9 +194,15 @@ class CustomerGateway(Protocol):
 
     def list_balance_transactions(self, customer_id: str) -> list[BalanceTransaction]: ...
 
+    def retrieve_balance_transaction(self, customer_id: str, transaction_id: str) -> BalanceTransaction: ...
+
     def latest_balance_transaction(self, customer_id: str) -> BalanceTransaction | None:
         """The customer's newest balance transaction (one request), or None if it has none: its id
         names the balance's current version, its ``ending_balance`` is the balance."""
+        ...
+
+    def account(self) -> ProviderAccount:
+        """The provider account this gateway talks to: the ledger namespaces every key by it."""
         ...
 
 
@@ -342,6 +360,10 @@ def _optional(body: Mapping[str, Any], name: str) -> str | None:
 
 def parse_customer(body: object) -> Customer:
     data = _object(body, "customer")
+    if data.get("deleted") is True:
+        return Customer(
+            id=_field(data, "id", str), email=None, name=None, balance=0, currency=None, deleted=True
+        )
     return Customer(
         id=_field(data, "id", str),
         email=_optional(data, "email"),
@@ -368,6 +390,47 @@ def parse_balance_transaction(body: object) -> BalanceTransaction:
         type=_field(data, "type", str),
         metadata=_metadata(data),
     )
+
+
+#: Stripe's account ids; anything else is not an account we can namespace a ledger by.
+_ACCOUNT_PREFIX = "acct_"
+#: Keys whose requests move real money (secret and restricted live keys).
+_LIVE_KEY_PREFIXES = ("sk_live_", "rk_live_")
+
+
+def parse_account_id(body: object) -> str:
+    """The account's id, failing closed: the ledger namespaces every effect by it, so an answer
+    without a real ``acct_`` id must never become a namespace."""
+    data = _object(body, "account")
+    account_id = data.get("id")
+    if (
+        not isinstance(account_id, str)
+        or not account_id.startswith(_ACCOUNT_PREFIX)
+        or account_id == _ACCOUNT_PREFIX
+    ):
+        raise _mismatch("an account without an acct_ id", body)
+    return account_id
+
+
+def is_live_key(api_key: str) -> bool:
+    """Stripe's mode is the key's: ``sk_live_``/``rk_live_`` keys move real money, others do not."""
+    return api_key.startswith(_LIVE_KEY_PREFIXES)
+
+
+def _checked_deleted(body: object, customer_id: str) -> Customer:
+    customer = parse_customer(body)
+    _expect(body, "a deleted customer", customer.id, customer_id)
+    _expect(body, "a customer deleted flag of", customer.deleted, True)
+    return customer
+
+
+def _checked_balance_transaction_of(
+    body: object, customer_id: str, transaction_id: str
+) -> BalanceTransaction:
+    transaction = parse_balance_transaction(body)
+    _expect(body, "balance transaction", transaction.id, transaction_id)
+    _expect(body, "a balance transaction of customer", transaction.customer_id, customer_id)
+    return transaction
 
 
 def _checked_customer(body: object, *, email: str | None, name: str | None, idempotency_key: str) -> Customer:
@@ -594,6 +657,17 @@ class EmbeddedGateway(_GatewayBase):
     def retrieve_customer(self, customer_id: str) -> Customer:
         return parse_customer(_embedded_call(lambda: self._store.retrieve_customer(customer_id)))
 
+    def delete_customer(self, customer_id: str) -> Customer:
+        return _checked_deleted(_embedded_call(lambda: self._store.delete_customer(customer_id)), customer_id)
+
+    def retrieve_balance_transaction(self, customer_id: str, transaction_id: str) -> BalanceTransaction:
+        body = _embedded_call(lambda: self._store.retrieve_balance_transaction(customer_id, transaction_id))
+        return _checked_balance_transaction_of(body, customer_id, transaction_id)
+
+    def account(self) -> ProviderAccount:
+        """The store file's own id; never live: no real money moves here."""
+        return ProviderAccount("embedded", parse_account_id(self._store.account()), livemode=False)
+
     def list_customers(self, *, email: str | None = None) -> list[Customer]:
         def page(starting_after: str | None) -> JsonObject:
             return _embedded_call(
@@ -725,12 +799,18 @@ class StripeGateway(_GatewayBase):
         super().__init__(page_size=page_size)
         self._base_url = base_url.rstrip("/")
         self._timeout_s = timeout_s
+        self._livemode = is_live_key(api_key)
+        self._http = stripe.RequestsClient(timeout=timeout_s)
         self._client = stripe.StripeClient(
             api_key,
             base_addresses={"api": self._base_url},
             max_network_retries=0,
-            http_client=stripe.RequestsClient(timeout=timeout_s),
+            http_client=self._http,
         )
+
+    def close(self) -> None:
+        """Closes this thread's keep-alive session (other threads' close with their threads)."""
+        self._http.close()
 
     def stats(self) -> dict[str, int]:
         """The simulator's counters (``GET /_sim/stats``); real Stripe has no such route."""
@@ -764,6 +844,20 @@ class StripeGateway(_GatewayBase):
 
     def retrieve_customer(self, customer_id: str) -> Customer:
         return parse_customer(_sdk_call(lambda: self._client.v1.customers.retrieve(customer_id)))
+
+    def delete_customer(self, customer_id: str) -> Customer:
+        return _checked_deleted(_sdk_call(lambda: self._client.v1.customers.delete(customer_id)), customer_id)
+
+    def retrieve_balance_transaction(self, customer_id: str, transaction_id: str) -> BalanceTransaction:
+        body = _sdk_call(
+            lambda: self._client.v1.customers.balance_transactions.retrieve(customer_id, transaction_id)
+        )
+        return _checked_balance_transaction_of(body, customer_id, transaction_id)
+
+    def account(self) -> ProviderAccount:
+        """``GET /v1/account``'s id; the mode is the key's, as at Stripe (one account, two modes)."""
+        body = _sdk_call(lambda: self._client.v1.accounts.retrieve_current())
+        return ProviderAccount("stripe", parse_account_id(body), livemode=self._livemode)
 
     def list_customers(self, *, email: str | None = None) -> list[Customer]:
         def page(starting_after: str | None) -> object:
@@ -925,7 +1019,7 @@ def gateway_from_settings(
     if not payments_url:
         return EmbeddedGateway(embedded_path)
     if not api_key:
-        raise UsageError(
+        raise ProviderConfigError(
             "DURABLE_PAYMENTS_URL is set but STRIPE_API_KEY is not: set the provider's API key "
             "(for the simulator, any sk_test_ key unless it was started with --api-key), "
             "or unset DURABLE_PAYMENTS_URL to use the embedded provider."

@@ -1,15 +1,31 @@
-"""The payment provider as a Dagster resource, shared by every pipeline that talks to it."""
+"""The payment provider as a Dagster resource, shared by every pipeline that talks to it, and the
+CLI's way of asking which provider account a batch would talk to before the batch exists."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
+from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.errors import (
+    ProviderConfigError,
+    ProviderError,
+    ProviderRejectedError,
+    ProviderResponseMismatchError,
+    ProviderUnavailableError,
+)
 from durable_assets.kit.modes import EXECUTOR_TAG, ExecutorKind
-from durable_assets.kit.pacing import Backoff, RateLimiter, account_limiter, shared_limiter
+from durable_assets.kit.pacing import (
+    Backoff,
+    RateLimiter,
+    account_limiter,
+    call_with_retries,
+    shared_limiter,
+)
 from durable_assets.payments.gateway import (
     CustomerGateway,
     EmbeddedGateway,
@@ -49,8 +65,11 @@ class PaymentGateway(ConfigurableResource):
     _gateway: EmbeddedGateway | StripeGateway | None = PrivateAttr(default=None)
     _provider: str = PrivateAttr(default="")
     _shared: RateLimiter | None = PrivateAttr(default=None)
+    _account: ProviderAccount | None = PrivateAttr(default=None)
+    _account_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._account = None
         embedded = str(instance_dir(context) / "payments.db")
         self._gateway = gateway_from_settings(self.payments_url, self.api_key, embedded)
         self._provider = self.payments_url or f"embedded:{embedded}"
@@ -73,6 +92,19 @@ class PaymentGateway(ConfigurableResource):
         """Customers and their balance transactions."""
         return self._open()
 
+    @property
+    def account(self) -> ProviderAccount:
+        """The provider account this run talks to, asked once (paced and retried like any call)
+        the first time a step needs it, then kept for the run: one request, not one per step."""
+        gateway = self._open()
+        with self._account_lock:
+            if self._account is None:
+                answer = call_with_retries(
+                    lambda: {"account": gateway.account()}, self.limiter(), self.backoff()
+                )
+                self._account = answer["account"]
+            return self._account
+
     def _open(self) -> EmbeddedGateway | StripeGateway:
         if self._gateway is None:
             raise RuntimeError("PaymentGateway used outside a run")
@@ -89,3 +121,71 @@ class PaymentGateway(ConfigurableResource):
 
     def backoff(self) -> Backoff:
         return Backoff(down_budget_s=self.provider_down_budget_seconds)
+
+
+#: How long the CLI lets the provider answer 429s and 5xx before calling it unusable: long enough
+#: for a provider that is briefly busy, short enough that a wrong URL is reported in seconds.
+RESOLVE_BUDGET_S = 10.0
+
+
+def resolve_provider_account(
+    payments_url: str | None,
+    api_key: str | None,
+    instance_root: Path,
+    *,
+    budget_s: float = RESOLVE_BUDGET_S,
+) -> ProviderAccount:
+    """The account a batch of this instance would talk to, asked before the batch exists, so a
+    provider unusable as configured is a one-line usage error (exit 2) instead of a failed step.
+
+    Opens the gateway the resource would open (the embedded store at ``instance_root/payments.db``
+    when ``payments_url`` is unset), asks for its account and closes it. Transient faults (429,
+    5xx, no answer) are retried for ``budget_s``.
+    """
+    gateway = gateway_from_settings(payments_url, api_key, str(instance_root / "payments.db"))
+    try:
+        answer = call_with_retries(
+            lambda: {"account": gateway.account()}, RateLimiter(), Backoff(down_budget_s=budget_s)
+        )
+        account: ProviderAccount = answer["account"]
+        return account
+    except ProviderUnavailableError as error:
+        raise ProviderConfigError(
+            f"The payment provider at DURABLE_PAYMENTS_URL={payments_url} gave no usable answer for "
+            f"{budget_s:g} s ({_cause(error)}): start it, or correct DURABLE_PAYMENTS_URL "
+            "(unset it to use the embedded provider)."
+        ) from error
+    except ProviderRejectedError as error:
+        if error.http_status in (401, 403):
+            raise ProviderConfigError(
+                f"The payment provider at DURABLE_PAYMENTS_URL={payments_url} refused STRIPE_API_KEY "
+                f"(HTTP {error.http_status}): set STRIPE_API_KEY to a secret key of that account."
+            ) from error
+        raise ProviderConfigError(
+            f"DURABLE_PAYMENTS_URL={payments_url} did not answer GET /v1/account as a Stripe-compatible "
+            f"API would ({_cause(error)}): point DURABLE_PAYMENTS_URL at the API's base URL."
+        ) from error
+    except ProviderResponseMismatchError as error:
+        raise ProviderConfigError(
+            f"DURABLE_PAYMENTS_URL={payments_url} answered GET /v1/account without a Stripe account id, "
+            "so its effects could not be told apart from another account's: point DURABLE_PAYMENTS_URL "
+            "at a Stripe-compatible API."
+        ) from error
+    finally:
+        gateway.close()
+
+
+#: Network failures worth naming in a one-line error; the transport's own text is a paragraph.
+_NETWORK_REASONS = ("Connection refused", "timed out", "Name or service not known", "No route to host")
+
+
+def _cause(error: BaseException) -> str:
+    """The provider's last answer in a few words: its status and message, or why there was none."""
+    last = error.__cause__ or error.__context__
+    text = " ".join(str(last if last else error).split())
+    if last is None:  # the down budget's error quotes the last answer instead of chaining it
+        text = text.partition("Last answer: ")[2] or text
+    if (isinstance(last, ProviderError) and last.http_status is None) or "no answer from" in text:
+        reason = next((reason for reason in _NETWORK_REASONS if reason.lower() in text.lower()), "")
+        return f"no answer: {reason.lower()}" if reason else "no answer"
+    return text.removeprefix("Payment provider: ").partition(". Retry")[0][:200]

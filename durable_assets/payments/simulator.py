@@ -17,20 +17,30 @@ with ``--api-key``, else any ``sk_test_`` key):
 * ``GET /v1/charges/{id}`` and ``GET /v1/charges/{id}/refunds`` (the URL of a charge's refund list)
 * ``POST /v1/customers`` (``email``, ``name``, ``metadata[...]``, ``Idempotency-Key``),
   ``GET /v1/customers/{id}``, ``GET /v1/customers?limit=&starting_after=&ending_before=&email=``
+* ``DELETE /v1/customers/{id}`` (Stripe's semantics: the id then answers ``deleted: true``, lists
+  leave it out, writes on it and a second delete are 404)
 * ``POST /v1/customers/{id}/balance_transactions`` (``amount``, ``currency``, ``description``,
-  ``metadata[...]``, ``Idempotency-Key``) and ``GET /v1/customers/{id}/balance_transactions``
+  ``metadata[...]``, ``Idempotency-Key``), ``GET /v1/customers/{id}/balance_transactions`` and
+  ``GET /v1/customers/{id}/balance_transactions/{txn}``
+* ``GET /v1/account``: the account this ``--db`` file is, its id made once with the file
 * ``expand[]`` on all of them (``expand[]=charge`` on a refund, ``expand[]=customer`` on a balance
   transaction, ``expand[]=data.charge`` on a list); expansion is applied to the answer, so an
   idempotent replay is expanded afresh
 * ``GET /_sim/stats`` and ``GET /healthz`` (no auth, no faults)
 
-Every fault applies to every ``/v1`` route alike; a lost response drops the answer of any POST
-after its work is committed.
+Every fault applies to every ``/v1`` route alike; a lost response drops the answer of any POST or
+DELETE after its work is committed.
 
-Order of checks for a ``/v1`` request: route (404), auth (401), refund request counted in
-``refund_requests``, rate limit (429), in-flight idempotency key (409), latency, injected error
-(500), processing, lost response. 401 and 429 answers are immediate: a real edge rejects them
-before any work. Unauthenticated requests are not counted.
+Order of checks for a ``/v1`` request: counted in ``requests``, route (404), auth (400 for two
+``Authorization`` headers, 401), refund request counted in ``refund_requests``, rate limit (429),
+in-flight idempotency key (409), latency, injected error (500), processing, lost response. 401 and
+429 answers are immediate: a real edge rejects them before any work. Unauthenticated requests are
+not counted in ``refund_requests``.
+
+``requests`` (in ``/_sim/stats``) is every ``/v1`` request this process received, whatever its
+answer. Unlike the other counters it is kept in memory, not in the ``--db`` file, so it restarts at
+0 with the process: it counts traffic, not effects, and persisting it would cost a synced write
+(~2 ms measured) on every request, reads included, which would make the simulator the bottleneck.
 
 ``Retry-After`` on 429 is a whole number of seconds, rounded up and at least 1, because RFC 9110
 allows only integers there and strict clients reject anything else; rounding up keeps the promise
@@ -189,6 +199,7 @@ class SimulatorServer(ThreadingHTTPServer):
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._in_flight: set[tuple[str, str]] = set()
+        self._requests = 0
         self._connections: set[socket.socket] = set()
         self._idle = threading.Condition(self._lock)
         super().__init__(address, SimulatorHandler)
@@ -223,6 +234,17 @@ class SimulatorServer(ThreadingHTTPServer):
         """The rate limiter's verdict: ``None`` to proceed, else seconds to wait."""
         bucket = self._bucket
         return None if bucket is None else bucket.take()
+
+    def received(self) -> None:
+        """Counts one ``/v1`` request, before anything can reject it."""
+        with self._lock:
+            self._requests += 1
+
+    def stats(self) -> dict[str, int]:
+        """The store's counters plus this process's ``requests``."""
+        with self._lock:
+            requests = self._requests
+        return {**self.store.stats(), "requests": requests}
 
     def roll(self, rate: float) -> bool:
         if rate <= 0.0:
@@ -408,6 +430,8 @@ class SimulatorHandler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         path, _, query = self.path.partition("?")
+        if path == "/v1" or path.startswith("/v1/"):
+            self.server.received()
         try:
             body = self._read_body()
         except _ClientGone:
@@ -420,7 +444,7 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         if path == "/healthz":
             self._send(_Response(200, {"status": "ok"}))
         elif path == "/_sim/stats" and self.command == "GET":
-            self._send(_Response(200, dict(self.server.store.stats())))
+            self._send(_Response(200, dict(self.server.stats())))
         else:
             self._handle_api(path, query if self.command == "GET" else body)
 
@@ -458,7 +482,17 @@ class SimulatorHandler(BaseHTTPRequestHandler):
                 self._handle_admitted(route, encoded_params)
 
     def _authenticate(self) -> _Response | None:
-        """``None`` when the request carries an accepted key, else Stripe's 401 for its case."""
+        """``None`` when the request carries an accepted key, else Stripe's 400 or 401 for its case.
+
+        Two ``Authorization`` headers are refused outright: which one a server or a proxy on the
+        way reads is not defined, so one could authenticate a request the other did not mean.
+        """
+        if len(self.headers.get_all("Authorization") or []) > 1:
+            return _error_response(
+                invalid_request(
+                    "The request has more than one Authorization header; send your API key in exactly one."
+                )
+            )
         key = api_key_from(self.headers.get("Authorization"))
         if not key:
             return _unauthorized(_MISSING_KEY)
@@ -495,7 +529,7 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         if self.server.roll(faults.error_rate):
             return _api_error("An injected error occurred; nothing was processed. Retry with the same key.")
         response = _run_route(self.server.store, route, encoded_params, key)
-        if self.command == "POST" and self.server.roll(faults.lost_response_rate):
+        if self.command in ("POST", "DELETE") and self.server.roll(faults.lost_response_rate):
             return None
         return response
 
@@ -526,6 +560,8 @@ class SimulatorHandler(BaseHTTPRequestHandler):
 
 
 def _match_route(method: str, path: str) -> _Route | None:
+    if method == "GET" and path == "/v1/account":
+        return _Route("account", _retrieve_account)
     if method == "POST" and path == "/v1/charges":
         return _Route("charges", _create_charge)
     if method == "POST" and path == "/v1/refunds":
@@ -561,6 +597,17 @@ def _match_customer_route(method: str, path: str) -> _Route | None:
         return None
     if method == "GET" and not slash:
         return _Route("customers.retrieve", _retrieve_customer, path_id=customer_id)
+    if method == "DELETE" and not slash:
+        return _Route("customers.delete", _delete_customer, path_id=customer_id)
+    transactions = "balance_transactions/"
+    if method == "GET" and rest.startswith(transactions) and "/" not in rest[len(transactions) :]:
+        transaction_id = unquote(rest[len(transactions) :])
+        if transaction_id:
+            return _Route(
+                "customers.balance_transactions.retrieve",
+                _retrieve_balance_transaction,
+                path_id=f"{customer_id}/{transaction_id}",
+            )
     if rest == "balance_transactions" and method == "POST":
         return _Route("customers.balance_transactions", _create_balance_transaction, path_id=customer_id)
     if rest == "balance_transactions" and method == "GET":
@@ -662,6 +709,28 @@ def _retrieve_customer(store: PaymentStore, params: _Params, _key: str | None, c
     return _expanded(store, store.retrieve_customer(customer), params.expand)
 
 
+def _delete_customer(store: PaymentStore, params: _Params, _key: str | None, customer: str) -> JsonObject:
+    _reject_unknown(params, set(), allow_metadata=False)
+    _check_expand("deleted_customer", params.expand)
+    return store.delete_customer(customer)
+
+
+def _retrieve_account(store: PaymentStore, params: _Params, _key: str | None, _: str) -> JsonObject:
+    _reject_unknown(params, set(), allow_metadata=False)
+    _check_expand("account", params.expand)
+    return store.account()
+
+
+def _retrieve_balance_transaction(
+    store: PaymentStore, params: _Params, _key: str | None, path_id: str
+) -> JsonObject:
+    """``path_id`` is ``customer/transaction``: both ids come from the path (neither holds a ``/``)."""
+    _reject_unknown(params, set(), allow_metadata=False)
+    _check_expand("customer_balance_transaction", params.expand)
+    customer, _, transaction = path_id.partition("/")
+    return _expanded(store, store.retrieve_balance_transaction(customer, transaction), params.expand)
+
+
 def _list_customers(store: PaymentStore, params: _Params, _key: str | None, _: str) -> JsonObject:
     _reject_unknown(params, {"limit", "starting_after", "ending_before", "email"}, allow_metadata=False)
     _check_list_expand("customer", params.expand)
@@ -747,6 +816,9 @@ _EXPANDABLE: dict[str, dict[str, str | None]] = {
         "credit_note": None,
         "invoice": None,
     },
+    # nothing in either is an expandable ID the simulator serves
+    "account": {},
+    "deleted_customer": {},
 }
 
 

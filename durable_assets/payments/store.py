@@ -129,9 +129,42 @@ CREATE TABLE customer_balance_transactions (
 );
 CREATE INDEX balance_transactions_by_customer ON customer_balance_transactions (customer, seq);
 """
+# The provider account (issue #20): the ledger files every effect under the account it went to,
+# so a store file must name itself, stably, as a Stripe account does. One row, made when the file
+# gets this version (new or upgraded), inside the migration's write transaction, so two processes
+# opening an old file at once agree on one id. Deleted customers stay as rows marked ``deleted``:
+# Stripe still answers their id (``deleted: true``) and their balance transactions must not dangle.
+_SCHEMA_V3 = """
+CREATE TABLE account (
+    singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+    id TEXT NOT NULL,
+    created INTEGER NOT NULL
+);
+ALTER TABLE customers ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
+"""
+#: Stripe's account ids: ``acct_`` and 16 letters or digits.
+ACCOUNT_ID_LENGTH = 16
+
+
+def _migrate_v3(conn: sqlite3.Connection) -> None:
+    _run_script(conn, _SCHEMA_V3)
+    account_id = "acct_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(ACCOUNT_ID_LENGTH))
+    conn.execute(
+        "INSERT INTO account (singleton, id, created) VALUES (1, ?, ?)", (account_id, int(time.time()))
+    )
+
+
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    # Not executescript(): on Python 3.11 it commits the open transaction first.
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
 #: Migration N brings a file from ``user_version`` N to N+1; applied in order, never edited once
-#: released (version 1 used IF NOT EXISTS and is kept as it shipped).
-_MIGRATIONS = (_SCHEMA_V1, _SCHEMA_V2)
+#: released (version 1 used IF NOT EXISTS and is kept as it shipped). A migration is SQL, or a
+#: function of the connection when it must make values (the account id) SQL cannot.
+_MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (_SCHEMA_V1, _SCHEMA_V2, _migrate_v3)
 
 _STAT_NAMES = (
     "refund_requests",
@@ -139,6 +172,7 @@ _STAT_NAMES = (
     "idempotent_replays",
     "customers_created",
     "balance_transactions_created",
+    "customers_deleted",
 )
 
 
@@ -215,7 +249,7 @@ class _Outcome:
 
 class PaymentStore:
     """Charges, refunds, customers, balance transactions, idempotency keys and counters in one
-    SQLite file (WAL).
+    SQLite file (WAL), which is one provider account (:attr:`account_id`).
 
     Safe to share between threads of a process and between processes opening the same path.
     """
@@ -395,8 +429,14 @@ class PaymentStore:
         )
 
     def retrieve_customer(self, customer_id: str) -> JsonObject:
+        """The customer, or for a deleted one Stripe's ``{"id", "object", "deleted": true}``."""
         with self._read() as conn:
-            return _customer_body(_require_customer(conn, customer_id, param="id"))
+            row = conn.execute(f"{_CUSTOMER_SELECT} WHERE id = ?", (customer_id,)).fetchone()
+        if row is not None and row[-1]:
+            return _deleted_customer_body(customer_id)
+        if row is None:
+            raise _no_such_customer(customer_id, "id")
+        return _customer_body(tuple(row))
 
     def list_customers(
         self,
@@ -413,7 +453,7 @@ class PaymentStore:
             rows, has_more = _paginate(
                 conn,
                 _CUSTOMER_SELECT,
-                "(?1 IS NULL OR email = ?1)",
+                "deleted = 0 AND (?1 IS NULL OR email = ?1)",
                 (email,),
                 _Cursor("customers", "customer", starting_after, ending_before),
                 limit,
@@ -472,6 +512,60 @@ class PaymentStore:
             )
         url = f"/v1/customers/{customer}/balance_transactions"
         return _list_body([_balance_transaction_body(row) for row in rows], has_more, url)
+
+    def retrieve_balance_transaction(self, customer: str, transaction_id: str) -> JsonObject:
+        """One of the customer's balance transactions; another customer's is missing here, as at Stripe."""
+        with self._read() as conn:
+            _require_customer(conn, customer, param="customer")
+            row = conn.execute(
+                f"{_BALANCE_TRANSACTION_SELECT} WHERE id = ? AND customer = ?", (transaction_id, customer)
+            ).fetchone()
+        if row is None:
+            raise StripeApiError(
+                404,
+                "invalid_request_error",
+                "resource_missing",
+                f"No such customer balance transaction: '{transaction_id}'",
+                "id",
+            )
+        return _balance_transaction_body(row)
+
+    def delete_customer(self, customer_id: str) -> JsonObject:
+        """Stripe's delete: the id keeps answering (``deleted: true``), lists and writes no longer
+        see the customer, and deleting it again is a 404."""
+        with self._write() as conn:
+            _require_customer(conn, customer_id, param="id")
+            conn.execute("UPDATE customers SET deleted = 1 WHERE id = ?", (customer_id,))
+            _bump(conn, "customers_deleted")
+        return _deleted_customer_body(customer_id)
+
+    # --- the account -----------------------------------------------------------------------------
+
+    @property
+    def account_id(self) -> str:
+        """``acct_...``, made once with the file and never changed: the account this file *is*."""
+        return self._account[0]
+
+    def account(self) -> JsonObject:
+        """Stripe's account object for this file, as ``GET /v1/account`` answers for one's own
+        account: a test-mode standard account that can charge and pay out."""
+        account_id, created = self._account
+        return {
+            "id": account_id,
+            "object": "account",
+            "business_profile": None,
+            "business_type": None,
+            "charges_enabled": True,
+            "country": "US",
+            "created": created,
+            "default_currency": "usd",
+            "details_submitted": True,
+            "email": None,
+            "metadata": {},
+            "payouts_enabled": True,
+            "settings": None,
+            "type": "standard",
+        }
 
     # --- operations ------------------------------------------------------------------------------
 
@@ -557,11 +651,13 @@ class PaymentStore:
                     f"up to {len(_MIGRATIONS)}. Use the newer durable-assets that wrote it."
                 )
             for migration in _MIGRATIONS[version:]:
-                # Not executescript(): on Python 3.11 it commits the open transaction first.
-                for statement in migration.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
+                if isinstance(migration, str):
+                    _run_script(conn, migration)
+                else:
+                    migration(conn)
             conn.execute(f"PRAGMA user_version = {len(_MIGRATIONS)}")
+            row = conn.execute("SELECT id, created FROM account").fetchone()
+        self._account: tuple[str, int] = (str(row[0]), int(row[1]))
 
 
 # --- connection ----------------------------------------------------------------------------------
@@ -918,7 +1014,7 @@ def _paginate(
 # --- customers and balance transactions ----------------------------------------------------------
 
 _CUSTOMER_SELECT = (
-    "SELECT id, email, name, metadata, currency, balance, invoice_prefix, created FROM customers"
+    "SELECT id, email, name, metadata, currency, balance, invoice_prefix, created, deleted FROM customers"
 )
 _BALANCE_TRANSACTION_SELECT = (
     "SELECT id, customer, amount, currency, description, metadata, ending_balance, created"
@@ -991,19 +1087,28 @@ def _insert_balance_transaction(conn: sqlite3.Connection, params: JsonObject) ->
 
 
 def _require_customer(conn: sqlite3.Connection, customer_id: str, *, param: str) -> tuple[Any, ...]:
-    row = conn.execute(f"{_CUSTOMER_SELECT} WHERE id = ?", (customer_id,)).fetchone()
+    """A customer that exists and is not deleted: Stripe answers 404 to writes on a deleted one."""
+    row = conn.execute(f"{_CUSTOMER_SELECT} WHERE id = ? AND deleted = 0", (customer_id,)).fetchone()
     if row is None:
-        raise StripeApiError(
-            404, "invalid_request_error", "resource_missing", f"No such customer: '{customer_id}'", param
-        )
+        raise _no_such_customer(customer_id, param)
     return tuple(row)
+
+
+def _no_such_customer(customer_id: str, param: str) -> StripeApiError:
+    return StripeApiError(
+        404, "invalid_request_error", "resource_missing", f"No such customer: '{customer_id}'", param
+    )
+
+
+def _deleted_customer_body(customer_id: str) -> JsonObject:
+    return {"id": customer_id, "object": "customer", "deleted": True}
 
 
 def _customer_body(row: tuple[Any, ...]) -> JsonObject:
     """Every field of Stripe's customer; what the simulator has no notion of (addresses, payment
     sources, discounts, tax, test clocks) is null or empty, as for a customer created with only
     an email, a name and metadata."""
-    customer_id, email, name, metadata, currency, balance, invoice_prefix, created = row
+    customer_id, email, name, metadata, currency, balance, invoice_prefix, created, _deleted = row
     return {
         "id": customer_id,
         "object": "customer",

@@ -76,6 +76,7 @@ def _effects(
         concurrency=payments.concurrency,
         limiter=payments.limiter() if provider else None,
         backoff=payments.backoff(),
+        account=payments.account if provider else None,
         **kwargs,
     )
 

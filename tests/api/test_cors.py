@@ -194,11 +194,23 @@ def test_actual_requests_still_need_the_token_and_carry_cors_headers(setup: Setu
         assert [b["id"] for b in ok.json()] == [BATCH]
 
 
+def _cors_headers(response: httpx.Response) -> list[str]:
+    return [name for name in response.headers if name.lower().startswith("access-control-")]
+
+
 def test_a_non_allowed_origin_gets_no_cors_headers(setup: Setup) -> None:
     origin = setup.other_origin.url
-    preflight = _preflight(f"{setup.url}/runs", origin)
-    assert preflight.status_code != 200
-    assert "access-control-allow-origin" not in preflight.headers
+    for path, method in [
+        ("/runs", "GET"),
+        (f"/runs/{BATCH}/events", "GET"),
+        (f"/runs/{BATCH}/cancel", "POST"),
+    ]:
+        preflight = _preflight(f"{setup.url}{path}", origin, method)
+        assert preflight.status_code != 200, path
+        # Not even the allowed methods, headers or max-age: a refusal tells the page nothing.
+        assert _cors_headers(preflight) == [], (path, dict(preflight.headers))
+    allowed = _preflight(f"{setup.url}/runs", setup.flag_origin.url)  # the same request, allowed
+    assert allowed.status_code == 200 and len(_cors_headers(allowed)) >= 3, dict(allowed.headers)
     with httpx.Client(timeout=30, headers={"Origin": origin, "Authorization": f"Bearer {TOKEN}"}) as client:
         response = client.get(f"{setup.url}/runs")
         assert response.status_code == 200  # not a browser: CORS protects users, not the server

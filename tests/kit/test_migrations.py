@@ -26,6 +26,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from durable_assets.kit import migrations
+from durable_assets.kit.account_bindings import AccountBindings
+from durable_assets.kit.accounts import UNBOUND_NAMESPACE, ProviderAccount
 from durable_assets.kit.db import DurableDatabase, metadata
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.ledger import Intent, Ledger
@@ -84,6 +86,27 @@ def _version_rows(db: DurableDatabase) -> list[str]:
         return list(conn.execute(sa.text(f"SELECT version_num FROM {migrations.VERSION_TABLE}")).scalars())
 
 
+def _accounts_of_keyed_rows(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {
+                str(account)
+                for table in ("durable_idempotency", "durable_effect_subjects")
+                for (account,) in conn.execute(sa.text(f"SELECT account FROM {table}"))
+            }
+    finally:
+        engine.dispose()
+
+
+def _adopted_by_first_binding(db: DurableDatabase) -> Ledger:
+    """Keys made before accounts were recorded belong to the first account a batch binds (0004)."""
+    account = ProviderAccount("embedded", "acct_upgraded")
+    AccountBindings(db).bind("first-batch-after-upgrade", account)
+    assert Ledger(db, account=UNBOUND_NAMESPACE).entries("refund") == []
+    return Ledger(db, account=account.namespace)
+
+
 def test_the_last_release_without_migrations_is_upgraded_in_place(durable_db_url: str) -> None:
     _load(durable_db_url, "durable_c331e5e")
     before = _our_rows(durable_db_url)
@@ -92,11 +115,12 @@ def test_the_last_release_without_migrations_is_upgraded_in_place(durable_db_url
     db = DurableDatabase(durable_db_url)
 
     assert _version_rows(db) == [migrations.head_revision()]
-    after = _our_rows(durable_db_url)
+    after = _our_rows(durable_db_url, drop=("account",))
     assert {table: rows for table, rows in after.items() if table in before} == before
     assert all(not rows for table, rows in after.items() if table not in before)  # later revisions' tables
     assert _schema_drift(db) == []
-    ledger = Ledger(db)
+    assert _accounts_of_keyed_rows(durable_db_url) == {UNBOUND_NAMESPACE}
+    ledger = _adopted_by_first_binding(db)
     assert ledger.claim("refund", [DONE], owner="run-after-upgrade").finished == {DONE.key: DONE_RESULT}
     # The subject claim survived: another key for the same charge and reason is not sent.
     other = Intent("refund-other-key", {"charge": "ch_legacy", "amount": 1250}, subject=SUBJECT)
@@ -117,11 +141,11 @@ def test_a_release_before_the_outbox_gets_the_missing_tables_and_loses_the_retir
 
     db = DurableDatabase(url)
 
-    after = _our_rows(url)
+    after = _our_rows(url, drop=("account",))
     assert {name: after[name] for name in before} == before
     assert after["durable_webhook_outbox"] == after["durable_effect_subjects"] == set()
     assert _schema_drift(db) == []
-    ledger = Ledger(db)
+    ledger = _adopted_by_first_binding(db)
     assert ledger.claim("refund", [DONE], owner="run-after-upgrade").finished == {DONE.key: DONE_RESULT}
     # A new key can be claimed again: the NOT NULL ``attempts`` no insert names any more is gone.
     assert [e.key for e in ledger.claim("refund", [Intent("new", {"a": 1})], owner="r").owned] == ["new"]
@@ -252,5 +276,7 @@ def test_a_batch_the_last_release_failed_resumes_after_the_upgrade(
     assert _version_rows(db) == [migrations.head_revision()]
     with PaymentStore(str(dagster_home / "payments.db")) as store:
         sent = store.stats()["refunds_created"]
-    finished = [e for e in Ledger(db).entries("refund") if e.result is not None]
+    bound = AccountBindings(db).get("legacy")
+    assert bound is not None and bound.kind == "embedded"
+    finished = [e for e in Ledger(db, account=bound.namespace).entries("refund") if e.result is not None]
     assert sent == len(finished) > 0  # each refund sent once, and the ledger knows every one

@@ -98,6 +98,8 @@ def test_charge_and_refund_round_trip(sim: SimulatorServer, gateway: StripeGatew
         "idempotent_replays": 0,
         "customers_created": 0,
         "balance_transactions_created": 0,
+        "customers_deleted": 0,
+        "requests": 3,  # every request the test sent, whatever its answer
     }
 
 
@@ -114,6 +116,8 @@ def test_replay_returns_the_same_refund(gateway: StripeGateway) -> None:
         "idempotent_replays": 1,
         "customers_created": 0,
         "balance_transactions_created": 0,
+        "customers_deleted": 0,
+        "requests": 3,  # every request the test sent, whatever its answer
     }
 
 
@@ -149,6 +153,8 @@ def test_second_request_with_an_in_flight_key_gets_409(sim: SimulatorServer, gat
         "idempotent_replays": 1,
         "customers_created": 0,
         "balance_transactions_created": 0,
+        "customers_deleted": 0,
+        "requests": 4,  # every request the test sent, whatever its answer
     }
 
 
@@ -170,6 +176,8 @@ def test_lost_response_then_retry_with_same_key(sim: SimulatorServer, gateway: S
         "idempotent_replays": 1,
         "customers_created": 0,
         "balance_transactions_created": 0,
+        "customers_deleted": 0,
+        "requests": 4,  # every request the test sent, whatever its answer
     }
 
 
@@ -189,6 +197,8 @@ def test_injected_500_processes_nothing(sim: SimulatorServer, gateway: StripeGat
         "idempotent_replays": 0,
         "customers_created": 0,
         "balance_transactions_created": 0,
+        "customers_deleted": 0,
+        "requests": 3,  # every request the test sent, whatever its answer
     }
 
 
@@ -207,6 +217,8 @@ def test_rate_limit_answers_429_with_retry_after(sim: SimulatorServer, gateway: 
         "idempotent_replays": 0,
         "customers_created": 0,
         "balance_transactions_created": 0,
+        "customers_deleted": 0,
+        "requests": 2,  # every request the test sent, whatever its answer
     }
 
 

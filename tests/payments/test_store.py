@@ -109,6 +109,7 @@ def test_same_key_and_params_replays_the_stored_body(store: PaymentStore) -> Non
         "idempotent_replays": 1,
         "customers_created": 0,
         "balance_transactions_created": 0,
+        "customers_deleted": 0,
     }
 
 
@@ -139,6 +140,7 @@ def test_client_errors_are_stored_and_replayed(store: PaymentStore) -> None:
         "idempotent_replays": 1,
         "customers_created": 0,
         "balance_transactions_created": 0,
+        "customers_deleted": 0,
     }
 
 
@@ -194,6 +196,7 @@ def test_threads_racing_one_key_create_one_refund(store: PaymentStore) -> None:
         "idempotent_replays": 15,
         "customers_created": 0,
         "balance_transactions_created": 0,
+        "customers_deleted": 0,
     }
 
 
@@ -239,6 +242,7 @@ def test_processes_racing_one_key_create_one_refund(db_path: str) -> None:
             "idempotent_replays": 19,
             "customers_created": 0,
             "balance_transactions_created": 0,
+            "customers_deleted": 0,
         }
 
 
@@ -285,6 +289,7 @@ def test_stats_persist_across_reopen(db_path: str) -> None:
             "idempotent_replays": 1,
             "customers_created": 0,
             "balance_transactions_created": 0,
+            "customers_deleted": 0,
         }
 
 

@@ -134,6 +134,7 @@ def test_same_key_same_params_replays_and_counts(store: PaymentStore) -> None:
         "idempotent_replays": 2,
         "customers_created": 1,
         "balance_transactions_created": 1,
+        "customers_deleted": 0,
     }
 
 

@@ -1,0 +1,250 @@
+"""What already stands at the provider, and which provider account a batch talks to (issue #20).
+
+Through the real `job` CLI against Stripe-compatible simulators (customers made by hand with the
+official SDK, as a support agent's tool would), on SQLite and on Postgres:
+
+- a customer made by hand for a legacy account is adopted, and its balance planned from;
+- an account with two customers is held for review alone while the rest migrates (exit 4), night
+  after night, until a person keeps one; then it migrates;
+- a customer deleted at the provider between nights is held, never re-created;
+- one instance used against two simulator accounts and the embedded provider in turn: each batch is
+  exact at its own account, and a resume against another account is refused (exit 2, naming both).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import stripe
+
+from tests.support.batches import synthetic_candidates
+from tests.support.credits import ProviderCredits, assert_credits_exact, expected_balances
+from tests.support.homes import clean_env, make_home
+from tests.support.simulator import ThreadedSimulator
+
+from ..conftest import job_cli
+
+API_KEY = "sk_test_provider_state"
+SIZE = 24
+
+
+@pytest.fixture
+def home(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """An instance on SQLite, or on Postgres for the tests marked ``both_backends`` (parametrized)."""
+    backend = getattr(request, "param", "sqlite")
+    pg_url = None if backend == "sqlite" else str(request.getfixturevalue("pg_database"))
+    return make_home(tmp_path / "home", pg_url)
+
+
+#: The tests whose claims differ by backend (the ledger's new key, the batch's binding) run on both;
+#: the others exercise the pipeline's rules, which no backend changes, on SQLite only (each is a
+#: handful of real batches: minutes under a loaded CI).
+both_backends = pytest.mark.parametrize("home", ["sqlite", "postgres"], indirect=True)
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[ThreadedSimulator]:
+    with ThreadedSimulator(tmp_path / "sim-a.db", api_keys=[API_KEY]) as server:
+        yield server
+
+
+def _env(home: Path, sim: ThreadedSimulator | None, **extra: object) -> dict[str, str]:
+    provider: dict[str, object] = (
+        {"DURABLE_PAYMENTS_URL": sim.url, "STRIPE_API_KEY": API_KEY} if sim is not None else {}
+    )
+    return clean_env(home, **provider, **extra)
+
+
+def _client(sim: ThreadedSimulator) -> stripe.StripeClient:
+    return stripe.StripeClient(
+        API_KEY, base_addresses={"api": sim.url}, max_network_retries=0, http_client=stripe.RequestsClient()
+    )
+
+
+def _accounts(batch_id: str, size: int = SIZE) -> list[tuple[str, str, int]]:
+    """(legacy id, currency, credit cents) of the batch's valid accounts, in file order."""
+    from durable_assets.credit_migration.synthetic import synthetic_accounts
+    from durable_assets.credit_migration.validation import validate_accounts
+
+    valid = validate_accounts(synthetic_accounts(batch_id, size)).valid
+    return [
+        (str(a), str(c), int(cr))
+        for a, c, cr in zip(valid["legacy_account_id"], valid["currency"], valid["credit_cents"], strict=True)
+    ]
+
+
+def _hand_made(
+    client: stripe.StripeClient, legacy_id: str, *, balance: int = 0, currency: str = "usd"
+) -> str:
+    customer = client.v1.customers.create(
+        params={"email": "support@example.com", "metadata": {"legacy_account_id": legacy_id}}
+    )
+    if balance:
+        client.v1.customers.balance_transactions.create(
+            customer.id, params={"amount": balance, "currency": currency}
+        )
+    return str(customer.id)
+
+
+def _run(home: Path, sim: ThreadedSimulator | None, batch_id: str, *args: str, **extra: object) -> Any:
+    return job_cli(
+        "run",
+        "--job",
+        "credit_migration",
+        "--id",
+        batch_id,
+        "--size",
+        str(SIZE),
+        *args,
+        env=_env(home, sim, **extra),
+    )
+
+
+def _status(home: Path, batch_id: str) -> dict[str, Any]:
+    out = job_cli("status", "--id", batch_id, "--json", env=clean_env(home))
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout))
+
+
+def _report(home: Path, batch_id: str) -> dict[str, dict[str, str]]:
+    import csv
+
+    with open(home / "batches" / batch_id / "migration_report.csv", newline="") as f:
+        return {row["legacy_account_id"]: row for row in csv.DictReader(f)}
+
+
+def _sim_credits(sim: ThreadedSimulator) -> ProviderCredits:
+    return ProviderCredits.of_store(Path(sim.server.store.path))
+
+
+@both_backends
+def test_a_customer_made_by_hand_is_adopted_and_its_balance_planned_from(
+    home: Path, sim: ThreadedSimulator
+) -> None:
+    acct, currency, credit = _accounts("cm1")[0]
+    existing = _hand_made(_client(sim), acct, balance=-250, currency=currency)
+
+    run = _run(home, sim, "cm1")
+
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    credits = _sim_credits(sim)
+    assert [c["id"] for c in credits.customers[acct]] == [existing]  # adopted, not duplicated
+    assert_credits_exact(credits, expected_balances([("cm1", SIZE)]))
+    moved = [int(t["amount"]) for t in credits.transactions[existing]]
+    assert moved == [-250, -credit + 250] or sorted(moved) == sorted([-250, -credit + 250])
+    assert _report(home, "cm1")[acct]["customer_id"] == existing
+    status = _status(home, "cm1")
+    assert status["provider"]["kind"] == "stripe" and status["provider"]["account"].startswith("acct_")
+    assert status["provider"]["livemode"] is False
+    assert f"provider: stripe account {status['provider']['account']} (test mode)" in run.stdout
+
+
+def test_an_account_with_two_customers_is_held_alone_until_a_person_keeps_one(
+    home: Path, sim: ThreadedSimulator
+) -> None:
+    client = _client(sim)
+    accounts = _accounts("cm1")
+    acct = accounts[1][0]
+    first, second = _hand_made(client, acct), _hand_made(client, acct)
+
+    run = _run(home, sim, "cm1")
+
+    assert run.returncode == 4, (run.stdout, run.stderr)
+    assert "needs review: 1 item held for a person" in run.stdout
+    note = _report(home, "cm1")[acct]
+    assert (
+        note["status"] == "held_for_review" and first in note["review_note"] and second in note["review_note"]
+    )
+    credits = _sim_credits(sim)
+    others = {a: t for a, t in expected_balances([("cm1", SIZE)]).items() if a != acct}
+    assert_credits_exact(
+        ProviderCredits({a: credits.customers[a] for a in others}, credits.transactions), others
+    )
+    assert sorted(c["id"] for c in credits.customers[acct]) == sorted([first, second])
+    assert all(c["balance"] == 0 for c in credits.customers[acct])  # no credit moved to either
+    assert _status(home, "cm1")["held_for_review"] == 1
+
+    again = _run(home, sim, "cm2")  # the next night holds it again, never fails the batch
+    assert again.returncode == 4, (again.stdout, again.stderr)
+
+    client.v1.customers.delete(second)  # a person keeps one
+    kept = _run(home, sim, "cm3")
+    assert kept.returncode == 0, (kept.stdout, kept.stderr)
+    credits = _sim_credits(sim)
+    assert [c["id"] for c in credits.customers[acct]] == [first]
+    assert_credits_exact(credits, expected_balances([("cm1", SIZE), ("cm2", SIZE), ("cm3", SIZE)]))
+
+
+def test_a_customer_deleted_at_the_provider_is_held_never_recreated(
+    home: Path, sim: ThreadedSimulator
+) -> None:
+    assert _run(home, sim, "cm1").returncode == 0
+    acct = _accounts("cm1")[2][0]
+    (deleted,) = _sim_credits(sim).customers[acct]
+    _client(sim).v1.customers.delete(deleted["id"])
+
+    run = _run(home, sim, "cm2")
+
+    assert run.returncode == 4, (run.stdout, run.stderr)
+    row = _report(home, "cm2")[acct]
+    assert (
+        row["status"] == "held_for_review"
+        and "deleted" in row["review_note"]
+        and deleted["id"] in row["review_note"]
+    )
+    assert acct not in _sim_credits(sim).customers  # not re-created
+    assert sim.server.store.stats()["customers_created"] == len(_accounts("cm1"))
+
+
+@both_backends
+def test_one_instance_against_two_accounts_and_the_embedded_provider(
+    home: Path, sim: ThreadedSimulator, tmp_path: Path
+) -> None:
+    with ThreadedSimulator(tmp_path / "sim-b.db", api_keys=[API_KEY]) as other:
+        assert _run(home, sim, "on-a").returncode == 0
+        on_b = _run(home, other, "on-b")  # the same legacy accounts, another account
+        assert on_b.returncode == 0, (on_b.stdout, on_b.stderr)
+        on_embedded = _run(home, None, "on-embedded")
+        assert on_embedded.returncode == 0, (on_embedded.stdout, on_embedded.stderr)
+        assert "(inside this instance: no real money moved)" in on_embedded.stdout
+
+        assert_credits_exact(_sim_credits(sim), expected_balances([("on-a", SIZE)]))
+        assert_credits_exact(_sim_credits(other), expected_balances([("on-b", SIZE)]))
+        assert_credits_exact(
+            ProviderCredits.of_store(home / "payments.db"), expected_balances([("on-embedded", SIZE)])
+        )
+        accounts = {_status(home, b)["provider"]["account"] for b in ("on-a", "on-b", "on-embedded")}
+        assert len(accounts) == 3
+
+        # A batch stopped at its ceiling on account A, then resumed against B: refused, naming both.
+        stopped = _run(home, sim, "stopped", DURABLE_MAX_CREDIT_ADJUSTMENTS_PER_BATCH=0)
+        assert stopped.returncode == 1, (stopped.stdout, stopped.stderr)
+        wrong = job_cli("resume", "--id", "stopped", env=_env(home, other))
+        assert wrong.returncode == 2, (wrong.stdout, wrong.stderr)
+        a, b = _status(home, "on-a")["provider"]["account"], _status(home, "on-b")["provider"]["account"]
+        (line,) = wrong.stderr.strip().splitlines()
+        assert a in line and b in line and "DURABLE_PAYMENTS_URL" in line
+        right = job_cli("resume", "--id", "stopped", env=_env(home, sim))
+        assert right.returncode == 0, (right.stdout, right.stderr)
+        assert_credits_exact(_sim_credits(sim), expected_balances([("on-a", SIZE), ("stopped", SIZE)]))
+
+
+def test_a_refund_batch_resumed_against_another_account_is_refused(
+    home: Path, sim: ThreadedSimulator, tmp_path: Path
+) -> None:
+    with ThreadedSimulator(tmp_path / "sim-b.db", api_keys=[API_KEY]) as other:
+        stopped = job_cli(
+            "run", "--id", "r1", "--size", "40", env=_env(home, sim, DURABLE_MAX_REFUNDS_PER_BATCH=1)
+        )
+        assert stopped.returncode == 1, (stopped.stdout, stopped.stderr)
+        wrong = job_cli("resume", "--id", "r1", env=_env(home, other))
+        assert wrong.returncode == 2 and "r1 was started against stripe account" in wrong.stderr, wrong.stderr
+        assert other.server.store.stats()["refund_requests"] == 0
+        right = job_cli("resume", "--id", "r1", env=_env(home, sim))
+        assert right.returncode in (0, 4), (right.stdout, right.stderr)
+        assert sim.server.store.stats()["refunds_created"] == len(synthetic_candidates("r1", 40))
+        assert other.server.store.stats()["refunds_created"] == 0
