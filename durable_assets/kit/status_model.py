@@ -181,7 +181,6 @@ class BatchStatusModel(_Model):
         description="when its newest run last changed (started, ended), ISO 8601 UTC"
     )
     provider: ProviderModel | None = Field(
-        default=None,
         description="the provider account the batch is bound to; null until its first run binds it",
     )
     # Absent (not null) when not asked for: the schema says array, and `GET /runs` leaves it out.
