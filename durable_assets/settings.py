@@ -337,8 +337,8 @@ class Settings(BaseModel):
     crash_at: str | None = _var(
         "DURABLE_CRASH_AT",
         None,
-        "tests only: `POINT[:N]`, SIGKILL this process the Nth time it passes that named crash point "
-        "(durable_assets/kit/crashpoints.py checks the spelling)",
+        "tests only: `POINT[:N][:stop]`, SIGKILL (with `:stop`, SIGSTOP) this process the Nth time it "
+        "passes that named crash point (durable_assets/kit/crashpoints.py checks the spelling)",
         internal=True,
     )
     crash_counts: str | None = _var(

@@ -301,3 +301,23 @@ def test_busy_port_and_bad_server_setting_are_one_line_exit_2(
     monkeypatch.setenv("DURABLE_API_HEARTBEAT_S", "often")
     assert cli.main(["serve", "--port", "0"]) == 2
     assert "DURABLE_API_HEARTBEAT_S='often'" in _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("key", [None, "sk_test_refused"])
+def test_a_provider_that_cannot_be_used_is_exit_2_before_the_batch_exists(
+    dagster_home: Path, tmp_path: Path, key: str | None
+) -> None:
+    """#23 item 3: a missing or refused STRIPE_API_KEY is a usage error, found before the batch
+    exists, so the ID stays unused and no step ever runs against an unusable provider."""
+    from tests.support.simulator import ThreadedSimulator
+
+    with ThreadedSimulator(tmp_path / "sim.db", api_keys=["sk_test_the_right_one"]) as sim:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("STRIPE_", "DURABLE_"))}
+        env |= {"DURABLE_PAYMENTS_URL": sim.url, **({"STRIPE_API_KEY": key} if key else {})}
+        run = job_cli("run", "--id", "nokey", "--size", "5", env=env)
+        assert run.returncode == 2, (run.stdout, run.stderr)
+        line = _one_error_line(run.stderr)
+        assert "STRIPE_API_KEY" in line, line
+        status = job_cli("status", "--id", "nokey", env=env)
+        assert status.returncode == 3, status.stderr  # no batch: the ID was not used up
+        assert sim.server.store.stats()["refund_requests"] == 0

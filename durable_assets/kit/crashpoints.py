@@ -9,7 +9,9 @@ name, and a test arms one of them through the environment::
 
 The process then kills itself (``SIGKILL``: no cleanup, no atexit, no lease release, exactly what
 a lost host looks like) the 37th time it passes that point; ``:N`` may be omitted for the first
-pass. ``DURABLE_CRASH_COUNTS=/path/file`` makes the process append, at its exit, one JSON line with
+pass. A trailing ``:stop`` (``after_intent_commit:37:stop``) freezes it there with ``SIGSTOP``
+instead: a hung host or a paused VM, which keeps every lock its threads hold (issue #23: a frozen
+SQLite writer must not hang the resume that takes over). ``DURABLE_CRASH_COUNTS=/path/file`` makes the process append, at its exit, one JSON line with
 how often it passed each point, so a suite learns from an uncrashed run which hits exist
 (first, middle, last) instead of guessing.
 
@@ -67,28 +69,41 @@ class CrashPoint(StrEnum):
 
 
 class CrashSpec:
-    """Which point to kill at, and at which pass (1-based)."""
+    """Which point to kill at, at which pass (1-based), and whether to freeze instead of dying."""
 
-    __slots__ = ("hit", "point")
+    __slots__ = ("freeze", "hit", "point")
 
-    def __init__(self, point: CrashPoint, hit: int = 1) -> None:
+    def __init__(self, point: CrashPoint, hit: int = 1, *, freeze: bool = False) -> None:
         self.point = point
         self.hit = hit
+        self.freeze = freeze
 
     def __repr__(self) -> str:
-        return f"{self.point.value}:{self.hit}"
+        return f"{self.point.value}:{self.hit}" + (":stop" if self.freeze else "")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, CrashSpec) and (self.point, self.hit) == (other.point, other.hit)
+        return isinstance(other, CrashSpec) and (self.point, self.hit, self.freeze) == (
+            other.point,
+            other.hit,
+            other.freeze,
+        )
 
     def __hash__(self) -> int:
-        return hash((self.point, self.hit))
+        return hash((self.point, self.hit, self.freeze))
+
+    @property
+    def signal(self) -> signal.Signals:
+        return signal.SIGSTOP if self.freeze else signal.SIGKILL
 
 
 def parse_spec(text: str) -> CrashSpec:
-    """``name[:N]`` as a :class:`CrashSpec`; anything else is a :class:`UsageError` (exit 2) that
-    lists the points, so a typo in a test's spec fails loudly instead of never crashing."""
-    name, sep, count = text.strip().partition(":")
+    """``name[:N][:stop]`` as a :class:`CrashSpec`; anything else is a :class:`UsageError` (exit 2)
+    that lists the points, so a typo in a test's spec fails loudly instead of never crashing."""
+    body = text.strip()
+    freeze = body.lower().endswith(":stop")
+    if freeze:
+        body = body[: -len(":stop")]
+    name, sep, count = body.partition(":")
     try:
         point = CrashPoint(name.strip().lower())
     except ValueError:
@@ -97,10 +112,10 @@ def parse_spec(text: str) -> CrashSpec:
             f"{CRASH_AT_VARIABLE}={text!r} names no crash point; use NAME[:N] with NAME one of: {names}"
         ) from None
     if not sep:
-        return CrashSpec(point)
+        return CrashSpec(point, freeze=freeze)
     if not count.strip().isdigit() or int(count) < 1:
         raise UsageError(f"{CRASH_AT_VARIABLE}={text!r}: the hit count after ':' must be a whole number >= 1")
-    return CrashSpec(point, int(count))
+    return CrashSpec(point, int(count), freeze=freeze)
 
 
 class _Armed:
@@ -123,7 +138,7 @@ class _Armed:
             n = self.counts[point]
         if spec is not None and point is spec.point and n == spec.hit:
             self.write_counts()
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), spec.signal)
 
     def write_counts(self) -> None:
         """Append this process's passes as one JSON line (several processes may share the file)."""

@@ -25,7 +25,9 @@ from tests.support.polling import wait_until
 from .helpers import (
     EXIT_CONFLICT,
     EXIT_OK,
+    EmbeddedProvider,
     Expected,
+    InstanceReader,
     JobProcess,
     Simulator,
     assert_refunded_exactly_once,
@@ -49,6 +51,26 @@ os.kill(os.getpid(), signal.SIGSTOP)
 
 def _frozen(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _resume_past_frozen(
+    worker: JobProcess, batch: str, env: dict[str, str], log_dir: Path, reader: InstanceReader
+) -> None:
+    """Once the frozen worker's lease lapsed: `job resume` takes over, or exits 3 within the bound
+    naming the frozen pid; the operator then kills the worker and the next resume finishes."""
+    try:
+        wait_until(lambda: not reader.lease_live(batch), 30, what="the frozen worker's lease to lapse")
+        started = time.monotonic()
+        resumed = job(["resume", "--id", batch], env, log_dir, timeout=DEADLINE_S + 180)
+        took = time.monotonic() - started
+        if resumed.proc.returncode == EXIT_CONFLICT:
+            assert f"locked by process {worker.pid}" in resumed.stderr, resumed.tail()
+            assert took < DEADLINE_S, took
+    finally:
+        worker.sigkill()  # the operator's way out; a no-op when the resume already took over
+    if resumed.proc.returncode != EXIT_OK:
+        resumed = job(["resume", "--id", batch], env, log_dir)
+    assert resumed.proc.returncode == EXIT_OK, resumed.tail()
 
 
 def test_a_process_frozen_holding_the_write_lock_is_named_within_the_bound(tmp_path: Path) -> None:
@@ -99,19 +121,58 @@ def test_a_worker_frozen_in_the_refund_step_is_taken_over_or_named(
             what=f"{k} refunds",
         )
         os.kill(worker.pid, signal.SIGSTOP)
-        try:
-            wait_until(lambda: not reader.lease_live(batch), 30, what="the frozen worker's lease to lapse")
-            started = time.monotonic()
-            resumed = job(["resume", "--id", batch], env, tmp_path, timeout=DEADLINE_S + 180)
-            took = time.monotonic() - started
-            if resumed.proc.returncode == EXIT_CONFLICT:
-                assert f"locked by process {worker.pid}" in resumed.stderr, resumed.tail()
-                assert took < DEADLINE_S, took
-        finally:
-            worker.sigkill()  # the operator's way out; a no-op when the resume already took over
-        if resumed.proc.returncode != EXIT_OK:
-            resumed = job(["resume", "--id", batch], env, tmp_path)
-    assert resumed.proc.returncode == EXIT_OK, resumed.tail()
+        _resume_past_frozen(worker, batch, env, tmp_path, reader)
     sim.quiet()
     assert_refunded_exactly_once(sim.refunds(), expected)
     assert sim.stats()["refunds_created"] == expected.n
+
+
+# --- frozen at every named crash point ------------------------------------------------------------
+
+FULL = os.environ.get("DURABLE_CRASH_ENUMERATE", "").strip().lower() == "full"
+#: Where a `job run` of the refund batch freezes (SIGSTOP, ``DURABLE_CRASH_AT=POINT:N:stop``), with a
+#: pass that falls mid-batch. By default one point of each kind of boundary (the ledger's phases, a
+#: step's commit, the run's end); ``DURABLE_CRASH_ENUMERATE=full`` adds every other point a run passes.
+FREEZE_POINTS = [
+    ("after_intent_commit", 2),
+    ("after_provider_answer", 30),
+    ("step_body_done", 4),
+    ("all_steps_done", 1),
+]
+FREEZE_POINTS_FULL = [
+    ("before_provider_request", 30),
+    ("after_result_commit", 1),
+    ("after_lease_renewal", 2),
+    ("after_progress_write", 5),
+    ("after_cancel_check", 3),
+    ("step_start", 4),
+    ("run_end", 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("point", "hit"), FREEZE_POINTS + (FREEZE_POINTS_FULL if FULL else []), ids=lambda v: str(v)
+)
+def test_a_worker_frozen_at_a_named_point_never_hangs_the_resume(
+    point: str, hit: int, tmp_path: Path
+) -> None:
+    """The worker stops itself (SIGSTOP, every thread and lock kept) at an exact boundary. `job
+    resume` takes over once the lease lapses, or exits 3 within the bound naming the frozen pid;
+    after the operator kills the frozen worker, the batch finishes with every refund exactly once
+    (embedded provider: its SQLite file is one more lock a frozen worker could hold)."""
+    batch, size = f"frozen-{point}", 120
+    expected = Expected.of(batch, size)
+    home = make_home(tmp_path)
+    env = job_env(home, DURABLE_CONCURRENCY=4)
+    worker = JobProcess(
+        ["run", "--id", batch, "--size", str(size)],
+        {**env, "DURABLE_CRASH_AT": f"{point}:{hit}:stop"},
+        tmp_path,
+    )
+    wait_until(
+        lambda: _frozen(worker.pid) or not worker.alive(), 120, what=f"the worker to freeze at {point}"
+    )
+    assert worker.alive(), f"the run ended before passing {point}:{hit}\n{worker.tail()}"
+    with instance_reader(home) as reader:
+        _resume_past_frozen(worker, batch, env, tmp_path, reader)
+    assert_refunded_exactly_once(EmbeddedProvider(home).refunds(), expected)

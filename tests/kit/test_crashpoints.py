@@ -34,6 +34,8 @@ def _inert() -> Iterator[None]:
         ("after_intent_commit:37", CrashSpec(CrashPoint.AFTER_INTENT_COMMIT, 37)),
         (" WEBHOOK_SENT:1 ", CrashSpec(CrashPoint.WEBHOOK_SENT, 1)),
         ("run_end", CrashSpec(CrashPoint.RUN_END, 1)),  # no count: the first pass
+        ("after_intent_commit:3:stop", CrashSpec(CrashPoint.AFTER_INTENT_COMMIT, 3, freeze=True)),
+        ("step_start:STOP", CrashSpec(CrashPoint.STEP_START, 1, freeze=True)),
     ],
 )
 def test_a_spec_names_a_point_and_a_pass(text: str, spec: CrashSpec) -> None:
