@@ -1,6 +1,6 @@
 """The Dagster code location: the durable jobs, registered once, with the resources they share.
 
-Configuration comes from the environment (CONTRACT.md): ``DURABLE_PAYMENTS_URL`` and
+Configuration comes from the environment (docs/contract.md): ``DURABLE_PAYMENTS_URL`` and
 ``STRIPE_API_KEY`` select a Stripe-compatible provider; tuning knobs are optional ``DURABLE_*``,
 read by the resources themselves. Built like any user's location (:mod:`durable_assets.location`):
 the daemon-side parts and the kit's resources come from there.

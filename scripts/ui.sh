@@ -23,9 +23,20 @@ GRACE_MS=2500
 # process group we can signal, and never the terminal's group or our caller's. SIGINT is reset to
 # its default first: dagster maps SIGTERM to whatever SIGINT does, and bash starts background
 # commands with SIGINT ignored.
-setsid .venv/bin/python -c \
-  'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
-  .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p "${PORT:-3000}" "$@" &
+#
+# `dagster dev` is what this project runs (its `dg dev` successor needs a `dg` project layout):
+# Dagster's SupersessionWarning about it says nothing a user of this script can act on.
+export PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}ignore:Function \`dev_command\` is superseded"
+dev=(setsid .venv/bin/python -c
+  'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])'
+  .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p "${PORT:-3000}" "$@")
+# Dagster colours every log line, terminal or not; a log file gets them as plain text.
+no_ansi() { sed -u 's/\x1b\[[0-9;]*[A-Za-z]//g'; }
+if [ -t 1 ] && [ -t 2 ]; then
+  "${dev[@]}" &
+else
+  "${dev[@]}" > >(no_ansi) 2> >(no_ansi >&2) &
+fi
 group=$!
 
 now_us() { echo "${EPOCHREALTIME//[!0-9]/}"; }  # wall clock in µs, no fork

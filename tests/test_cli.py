@@ -1,4 +1,4 @@
-"""The `job` CLI as outside tooling sees it: JSON shape and exit codes from CONTRACT.md."""
+"""The `job` CLI as outside tooling sees it: JSON shape and exit codes from docs/contract.md."""
 
 from __future__ import annotations
 
@@ -37,6 +37,8 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
         "needs_review",
         "held_for_review",
         "auto_resume",
+        "created_at",
+        "updated_at",
         "provider",
         "steps",
     }

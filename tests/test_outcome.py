@@ -58,7 +58,7 @@ def test_a_batch_whose_refunds_are_all_held_needs_review(dagster_home: Path, tmp
     assert "needs review: 2" in job_cli("list").stdout
     assert "needs review: 2" in job_cli("status", "--id", "held").stdout
 
-    # `resume` of the succeeded batch does nothing (exit 0, CONTRACT.md) but still says so.
+    # `resume` of the succeeded batch does nothing (exit 0, docs/contract.md) but still says so.
     resumed = job_cli("resume", "--id", "held")
     assert resumed.returncode == 0 and "2 held for review" in resumed.stdout
 

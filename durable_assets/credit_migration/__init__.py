@@ -1,1 +1,1 @@
-"""The credit migration: legacy prepaid credit into payment-provider customer balances (CONTRACT.md)."""
+"""The credit migration: legacy prepaid credit into payment-provider customer balances (docs/contract.md)."""

@@ -49,6 +49,7 @@ from durable_assets.kit import (
     frame_result,
     paced_map,
     reason_counts,
+    review_note,
     step_progress,
     typed,
     write_csv_atomically,
@@ -304,7 +305,7 @@ def provider_customers(
         lookup_first=True,
     )
     report = runner.run(intents)
-    notes.update({key: _review_text(review) for key, review in report.review.items()})
+    notes.update({key: review_note(review) for key, review in report.review.items()})
     settled_before = [i for i in intents if i.key in report.reused and i.key in report.results]
     for intent in settled_before:
         acct = str(intent.params[s.LEGACY_ACCOUNT_ID])
@@ -349,15 +350,6 @@ def provider_customers(
             "held_for_review": held,
         },
     )
-
-
-def _review_text(review: Mapping[str, Any]) -> str:
-    """A held customer's note as a sentence: the mismatch, or the provider's refusal."""
-    if "mismatch" in review:
-        return str(review["mismatch"])
-    if "error" in review:
-        return f"the provider refused: {review['error']}"
-    return "; ".join(f"{k}={v}" for k, v in review.items())
 
 
 def _balance_answer(customer_id: str, latest: BalanceTransaction | None) -> dict[str, Any]:
@@ -581,7 +573,7 @@ def _review_note(review: Mapping[str, Any] | None) -> str:
             f"another adjustment (key {review['holder_key']}, to {holder.get('target', '?')}) was already "
             "claimed from the same balance; run the migration again to plan from the balance it left"
         )
-    return str(review)
+    return review_note(review)
 
 
 @durable_asset(label="Verifying balances", partitions_def=CREDIT_BATCHES, group_name="balances")

@@ -32,7 +32,7 @@ UPDATED_AT: Final = "updated_at"
 INPUT_COLUMNS: Final[tuple[str, ...]] = (LEGACY_ACCOUNT_ID, EMAIL, NAME, CURRENCY, CREDIT_BALANCE, UPDATED_AT)
 REQUIRED_COLUMNS: Final = INPUT_COLUMNS
 
-#: CONTRACT.md: a legacy account ID is non-empty and at most 64 characters.
+#: docs/contract.md: a legacy account ID is non-empty and at most 64 characters.
 MAX_LEGACY_ID_LENGTH: Final = 64
 #: Stripe's limits on a customer's fields, and on a balance (minor units), as the provider enforces them.
 MAX_NAME_LENGTH: Final = store.MAX_NAME_LENGTH

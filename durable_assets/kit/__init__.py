@@ -15,7 +15,7 @@
 
 from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.kit.effects import EffectReport, EffectRunner
+from durable_assets.kit.effects import EffectReport, EffectRunner, review_note
 from durable_assets.kit.errors import (
     DurableError,
     GuardrailError,
@@ -108,6 +108,7 @@ __all__ = [
     "path_and_size",
     "read_text_table",
     "reason_counts",
+    "review_note",
     "shared_limiter",
     "step_progress",
     "typed",

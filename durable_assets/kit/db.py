@@ -199,6 +199,14 @@ def engine_for_url(url: str) -> Engine:
         return engine
 
 
+def dispose_engines() -> None:
+    """Close every pooled connection of this process's engines (they reopen on next use), for a
+    caller that changes how new connections are opened (``ops/disk.py``)."""
+    with _engines_lock:
+        for engine in _engines.values():
+            engine.dispose()
+
+
 def database_url_for_instance(instance: DagsterInstance) -> str:
     """Where our tables live for this instance: its Postgres database, else a file in DAGSTER_HOME."""
     postgres_url = getattr(instance.run_storage, "postgres_url", None)

@@ -18,9 +18,10 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.errors import LeaseHeldError, ProviderRejectedError, ProviderResponseMismatchError
@@ -268,3 +269,36 @@ class EffectRunner:
         if problem:
             return Outcome.REVIEW, {"mismatch": problem, "provider_answer": dict(result)}, how
         return Outcome.OK, result, how
+
+
+def review_note(review: Mapping[str, Any] | None) -> str:
+    """Why an effect is held for review, as a person reads it in a report's ``review_note`` column
+    (never a Python dict): the provider's mismatch or refusal in words, else ``key=value; ...``."""
+    if not review:
+        return "held for review (no reason recorded)"
+    answer = review.get("provider_answer")
+    answer_id = answer.get("id") if isinstance(answer, Mapping) else None
+    if "mismatch" in review:
+        return f"provider answer does not match the request: {review['mismatch']}" + (
+            f" (provider object {answer_id})" if answer_id else ""
+        )
+    if "error" in review:
+        error = str(review["error"])
+        details = ", ".join(
+            f"{k} {review[k]}"
+            for k in ("code", "http_status")
+            if review.get(k) and str(review[k]) not in error
+        )
+        return f"the provider refused the request: {error}" + (f" ({details})" if details else "")
+    if "subject_taken" in review:
+        return (
+            f"{review['subject_taken']} was already claimed by key {review.get('holder_key', '?')}; "
+            "each subject gets one effect"
+        )
+    return "; ".join(f"{k}={_plain(v)}" for k, v in review.items())
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}: {_plain(v)}" for k, v in value.items())
+    return str(value)

@@ -12,7 +12,7 @@ from __future__ import annotations
 class DurableError(Exception):
     """Base of every error raised by durable-assets on purpose."""
 
-    #: Process exit code the CLI uses when this error ends a command (see CONTRACT.md).
+    #: Process exit code the CLI uses when this error ends a command (see docs/contract.md).
     exit_code: int = 1
 
 
@@ -183,3 +183,16 @@ class StepWiringError(UsageError):
 class InstanceConfigError(UsageError):
     """The Dagster instance's ``dagster.yaml`` lacks the lease-aware launcher, run monitoring or run
     retries, without which a dead worker's batch is never failed nor resumed by the daemon (exit 2)."""
+
+
+# --- the machine -----------------------------------------------------------------------------------
+
+
+class DiskFullError(DurableError):
+    """The filesystem holding the instance (SQLite storage, our tables, step outputs, the batch log)
+    has no space left. Nothing is lost: every committed step and side effect stays recorded, and
+    ``job resume`` continues once space is freed (exit 1, as for any batch that ended failed)."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path

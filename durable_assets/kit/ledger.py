@@ -310,3 +310,15 @@ class Ledger:
             )
             for r in rows
         ]
+
+    def finished_by_runs(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """Side effects confirmed by these runs, per scope: what a batch that stopped short did (its
+        unfinished step recorded no metadata, but every effect it confirmed is here)."""
+        c = idempotency.c
+        query = (
+            sa.select(c.scope, sa.func.count())
+            .where(c.owner_run.in_(list(run_ids)), c.recovery_point == FINISHED)
+            .group_by(c.scope)
+        )
+        with self.db.engine.connect() as conn:
+            return {str(scope): int(n) for scope, n in conn.execute(query).all()}

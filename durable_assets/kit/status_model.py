@@ -1,4 +1,4 @@
-"""The status words of CONTRACT.md as enums, and the status JSON as typed models.
+"""The status words of docs/contract.md as enums, and the status JSON as typed models.
 
 Why one module: the words were string literals in seven modules (the status fold, the event
 stream, metrics, webhooks, retention, the CLI), where a typo compares unequal in silence. Here they
@@ -20,7 +20,7 @@ from dagster import DagsterRunStatus
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.json_schema import JsonDict, SkipJsonSchema
 
-#: CONTRACT.md's batch ID: 1-64 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit.
+#: docs/contract.md's batch ID: 1-64 characters from A-Z a-z 0-9 _ . -, starting with a letter or digit.
 BATCH_ID_REGEX = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
@@ -150,7 +150,7 @@ class ProviderModel(_Model):
 
 
 class BatchStatusModel(_Model):
-    """The JSON of `job status --json` (CONTRACT.md). `GET /runs` omits `steps`."""
+    """The JSON of `job status --json` (docs/contract.md). `GET /runs` omits `steps`."""
 
     id: str = Field(pattern=BATCH_ID_REGEX)
     job: str = Field(description="the durable job the batch runs (`job jobs` lists them)")
@@ -176,8 +176,11 @@ class BatchStatusModel(_Model):
     auto_resume: AutoResumeModel | None = Field(
         description="the daemon's automatic resumes after lost workers; null if none"
     )
+    created_at: str | None = Field(description="when the batch's first run was created, ISO 8601 UTC")
+    updated_at: str | None = Field(
+        description="when its newest run last changed (started, ended), ISO 8601 UTC"
+    )
     provider: ProviderModel | None = Field(
-        default=None,
         description="the provider account the batch is bound to; null until its first run binds it",
     )
     # Absent (not null) when not asked for: the schema says array, and `GET /runs` leaves it out.

@@ -150,6 +150,7 @@ def _csv_shape(p: Path) -> tuple[list[str], int]:
     unquoted comma inside a value): its values would land in the wrong columns, so the whole file is
     rejected naming that row's line rather than read shifted.
     """
+    _refuse_binary(p)
     rows = _csv_rows(p)
     first = next(rows, None)
     if first is None:
@@ -179,11 +180,36 @@ def _csv_shape(p: Path) -> tuple[list[str], int]:
                 "(a missing field, or an unquoted comma inside a value?)"
             )
         raise InputFileError(
-            f"{p}: line {line} has {n} fields but the header names {named} columns; {problem}. "
-            "Nothing was read."
+            f"{p}: line {line} has {_count(n, 'field')} but the header names {_count(named, 'column')}; "
+            f"{problem}. Nothing was read."
         )
     header[0] = header[0].removeprefix("\ufeff")  # a UTF-8 byte-order mark is not part of the name
     return [name.strip() or f"Unnamed: {i}" for i, name in enumerate(header[:named])], widest
+
+
+#: How much of a CSV file is looked at for binary content: a text file has no NUL byte anywhere, and
+#: every binary format a user may pick by mistake (Parquet, Excel, zip, gzip, images) has one early.
+_SNIFF_BYTES = 64 * 1024
+
+
+def _refuse_binary(p: Path) -> None:
+    """A binary file named .csv is said to be one, not reported as a row of odd fields."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+    except OSError:
+        return  # unreadable: reported by the read itself, with its reason
+    at = head.find(b"\0")
+    if at >= 0:
+        hint = " (it is a Parquet file: name it .parquet)" if head.startswith(b"PAR1") else ""
+        raise InputFileError(
+            f"{p}: not a text CSV file (binary content at byte {at}){hint}; "
+            "give a UTF-8 CSV or a .parquet file. Nothing was read."
+        )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _read_parquet(p: Path) -> pd.DataFrame:

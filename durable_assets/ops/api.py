@@ -1,4 +1,4 @@
-"""``job serve``: the status HTTP API of CONTRACT.md, on Starlette + uvicorn.
+"""``job serve``: the status HTTP API of docs/contract.md, on Starlette + uvicorn.
 
 Thin on purpose: the status JSON is ``status.batch_status`` (the same call as ``job status
 --json``), cancel is ``runner.cancel_batch`` (the same call as ``job cancel``), and the event
@@ -134,7 +134,7 @@ class Endpoint:
     handler: Handler
     #: The OpenAPI operation object (see durable_assets/ops/openapi.py).
     operation: dict[str, Any]
-    #: Served without the bearer token; CONTRACT.md allows this for /healthz only.
+    #: Served without the bearer token; docs/contract.md allows this for /healthz only.
     public: bool = False
 
 

@@ -8,6 +8,7 @@ the same backfill twice therefore repeats no side effect and finishes what the f
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import date, timedelta
 
@@ -40,22 +41,26 @@ def backfill_days(
     if durable.daily is None:
         raise UsageError(f"job {durable.name!r} has no daily schedule to backfill")
     ok = True
-    for day in days:
+    for n, day in enumerate(days, 1):
         batch_id = durable.daily.batch_id(day)
         runs = batch_runs(instance, batch_id)
+        where = f"day {n}/{len(days)} {batch_id}"
         if runs and runs[-1].status == DagsterRunStatus.SUCCESS:
-            say(f"{batch_id}: already succeeded")
+            say(f"{where}: already succeeded")
             continue
+        # A line as the day starts: a day's batch runs for minutes, and silence reads as a hang.
+        say(f"{where}: {'resuming' if runs else 'starting'}")
+        started = time.monotonic()
         try:
             if runs:
                 resume_batch(instance, batch_id)
             else:
                 start_batch(instance, batch_id, job=durable.name, input_path=durable.daily.input_path(day))
         except DurableError as exc:
-            say(f"{batch_id}: {exc}")
+            say(f"{where}: {exc}")
             ok = False
             continue
         state = batch_status(instance, batch_id, include_steps=False)["status"]
-        say(f"{batch_id}: {state}")
+        say(f"{where}: {state} in {time.monotonic() - started:.1f} s")
         ok = ok and state == BatchStatus.SUCCEEDED
     return ok

@@ -1,6 +1,6 @@
 """A batch's terminal statuses as signed webhooks: which runs count, what is sent, and who sends it.
 
-**Which runs count.** A batch's status is its newest run's (CONTRACT.md), so an event is a run of
+**Which runs count.** A batch's status is its newest run's (docs/contract.md), so an event is a run of
 the batch that ended SUCCESS, FAILURE or CANCELED *and is still the newest run of the lineage* when
 the event is enqueued, re-read from run storage (never trusted from an in-memory result or a
 sensor's event: Dagster sensors were reported to fire SUCCESS for force-canceled runs). Not events:

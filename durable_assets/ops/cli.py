@@ -1,4 +1,4 @@
-"""The ``job`` command (CONTRACT.md): thin argument handling over runner, status and the servers.
+"""The ``job`` command (docs/contract.md): thin argument handling over runner, status and the servers.
 
 Exit codes: 0 succeeded; 1 the batch ended failed or canceled; 2 usage error or invalid input;
 3 conflict (existing ID on run, unknown ID, live lease); 4 ``run``/``resume`` finished (succeeded)
@@ -157,7 +157,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY",
         help="an API key to accept (repeatable); without it, any sk_test_ key is accepted",
     )
+    _verbose_after_the_command(p)
     return p
+
+
+def _verbose_after_the_command(parser: argparse.ArgumentParser) -> None:
+    """``job run --id x --verbose`` as well as ``job --verbose run ...``: every subcommand accepts it,
+    and leaves the top-level value alone when it is not given there (SUPPRESS)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.add_argument(
+                    "--verbose", action="store_true", default=argparse.SUPPRESS, help="as `job --verbose`"
+                )
+                _verbose_after_the_command(sub)
 
 
 # --- option types: every value is checked while parsing, before an instance or a batch exists ------
@@ -386,6 +399,7 @@ def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
     """One line: the step, the reason our code gave, and the log with everything else."""
     from durable_assets.kit.status_model import BatchStatus
     from durable_assets.ops.batch_log import batch_failure, log_path
+    from durable_assets.ops.disk import batch_disk_full, full_path_of_reason
 
     runs = [r for r in (instance.get_run_by_id(run_id) for run_id in st["run_ids"]) if r is not None]
     step_key, reason = batch_failure(instance, runs)
@@ -394,9 +408,16 @@ def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
         number = next((s["step"] for s in st["steps"] if s["step_name"] == step_key), None)
         where = f" at step {number} ({step_key})" if number else f" at {step_key}"
     log = log_path(instance, batch_id)
+    full = full_path_of_reason(reason, log.parent.parent)
+    if full is not None:  # the step recorded why it stopped: the disk is full
+        raise batch_disk_full(batch_id, full, number if step_key else None)
     print(
         f"error: batch {batch_id} {st['status']}{where}: {reason.rstrip('.')}; full log: {log}"
-        + (f"; continue with `job resume --id {batch_id}`" if st["status"] == BatchStatus.CANCELED else ""),
+        + (
+            f"; continue with `job resume --id {batch_id}`"
+            if st["status"] == BatchStatus.CANCELED and "job resume" not in reason  # advice once
+            else ""
+        ),
         file=sys.stderr,
     )
 
@@ -430,10 +451,13 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
             f"  automatically resumed (attempt {auto['attempts']} of {auto['max_attempts']}) after its "
             f"worker was lost: run {auto['run_ids'][-1]}"
         )
-    for s in st.get("steps", []):
+    steps = st.get("steps", [])
+    name_width = max([20, *(len(s["step_name"]) for s in steps)])  # a long step name widens the column
+    number_width = len(str(len(steps)))
+    for s in steps:
         print(
-            f"  {s['step']}. {s['step_name']:<20} {s['status']:<12} executions={s['executions']}"
-            f"  finished={s['finished_at'] or '-'}"
+            f"  {s['step']:>{number_width}}. {s['step_name']:<{name_width}} {s['status']:<12} "
+            f"executions={s['executions']}  finished={s['finished_at'] or '-'}"
         )
 
 
@@ -475,6 +499,11 @@ def _say_plan(skipped: Sequence[str], to_run: Sequence[str]) -> None:
         print(f"resume: running {', '.join(to_run)}", file=sys.stderr)
 
 
+def _say_now(line: str) -> None:
+    """A line that reaches a pipe or a file at once, not when the buffer fills (backfill's days)."""
+    print(line, flush=True)
+
+
 def _prune(instance: Any, args: argparse.Namespace) -> int:
     from durable_assets.ops.retention import policy_from_env, prune_batches
 
@@ -506,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     echo_worker_output(args.verbose)
     try:
-        return _dispatch(args)
+        return _dispatch_minding_the_disk(args)
     except BatchInterruptedError as exc:  # not an error: what the user asked for, and how to go on
         print(exc, file=sys.stderr)
         return exc.exit_code
@@ -529,6 +558,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     finally:
         sys.stdout.flush()  # while the pipe guard is on: the interpreter's own flush would complain
+
+
+def _dispatch_minding_the_disk(args: argparse.Namespace) -> int:
+    """A full disk (ops/disk.py): reading commands still answer; a batch this process runs ends
+    with the one documented line naming its step, the full path and ``job resume``."""
+    from durable_assets.ops import disk
+
+    if args.command in ("status", "list"):
+        return disk.reading_when_full(lambda: _dispatch(args), _home)
+    if args.command not in ("run", "resume"):
+        return _dispatch(args)
+    home = _home()
+    step_now = lambda: _current_step(_instance(False), args.id)  # noqa: E731
+    with disk.full_disk_ends_batch(args.id, home, step_now, home / "logs" / f"{args.id}.log"):
+        return _dispatch(args)
+
+
+def _home() -> Any:
+    from durable_assets.ops.runner import resolve_dagster_home
+
+    return resolve_dagster_home()[0]
+
+
+def _current_step(instance: Any, batch_id: str) -> int | None:
+    """The step a batch stopped in: the first one not completed (UnknownBatchError before it existed)."""
+    from durable_assets.kit.status_model import StepStatus
+    from durable_assets.ops.status import batch_status
+
+    steps = batch_status(instance, batch_id)["steps"]
+    return next((s["step"] for s in steps if s["status"] != StepStatus.COMPLETED), None)
 
 
 def _check_before_instance(args: argparse.Namespace) -> None:
@@ -647,7 +706,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from durable_assets.ops.backfill import backfill_days, days_between
 
         days = days_between(args.first, args.last)  # checked already; cheap
-        return EXIT_OK if backfill_days(instance, days, print, job=args.job) else EXIT_FAILED
+        return EXIT_OK if backfill_days(instance, days, _say_now, job=args.job) else EXIT_FAILED
     if args.command == "list":
         batches = status.list_batches(instance, job=args.job)
         if args.json:
@@ -657,7 +716,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 review = f"  needs review: {b['held_for_review']}" if b.get("needs_review") else ""
                 print(
                     f"{b['id']:<30} {b['job']:<18} {b['status']:<10} {b['percent_complete']:>5}%  "
-                    f"runs={len(b['run_ids'])}{review}"
+                    f"created {b['created_at']}  updated {b['updated_at']}  runs={len(b['run_ids'])}{review}"
                 )
         return EXIT_OK
     raise UsageError(f"unknown command {args.command}")

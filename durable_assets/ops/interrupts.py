@@ -102,7 +102,7 @@ def run_interruptible(instance: Any, batch_id: str, fn: Callable[[], T]) -> T:
 
 
 def _line(batch_id: str, step: int | None) -> str:
-    """The one line CONTRACT.md promises (the step unknown only when the database did not answer)."""
+    """The one line docs/contract.md promises (the step unknown only when the database did not answer)."""
     where = f" at step {step}" if step is not None else ""
     return f"interrupted{where}; job resume --id {batch_id} continues it"
 

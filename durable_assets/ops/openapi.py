@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 description of ``job serve``: generated schemas, and one operation object per route.
 
-Why the schemas are generated: the status JSON is a contract (CONTRACT.md), and a second,
+Why the schemas are generated: the status JSON is a contract (docs/contract.md), and a second,
 hand-kept description of it drifts from the code that writes it. The component schemas are now the
 JSON Schema of the pydantic models that produce the bodies (kit/status_model.py for the status JSON
 and the event stream's payloads, the small models below for the API's own answers), so a field

@@ -53,7 +53,7 @@ QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "W
 
 
 def resolve_dagster_home() -> tuple[Path, str]:
-    """DAGSTER_HOME if set, else ./dagster_home if present, else ~/.durable_assets (CONTRACT.md);
+    """DAGSTER_HOME if set, else ./dagster_home if present, else ~/.durable_assets (docs/contract.md);
     with the project's dagster.yaml (written if missing, checked if present: ops/instance.py)."""
     configured = settings().dagster_home
     if configured:

@@ -393,7 +393,7 @@ def _provider(db: DurableDatabase, batch_id: str) -> ProviderModel | None:
 
 
 def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> dict[str, Any]:
-    """The status JSON of CONTRACT.md, as a plain dict for the CLI, the API and webhooks.
+    """The status JSON of docs/contract.md, as a plain dict for the CLI, the API and webhooks.
 
     Built as a :class:`BatchStatusModel`, the model ``/openapi.json`` is generated from: a value
     outside what the document promises fails here, not in a client.
@@ -449,6 +449,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         needs_review=held > 0,
         held_for_review=held,
         auto_resume=auto_resume_summary(runs),
+        **_lineage_times(instance, runs),
         provider=_provider(db, batch_id),
         steps=[
             StepModel(
@@ -496,3 +497,15 @@ def list_batches(instance: DagsterInstance, *, job: str | None = None) -> list[d
                 newest[bid] = records[0].create_timestamp.timestamp()
     ordered = sorted(newest, key=lambda b: newest[b], reverse=True)
     return [batch_status(instance, b, include_steps=False) for b in ordered]
+
+
+def _lineage_times(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, str | None]:
+    """``created_at`` (the first run's creation) and ``updated_at`` (the newest run's last change)."""
+    first, newest = (
+        instance.get_run_record_by_id(runs[0].run_id),
+        instance.get_run_record_by_id(runs[-1].run_id),
+    )
+    return {
+        "created_at": _iso(first.create_timestamp.timestamp()) if first else None,
+        "updated_at": _iso(newest.update_timestamp.timestamp()) if newest else None,
+    }

@@ -15,8 +15,11 @@ from typing import Any
 from dagster import DagsterInstance, DagsterRun
 
 from durable_assets.kit import SummarySpec
+from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.ledger import Ledger
+from durable_assets.kit.status_model import BatchStatus, StepStatus
 from durable_assets.ops.registry import durable_jobs
-from durable_assets.ops.status import batch_runs, held_for_review, step_metadata
+from durable_assets.ops.status import batch_runs, batch_status, held_for_review, step_metadata
 
 #: Lines are wrapped to this many columns (a breakdown of many reasons stays readable).
 WIDTH = 100
@@ -193,6 +196,7 @@ def batch_summary(instance: DagsterInstance, batch_id: str, status: str, spec: S
             path = metadata.get(step, {}).get(key)
             if path:
                 files.append((label, str(path)))
+    rows += _stopped_rows(instance, batch_id, status)
     this_run, all_runs = _elapsed(instance, runs)
     return Summary(
         batch_id=batch_id,
@@ -205,6 +209,28 @@ def batch_summary(instance: DagsterInstance, batch_id: str, status: str, spec: S
         runs=len(runs),
         review_hint=spec.review_hint if spec else "",
     )
+
+
+def _stopped_rows(instance: DagsterInstance, batch_id: str, status: str) -> list[tuple[str, str, str]]:
+    """For a batch that stopped short (canceled, failed): the step it stopped in and the side effects
+    its runs confirmed, which the steps' metadata cannot say (a step records it only when it
+    completes): e.g. the refunds issued before a cancel."""
+    if status == BatchStatus.SUCCEEDED:
+        return []
+    st = batch_status(instance, batch_id)
+    rows = []
+    p = st.get("progress")
+    if p and p["step"] is not None:
+        label = str(p["label"]).removeprefix("Canceled: ").removeprefix("Failed: ")
+        rows.append(("stopped in step", f"{p['step']}/{p['total']}", label))
+    job = durable_jobs().owning(st["job"])
+    unfinished = {s["step_name"] for s in st["steps"] if s["status"] != StepStatus.COMPLETED}
+    scopes = {s.effect_scope for s in (job.steps if job else []) if s.mutates and s.key in unfinished}
+    done = Ledger(DurableDatabase.for_instance(instance)).finished_by_runs(st["run_ids"])
+    done = {scope: n for scope, n in done.items() if scope in scopes}
+    if done:
+        rows.append(("done before the stop", format_count(sum(done.values())), format_breakdown(done)))
+    return rows
 
 
 def spec_for(job_name: str) -> SummarySpec | None:

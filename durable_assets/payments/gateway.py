@@ -1014,7 +1014,7 @@ def _one_line(text: str) -> str:
 def gateway_from_settings(
     payments_url: str | None, api_key: str | None, embedded_path: str
 ) -> EmbeddedGateway | StripeGateway:
-    """``DURABLE_PAYMENTS_URL`` unset means the embedded provider, per CONTRACT.md. Either gateway
+    """``DURABLE_PAYMENTS_URL`` unset means the embedded provider, per docs/contract.md. Either gateway
     is both a :class:`RefundGateway` and a :class:`CustomerGateway`."""
     if not payments_url:
         return EmbeddedGateway(embedded_path)

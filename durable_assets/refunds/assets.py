@@ -32,6 +32,7 @@ from durable_assets.kit import (
     effect_runner,
     frame_result,
     paced_map,
+    review_note,
     step_progress,
     typed,
     write_csv_atomically,
@@ -326,7 +327,7 @@ def _review_note(intent: Intent, review: Mapping[str, Any] | None) -> str:
             f"through invoice {holder.get('invoice_id', '?')} (key {review['holder_key']}); "
             "a charge is refunded at most once per reason"
         )
-    return str(review)
+    return review_note(review)
 
 
 @durable_asset(label="Reconciling with the provider", partitions_def=BATCHES, group_name="payouts")

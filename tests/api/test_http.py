@@ -1,4 +1,4 @@
-"""The HTTP contract of `job serve` (CONTRACT.md) against a real server: auth, 404, 422, shapes."""
+"""The HTTP contract of `job serve` (docs/contract.md) against a real server: auth, 404, 422, shapes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """/openapi.json's schemas are generated from the models that write the status JSON: hold them to both.
 
-To the contract: every status word of CONTRACT.md is in the document's enums, and the enums hold
+To the contract: every status word of docs/contract.md is in the document's enums, and the enums hold
 nothing else. To the data: the status JSON of a real batch (from `job status`'s code path and from
 the server), every object of `GET /runs` and every event of its stream validate against the
 document the server serves, with formats checked. A schema that accepted anything would pass the
@@ -22,7 +22,7 @@ from tests.api.conftest import FINISHED_BY_JOB, Served
 from tests.api.helpers import read_stream
 from tests.crash.helpers import instance_reader
 
-#: CONTRACT.md's words, written out here so that renaming a member cannot silently rename a word.
+#: docs/contract.md's words, written out here so that renaming a member cannot silently rename a word.
 BATCH_WORDS = {"queued", "running", "canceling", "succeeded", "failed", "canceled"}
 STEP_WORDS = {"pending", "in_progress", "completed", "failed", "skipped"}
 
