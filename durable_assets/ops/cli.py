@@ -77,12 +77,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="steps this worker runs at once, 1..64 (default 2)",
     )
 
-    for name, text in (
-        ("resume", "continue batch ID from its last committed step"),
-        ("cancel", "ask batch ID to stop at the next step boundary or side-effect chunk"),
-    ):
-        sp = sub.add_parser(name, help=text)
-        sp.add_argument("--id", required=True, type=_batch_id)
+    resume = sub.add_parser("resume", help="continue batch ID from its last committed step")
+    resume.add_argument("--id", required=True, type=_batch_id)
+    resume.add_argument(
+        "--wait",
+        nargs="?",
+        type=_non_negative,
+        const=WAIT_DEFAULT,
+        default=None,
+        metavar="SECONDS",
+        help="if a worker still holds the batch's lease, wait up to SECONDS (default: twice "
+        "DURABLE_LEASE_TTL_S) for it to lapse (a dead or frozen worker's does), then take over",
+    )
+    resume.add_argument(
+        "--override-guardrails",
+        action="store_true",
+        help="use this shell's ceilings and limits instead of those pinned at `job run`, and record it",
+    )
+    cancel = sub.add_parser("cancel", help="ask batch ID to stop at the next step boundary or side-effect chunk")
+    cancel.add_argument("--id", required=True, type=_batch_id)
 
     status = sub.add_parser("status", help="the batch's state")
     status.add_argument("--id", required=True, type=_batch_id)
@@ -161,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --- option types: every value is checked while parsing, before an instance or a batch exists ------
+
+#: ``--wait`` without SECONDS: twice the lease TTL, resolved when the command runs.
+WAIT_DEFAULT = -1.0
 
 #: The synthetic generators' bound (the first steps' configs allow no more).
 MAX_SIZE = 10_000_000
@@ -424,6 +440,11 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
         print(f"  why: {why}")
     if st.get("needs_review"):
         print(f"  needs review: {st['held_for_review']} held for a person")
+    if st.get("guardrails"):
+        from durable_assets.ops.guardrails import describe_pinned
+
+        for line in describe_pinned(st["guardrails"]):
+            print(line)
     auto = st.get("auto_resume")
     if auto:
         print(
@@ -626,8 +647,18 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return _finish(instance, args.id)
     if args.command == "resume":
+        wait = None if args.wait is None else (2 * runner.lease_ttl_s() if args.wait == WAIT_DEFAULT else args.wait)
         run = _with_progress(
-            instance, args.id, lambda: runner.resume_batch(instance, args.id, on_plan=_say_plan)
+            instance,
+            args.id,
+            lambda: runner.resume_batch(
+                instance,
+                args.id,
+                on_plan=_say_plan,
+                wait_s=wait,
+                override_guardrails=args.override_guardrails,
+                say=lambda line: print(line, file=sys.stderr),
+            ),
         )
         if run is None:
             held = status.batch_status(instance, args.id, include_steps=False)["held_for_review"]

@@ -37,6 +37,7 @@ from durable_assets.kit.status_model import (
 )
 from durable_assets.ops.batch_log import blocks, describe_failed_checks, step_failure_reason
 from durable_assets.ops.registry import durable_jobs, job_of_runs
+from durable_assets.ops.guardrails import guardrails_model
 from durable_assets.settings import settings
 
 BATCH_ID_PATTERN = re.compile(BATCH_ID_REGEX)
@@ -450,6 +451,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         held_for_review=held,
         auto_resume=auto_resume_summary(runs),
         provider=_provider(db, batch_id),
+        guardrails=guardrails_model(db, batch_id),
         steps=[
             StepModel(
                 step=n,
