@@ -424,7 +424,8 @@ def enforce_credit_limits(adjustments: pd.DataFrame, limits: CreditLimits) -> No
         raise CreditCeilingExceededError(
             f"{len(adjustments)} balance adjustments exceed the per-batch ceiling of "
             f"{limits.max_adjustments_per_batch}; no balance was moved. If this batch is right, raise "
-            f"DURABLE_MAX_CREDIT_ADJUSTMENTS_PER_BATCH to at least {len(adjustments)} and `job resume --override-guardrails` it."
+            f"DURABLE_MAX_CREDIT_ADJUSTMENTS_PER_BATCH to at least {len(adjustments)} and "
+            "`job resume --override-guardrails` it."
         )
     moved = adjustments.assign(moved=adjustments["adjustment_cents"].abs()).groupby(s.CURRENCY)["moved"].sum()
     above = moved[moved > limits.max_credit_per_batch_cents]

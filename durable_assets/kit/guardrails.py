@@ -151,7 +151,7 @@ class Guardrails(ConfigurableResource):
         for name, variable in self._env_fields().items():
             if variable in env:
                 annotation = type(self).model_fields[name].annotation
-                values[name] = TypeAdapter(annotation).validate_python(env[variable])
+                values[name] = TypeAdapter(annotation or Any).validate_python(env[variable])
             else:
                 values[name] = type(self).model_fields[name].get_default(call_default_factory=True)
         return values

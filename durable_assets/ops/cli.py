@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="use this shell's ceilings and limits instead of those pinned at `job run`, and record it",
     )
-    cancel = sub.add_parser("cancel", help="ask batch ID to stop at the next step boundary or side-effect chunk")
+    cancel = sub.add_parser(
+        "cancel", help="ask batch ID to stop at the next step boundary or side-effect chunk"
+    )
     cancel.add_argument("--id", required=True, type=_batch_id)
 
     status = sub.add_parser("status", help="the batch's state")
@@ -647,7 +649,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return _finish(instance, args.id)
     if args.command == "resume":
-        wait = None if args.wait is None else (2 * runner.lease_ttl_s() if args.wait == WAIT_DEFAULT else args.wait)
+        wait = (
+            None
+            if args.wait is None
+            else (2 * runner.lease_ttl_s() if args.wait == WAIT_DEFAULT else args.wait)
+        )
         run = _with_progress(
             instance,
             args.id,

@@ -107,8 +107,12 @@ def describe_pinned(model: dict[str, Any]) -> list[str]:
         lines.append(f"  guardrails ({name}, pinned at {model['pinned_at']}): {text}")
     if model.get("overridden_at"):
         old = "; ".join(
-            f"{name}: " + ", ".join(f"{k} {v} → {model['pinned'].get(name, {}).get(k)}" for k, v in prev.items()
-            if model["pinned"].get(name, {}).get(k) != v)
+            f"{name}: "
+            + ", ".join(
+                f"{k} {v} → {model['pinned'].get(name, {}).get(k)}"
+                for k, v in prev.items()
+                if model["pinned"].get(name, {}).get(k) != v
+            )
             for name, prev in (model.get("overridden_from") or {}).items()
         )
         lines.append(f"  guardrails overridden at {model['overridden_at']} ({OVERRIDE_OPTION}): {old}")

@@ -261,7 +261,9 @@ def _wait_for_worker(
                 raise
             lease = leases.get(batch_id)
             if not told and say is not None:
-                holder = f"{lease.owner} (run {lease.run_id})" if lease is not None else f"run {newest.run_id}"
+                holder = (
+                    f"{lease.owner} (run {lease.run_id})" if lease is not None else f"run {newest.run_id}"
+                )
                 say(
                     f"resume: waiting up to {left:.0f} s for the lease of batch {batch_id} held by {holder} "
                     "to lapse (a dead or frozen worker stops renewing it)"

@@ -36,8 +36,8 @@ from durable_assets.kit.status_model import (
     StepStatus,
 )
 from durable_assets.ops.batch_log import blocks, describe_failed_checks, step_failure_reason
-from durable_assets.ops.registry import durable_jobs, job_of_runs
 from durable_assets.ops.guardrails import guardrails_model
+from durable_assets.ops.registry import durable_jobs, job_of_runs
 from durable_assets.settings import settings
 
 BATCH_ID_PATTERN = re.compile(BATCH_ID_REGEX)

@@ -201,7 +201,8 @@ def enforce_guardrails(candidates: pd.DataFrame, limits: RefundLimits) -> None:
         raise RefundCeilingExceededError(
             f"refunds of {int(above.iloc[0])} {cur} minor units exceed the per-batch ceiling of "
             f"{limits.max_amount_per_batch_cents}; nothing was sent. If this batch is right, raise "
-            f"DURABLE_MAX_AMOUNT_PER_BATCH_CENTS to at least {int(above.iloc[0])} and `job resume --override-guardrails` it."
+            f"DURABLE_MAX_AMOUNT_PER_BATCH_CENTS to at least {int(above.iloc[0])} and "
+            "`job resume --override-guardrails` it."
         )
 
 
