@@ -44,7 +44,7 @@ from durable_assets.ops.batch_log import batch_output
 from durable_assets.ops.guardrails import pin_at_run, reconcile_on_resume
 from durable_assets.ops.reexecution import LIVE, batch_tags, record_run_success
 from durable_assets.ops.registry import durable_jobs, job_of_runs, reconstructable_job, shards_of_runs
-from durable_assets.ops.status import batch_runs, check_batch_id, step_states
+from durable_assets.ops.status import CANCELED_LOST, batch_runs, check_batch_id, step_states, worker_lost
 from durable_assets.settings import settings
 
 #: Dagster's run-retries tag (dagster._core.storage.tags.MAX_RETRIES_TAG), spelled out: not public API.
@@ -307,8 +307,13 @@ def _refuse_if_worker_alive(instance: DagsterInstance, leases: LeaseStore, run: 
             )
 
 
+#: `job cancel`'s answer when the batch's run is recorded canceled on the spot (its worker is lost).
+CANCELED = "canceled"
+
+
 def cancel_batch(instance: DagsterInstance, batch_id: str) -> str:
-    """Record a cancel (committed before we answer) and mark the live run canceling."""
+    """Record a cancel (committed before we answer) and mark the live run canceling; a run whose
+    worker is lost (lease lapsed) is marked canceled at once, since no worker will ever stop it."""
     check_batch_id(batch_id)
     runs = batch_runs(instance, batch_id)
     if not runs:
@@ -316,7 +321,20 @@ def cancel_batch(instance: DagsterInstance, batch_id: str) -> str:
     newest = runs[-1]
     if newest.status not in LIVE:
         return "already finished"
-    CancelStore(DurableDatabase.for_instance(instance)).request(batch_id)
+    db = DurableDatabase.for_instance(instance)
+    # Recorded first in every case: a worker that was only frozen (SIGSTOP) stops at its next check.
+    CancelStore(db).request(batch_id)
+    if worker_lost(instance, newest, LeaseStore(db).get(batch_id), lease_ttl_s()):
+        instance.add_run_tags(newest.run_id, {WORKER_LOST_TAG: CANCELED_LOST})
+        instance.report_run_canceled(
+            newest,
+            message=(
+                "canceled by `job cancel`: its worker was lost (its lease lapsed); "
+                f"`job resume --id {batch_id}` continues the batch"
+            ),
+        )
+        batch_webhooks.notify_batch(instance, batch_id, budget_s=0)
+        return CANCELED
     if newest.status in (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED):
         instance.report_run_canceled(newest, message="canceled before it started (job cancel)")
         # No worker will ever pick this run up, so nobody else sends its end: one pass, no waiting.
