@@ -33,13 +33,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _default_job_name(argv: Sequence[str]) -> str | None:
+    """The location's default job, named in `--help` only: importing the code location is the cost
+    of a help text that is right for a user's location; every other command parses without it."""
+    if not {"-h", "--help"} & set(argv):
+        return None
+    try:
+        from durable_assets.ops.registry import durable_jobs
+
+        return durable_jobs().default.name
+    except Exception:  # a location that does not import: the help stays generic, the command says why
+        return None
+
+
+def build_parser(default_job: str | None = None) -> argparse.ArgumentParser:
+    default = f"default {default_job}" if default_job else "default: the location's first registered job"
     p = _Parser(prog="job", description="Crash-safe, exactly-once batch jobs on Dagster.")
     p.add_argument("--verbose", action="store_true", help="say which instance is used; tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="start batch ID and run it to the end")
-    run.add_argument("--job", metavar="NAME", help="the durable job (see `job jobs`; default refund_batch)")
+    run.add_argument("--job", metavar="NAME", help=f"the durable job (see `job jobs`; {default})")
     run.add_argument("--id", required=True, type=_batch_id)
     run.add_argument(
         "--input",
@@ -124,9 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     bf = sub.add_parser(
         "backfill", help="run or finish a job's daily batches (e.g. daily-YYYY-MM-DD) of a range"
     )
-    bf.add_argument(
-        "--job", metavar="NAME", help="a durable job with a daily schedule (default refund_batch)"
-    )
+    bf.add_argument("--job", metavar="NAME", help=f"a durable job with a daily schedule ({default})")
     bf.add_argument("--from", dest="first", required=True, type=_day, help="first day, YYYY-MM-DD")
     bf.add_argument("--to", dest="last", required=True, type=_day, help="last day, YYYY-MM-DD (inclusive)")
 
@@ -526,7 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from durable_assets.kit.console import ClosedPipeSafe, echo_worker_output
 
     ClosedPipeSafe.install()  # `job list | head -3`: stop writing quietly, finish, keep the exit code
-    args = build_parser().parse_args(argv)
+    args = build_parser(_default_job_name(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     echo_worker_output(args.verbose)
     try:
         return _dispatch(args)
