@@ -160,6 +160,11 @@ class Guardrails(ConfigurableResource):
         """The environment variable that sets ``field`` in this code location, if one does."""
         return self._env_fields().get(field) or self.env_vars.get(field)
 
+    def variable_is_set(self, field: str) -> bool:
+        """Whether this process's environment sets ``field``'s variable (False if it has none)."""
+        name = self.variable(field)
+        return name is not None and name in os.environ
+
     def _env_fields(self) -> dict[str, str]:
         """Fields configured as ``EnvVar``: Dagster resolves those only inside a run, so before one the
         instance holds a placeholder and the variable's name is in its configuration."""

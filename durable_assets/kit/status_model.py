@@ -194,11 +194,9 @@ class BatchStatusModel(_Model):
         description="the daemon's automatic resumes after lost workers; null if none"
     )
     provider: ProviderModel | None = Field(
-        default=None,
         description="the provider account the batch is bound to; null until its first run binds it",
     )
     guardrails: GuardrailsModel | None = Field(
-        default=None,
         description="the batch's pinned ceilings and limits, and their last override; null if it has none",
     )
     # Absent (not null) when not asked for: the schema says array, and `GET /runs` leaves it out.

@@ -71,10 +71,8 @@ def reconcile_on_resume(db: DurableDatabase, batch_id: str, job: DurableJob, *, 
 
 
 def _kept(guardrail: Guardrails, field: str, pinned: Any, current: Any) -> str:
-    import os
-
     variable = guardrail.variable(field)
-    shell = f"unset → {current}" if variable and variable not in os.environ else f"{current}"
+    shell = f"unset → {current}" if variable and not guardrail.variable_is_set(field) else f"{current}"
     return f"{variable or field}={pinned} (this shell: {shell})"
 
 
