@@ -102,6 +102,9 @@ def test_a_failed_blocking_check_is_named_at_its_assets_step(tmp_path: Path) -> 
         f"{named} (+2 more); full log: "
     ), line
     assert ODD[5] not in line and "Publishing" not in line
+    # The help names this location's default job, not the project's (#21 item 6).
+    helped = " ".join(job(["run", "--help"], env, tmp_path, timeout=60).stdout.split())
+    assert "default audit)" in helped and "refund_batch" not in helped, helped
 
     st = json.loads(job(["status", "--id", "au1", "--json"], env, tmp_path, timeout=60).stdout)
     assert st["status"] == "failed"

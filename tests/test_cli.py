@@ -40,9 +40,11 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
         "created_at",
         "updated_at",
         "provider",
+        "guardrails",
         "steps",
     }
     assert status["auto_resume"] is None and status["job"] == "refund_batch"
+    assert status["guardrails"]["pinned"]["RefundLimits"]["max_refunds_per_batch"] == 100_000
     assert status["provider"]["kind"] == "embedded" and status["provider"]["livemode"] is False
     assert status["status"] == "succeeded" and status["percent_complete"] == 100.0
     assert status["needs_review"] is False and status["held_for_review"] == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -121,6 +122,16 @@ def test_backfill_runs_each_day_once_and_is_idempotent(dagster_home: Path) -> No
     with DagsterInstance.get() as instance:
         for bid in ("daily-2026-11-01", "daily-2026-11-02"):
             assert len(instance.get_runs(RunsFilter(tags={BATCH_TAG: bid}))) == 1
+
+
+def test_backfill_says_why_a_day_failed(dagster_home: Path, tmp_path: Path) -> None:
+    """A day whose input is missing prints its one-line reason, not only "failed" (#21 item 6)."""
+    env = {**os.environ, "DURABLE_DAILY_INVOICES": str(tmp_path / "missing-{date}.csv")}
+    result = job_cli("backfill", "--from", "2026-11-03", "--to", "2026-11-03", env=env, timeout=300)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    [line] = [x for x in result.stdout.splitlines() if x.startswith("daily-2026-11-03:")]
+    assert line.startswith("daily-2026-11-03: failed at invoices: "), line
+    assert "missing-2026-11-03.csv" in line, line
 
 
 @pytest.mark.parametrize(

@@ -93,14 +93,23 @@ def test_a_killed_worker_reads_as_failed_then_canceled_and_resume_finishes_it(tm
     assert "Failed (worker lost)" in listed["progress"]["label"]
     assert " failed " in job(["list"], env, tmp_path, timeout=60).stdout
 
-    # A cancel of the dead batch: no worker will ever stop it, so it reads as canceled at once.
+    # A cancel of the dead batch: no worker will ever stop it, so it is canceled at once (#23).
     cancel = job(["cancel", "--id", "d1"], env, tmp_path, timeout=60)
     assert cancel.proc.returncode == EXIT_OK, cancel.tail()
+    assert cancel.stdout.strip() == "batch d1: canceled", cancel.tail()
+    with instance_reader(home) as reader:
+        written = reader.instance.get_run_by_id(run_id)
+        assert written is not None and written.status == DagsterRunStatus.CANCELED
     st = _cli_json(["status", "--id", "d1"], env, tmp_path)
     assert st["status"] == "canceled", st
     assert [s["status"] for s in st["steps"]][:4] == ["completed", "completed", "skipped", "pending"]
     assert st["progress"]["label"] == "Canceled (worker lost): Computing refund candidates"
     assert "`job resume --id d1`" in st["steps"][2]["error"]
+
+    assert (
+        job(["cancel", "--id", "d1"], env, tmp_path, timeout=60).stdout.strip()
+        == "batch d1: already finished"
+    )
 
     # `job resume` still takes the dead run over and finishes the batch.
     resumed = job(["resume", "--id", "d1"], env, tmp_path, timeout=180)
@@ -110,7 +119,7 @@ def test_a_killed_worker_reads_as_failed_then_canceled_and_resume_finishes_it(tm
     assert len(st["run_ids"]) == 2 and all(s["error"] is None for s in st["steps"])
     with instance_reader(home) as reader:
         dead = reader.instance.get_run_by_id(run_id)
-        assert dead is not None and dead.status == DagsterRunStatus.FAILURE  # `job resume` recorded it
+        assert dead is not None and dead.status == DagsterRunStatus.CANCELED  # `job cancel` recorded it
 
 
 def test_a_run_that_has_not_taken_its_lease_stays_queued_until_its_creator_s_lease_lapses(

@@ -416,7 +416,8 @@ def enforce_credit_limits(adjustments: pd.DataFrame, limits: CreditLimits) -> No
         raise CreditCeilingExceededError(
             f"{len(adjustments)} balance adjustments exceed the per-batch ceiling of "
             f"{limits.max_adjustments_per_batch}; no balance was moved. If this batch is right, raise "
-            f"DURABLE_MAX_CREDIT_ADJUSTMENTS_PER_BATCH to at least {len(adjustments)} and `job resume` it."
+            f"DURABLE_MAX_CREDIT_ADJUSTMENTS_PER_BATCH to at least {len(adjustments)} and "
+            "`job resume --override-guardrails` it."
         )
     moved = adjustments.assign(moved=adjustments["adjustment_cents"].abs()).groupby(s.CURRENCY)["moved"].sum()
     above = moved[moved > limits.max_credit_per_batch_cents]
@@ -426,7 +427,7 @@ def enforce_credit_limits(adjustments: pd.DataFrame, limits: CreditLimits) -> No
             f"balance adjustments moving {format_cents(cents, currency)} exceed the per-batch ceiling "
             f"of {format_cents(limits.max_credit_per_batch_cents, currency)}; no balance was moved. If "
             f"this batch is right, raise DURABLE_MAX_CREDIT_PER_BATCH_CENTS to at least {cents} and "
-            "`job resume` it."
+            "`job resume --override-guardrails` it."
         )
 
 

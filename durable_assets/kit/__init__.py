@@ -7,6 +7,8 @@
   reports progress; :func:`frame_result` returns a frame with its row count and data version.
 - Inputs: :func:`read_text_table` reads a CSV or Parquet file as text (a malformed file is an
   :class:`InputFileError`); :class:`RowChecks` collects every reason a row is quarantined.
+- Guardrails: subclass :class:`Guardrails` for a batch's ceilings and limits; their values are
+  pinned with the batch at its first run and every later run of it uses them.
 - Errors: one hierarchy under :class:`DurableError`; raise :class:`TransientProviderError` for a
   fault worth retrying with the same key, :class:`ProviderRejectedError` for one that is not.
 
@@ -28,6 +30,7 @@ from durable_assets.kit.errors import (
     UsageError,
 )
 from durable_assets.kit.frames import typed, write_csv_atomically
+from durable_assets.kit.guardrails import Guardrails
 from durable_assets.kit.job import (
     DurableJob,
     DurableJobs,
@@ -79,6 +82,7 @@ __all__ = [
     "EffectReport",
     "EffectRunner",
     "GuardrailError",
+    "Guardrails",
     "IdempotencyLedger",
     "InputFileError",
     "Intent",

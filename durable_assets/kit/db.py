@@ -148,6 +148,20 @@ batch_accounts = sa.Table(
     sa.Column("bound_at", sa.Float, nullable=False),
 )
 
+batch_guardrails = sa.Table(
+    "durable_batch_guardrails",
+    metadata,
+    # The ceilings and limits of one guardrail resource (kit/guardrails.py) as the batch first ran
+    # with them: every later run of the batch uses these, whatever its own environment says.
+    sa.Column("batch_id", sa.String(64), primary_key=True),
+    sa.Column("name", sa.String(128), primary_key=True),  # the resource's guardrail name
+    sa.Column("guardrail_values", sa.Text, nullable=False),  # JSON: field -> value
+    sa.Column("pinned_at", sa.Float, nullable=False),
+    # Set by `job resume --override-guardrails`: when, and the values it replaced (JSON).
+    sa.Column("overridden_at", sa.Float),
+    sa.Column("overridden_from", sa.Text),
+)
+
 rate_limits = sa.Table(
     "durable_rate_limits",
     metadata,

@@ -278,6 +278,11 @@ class DurableJobs:
             )
         return self._defs
 
+    @property
+    def resources(self) -> Mapping[str, Any]:
+        """The resources given to :meth:`definitions` (the operations layer reads guardrails here)."""
+        return dict(self._resources)
+
     def job_definition(self, name: str) -> JobDefinition:
         """The resolved Dagster job (needs :meth:`definitions` to have been called)."""
         if self._defs is None:

@@ -149,6 +149,23 @@ class ProviderModel(_Model):
     livemode: bool = Field(description="true only for a live-mode key: real money")
 
 
+class GuardrailsModel(_Model):
+    """The ceilings and limits the batch runs under: pinned at its first run, kept by every resume,
+    re-execution and retry, changed only by `job resume --override-guardrails`."""
+
+    # Why pinned: a ceiling re-read by each process is lost by resuming from another shell.
+    pinned: dict[str, dict[str, Any]] = Field(
+        description="per guardrail resource (its class name), its fields and the values in force"
+    )
+    pinned_at: Timestamp = Field(description="when the batch first pinned them")
+    overridden_at: Timestamp | None = Field(
+        description="when `job resume --override-guardrails` last replaced them; null if never"
+    )
+    overridden_from: dict[str, dict[str, Any]] | None = Field(
+        description="the values that override replaced, per guardrail resource; null if never"
+    )
+
+
 class BatchStatusModel(_Model):
     """The JSON of `job status --json` (docs/contract.md). `GET /runs` omits `steps`."""
 
@@ -182,6 +199,9 @@ class BatchStatusModel(_Model):
     )
     provider: ProviderModel | None = Field(
         description="the provider account the batch is bound to; null until its first run binds it",
+    )
+    guardrails: GuardrailsModel | None = Field(
+        description="the batch's pinned ceilings and limits, and their last override; null if it has none",
     )
     # Absent (not null) when not asked for: the schema says array, and `GET /runs` leaves it out.
     steps: list[StepModel] | SkipJsonSchema[None] = Field(default=None, json_schema_extra=_no_default)

@@ -16,6 +16,7 @@ from dagster import DagsterInstance, DagsterRunStatus
 
 from durable_assets.kit.errors import DurableError, UsageError
 from durable_assets.kit.status_model import BatchStatus
+from durable_assets.ops.batch_log import batch_failure
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.runner import resume_batch, start_batch
 from durable_assets.ops.status import batch_runs, batch_status
@@ -31,6 +32,13 @@ def days_between(first: date, last: date) -> list[date]:
     if n > MAX_DAYS:
         raise UsageError(f"{n} days requested; backfill at most {MAX_DAYS} at a time")
     return [first + timedelta(days=i) for i in range(n)]
+
+
+def _why(instance: DagsterInstance, batch_id: str) -> str:
+    """``: <step>: <the reason our code gave>`` for a day that did not succeed (its input missing,
+    a ceiling, ...): the same one line `job run` ends with, so no day's failure needs the log."""
+    step, reason = batch_failure(instance, list(batch_runs(instance, batch_id)))
+    return f" at {step}: {' '.join(reason.split())}" if step else f": {' '.join(reason.split())}"
 
 
 def backfill_days(
@@ -61,6 +69,9 @@ def backfill_days(
             ok = False
             continue
         state = batch_status(instance, batch_id, include_steps=False)["status"]
-        say(f"{where}: {state} in {time.monotonic() - started:.1f} s")
+        say(
+            f"{where}: {state} in {time.monotonic() - started:.1f} s"
+            + ("" if state == BatchStatus.SUCCEEDED else _why(instance, batch_id))
+        )
         ok = ok and state == BatchStatus.SUCCEEDED
     return ok

@@ -33,13 +33,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _default_job_name(argv: Sequence[str]) -> str | None:
+    """The location's default job, named in `--help` only: importing the code location is the cost
+    of a help text that is right for a user's location; every other command parses without it."""
+    if not {"-h", "--help"} & set(argv):
+        return None
+    try:
+        from durable_assets.ops.registry import durable_jobs
+
+        return durable_jobs().default.name
+    except Exception:  # a location that does not import: the help stays generic, the command says why
+        return None
+
+
+def build_parser(default_job: str | None = None) -> argparse.ArgumentParser:
+    default = f"default {default_job}" if default_job else "default: the location's first registered job"
     p = _Parser(prog="job", description="Crash-safe, exactly-once batch jobs on Dagster.")
     p.add_argument("--verbose", action="store_true", help="say which instance is used; tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="start batch ID and run it to the end")
-    run.add_argument("--job", metavar="NAME", help="the durable job (see `job jobs`; default refund_batch)")
+    run.add_argument("--job", metavar="NAME", help=f"the durable job (see `job jobs`; {default})")
     run.add_argument("--id", required=True, type=_batch_id)
     run.add_argument(
         "--input",
@@ -77,12 +91,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="steps this worker runs at once, 1..64 (default 2)",
     )
 
-    for name, text in (
-        ("resume", "continue batch ID from its last committed step"),
-        ("cancel", "ask batch ID to stop at the next step boundary or side-effect chunk"),
-    ):
-        sp = sub.add_parser(name, help=text)
-        sp.add_argument("--id", required=True, type=_batch_id)
+    resume = sub.add_parser("resume", help="continue batch ID from its last committed step")
+    resume.add_argument("--id", required=True, type=_batch_id)
+    resume.add_argument(
+        "--wait",
+        nargs="?",
+        type=_non_negative,
+        const=WAIT_DEFAULT,
+        default=None,
+        metavar="SECONDS",
+        help="if a worker still holds the batch's lease, wait up to SECONDS (default: twice "
+        "DURABLE_LEASE_TTL_S) for it to lapse (a dead or frozen worker's does), then take over",
+    )
+    resume.add_argument(
+        "--override-guardrails",
+        action="store_true",
+        help="use this shell's ceilings and limits instead of those pinned at `job run`, and record it",
+    )
+    cancel = sub.add_parser(
+        "cancel", help="ask batch ID to stop at the next step boundary or side-effect chunk"
+    )
+    cancel.add_argument("--id", required=True, type=_batch_id)
 
     status = sub.add_parser("status", help="the batch's state")
     status.add_argument("--id", required=True, type=_batch_id)
@@ -109,9 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     bf = sub.add_parser(
         "backfill", help="run or finish a job's daily batches (e.g. daily-YYYY-MM-DD) of a range"
     )
-    bf.add_argument(
-        "--job", metavar="NAME", help="a durable job with a daily schedule (default refund_batch)"
-    )
+    bf.add_argument("--job", metavar="NAME", help=f"a durable job with a daily schedule ({default})")
     bf.add_argument("--from", dest="first", required=True, type=_day, help="first day, YYYY-MM-DD")
     bf.add_argument("--to", dest="last", required=True, type=_day, help="last day, YYYY-MM-DD (inclusive)")
 
@@ -174,6 +201,9 @@ def _verbose_after_the_command(parser: argparse.ArgumentParser) -> None:
 
 
 # --- option types: every value is checked while parsing, before an instance or a batch exists ------
+
+#: ``--wait`` without SECONDS: twice the lease TTL, resolved when the command runs.
+WAIT_DEFAULT = -1.0
 
 #: The synthetic generators' bound (the first steps' configs allow no more).
 MAX_SIZE = 10_000_000
@@ -445,6 +475,11 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
         print(f"  why: {why}")
     if st.get("needs_review"):
         print(f"  needs review: {st['held_for_review']} held for a person")
+    if st.get("guardrails"):
+        from durable_assets.ops.guardrails import describe_pinned
+
+        for line in describe_pinned(st["guardrails"]):
+            print(line)
     auto = st.get("auto_resume")
     if auto:
         print(
@@ -532,7 +567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from durable_assets.kit.console import ClosedPipeSafe, echo_worker_output
 
     ClosedPipeSafe.install()  # `job list | head -3`: stop writing quietly, finish, keep the exit code
-    args = build_parser().parse_args(argv)
+    args = build_parser(_default_job_name(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     echo_worker_output(args.verbose)
     try:
         return _dispatch_minding_the_disk(args)
@@ -685,8 +720,22 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return _finish(instance, args.id)
     if args.command == "resume":
+        wait = (
+            None
+            if args.wait is None
+            else (2 * runner.lease_ttl_s() if args.wait == WAIT_DEFAULT else args.wait)
+        )
         run = _with_progress(
-            instance, args.id, lambda: runner.resume_batch(instance, args.id, on_plan=_say_plan)
+            instance,
+            args.id,
+            lambda: runner.resume_batch(
+                instance,
+                args.id,
+                on_plan=_say_plan,
+                wait_s=wait,
+                override_guardrails=args.override_guardrails,
+                say=lambda line: print(line, file=sys.stderr),
+            ),
         )
         if run is None:
             held = status.batch_status(instance, args.id, include_steps=False)["held_for_review"]

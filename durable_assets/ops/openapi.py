@@ -65,7 +65,7 @@ class CancelAcceptedModel(BaseModel):
     """202: the cancel is recorded (or the batch had already ended)."""
 
     id: str
-    result: Literal["cancel requested", "already finished"] = Field(
+    result: Literal["cancel requested", "canceled", "already finished"] = Field(
         description="the same answer `job cancel` prints"
     )
 
@@ -265,7 +265,8 @@ CANCEL_RUN: dict[str, Any] = {
     "description": (
         "The cancel is committed before the answer. The worker stops at the next step boundary or "
         "side-effect chunk, and no side effect is requested after it. A finished batch answers "
-        "`already finished`."
+        "`already finished`; one whose worker was lost (its lease lapsed) is marked canceled at once "
+        "and answers `canceled`."
     ),
     "parameters": [_ID_PARAM],
     "responses": {"202": _json(_ref(CancelAcceptedModel), "accepted"), "404": _UNKNOWN, "422": _BAD_ID},

@@ -9,6 +9,7 @@ both proceed, and it heartbeats until the run ends.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,10 +41,11 @@ from durable_assets.kit.resources import BATCH_TAG, run_ended
 from durable_assets.kit.status_model import StepStatus
 from durable_assets.ops import batch_webhooks
 from durable_assets.ops.batch_log import batch_output
+from durable_assets.ops.guardrails import pin_at_run, reconcile_on_resume
 from durable_assets.ops.instance import ensure_instance_config
 from durable_assets.ops.reexecution import LIVE, batch_tags, record_run_success
 from durable_assets.ops.registry import durable_jobs, job_of_runs, reconstructable_job, shards_of_runs
-from durable_assets.ops.status import batch_runs, check_batch_id, step_states
+from durable_assets.ops.status import CANCELED_LOST, batch_runs, check_batch_id, step_states, worker_lost
 from durable_assets.settings import settings
 
 #: Dagster's run-retries tag (dagster._core.storage.tags.MAX_RETRIES_TAG), spelled out: not public API.
@@ -112,6 +114,7 @@ def start_batch(
             )
         if account is not None:
             AccountBindings(DurableDatabase.for_instance(instance)).bind(batch_id, account)
+        pin_at_run(DurableDatabase.for_instance(instance), batch_id, durable)
         instance.add_dynamic_partitions(durable.partitions_name, [batch_id])
         config = durable.run_config(str(Path(input_path).resolve()) if input_path else None, size)
         distributed = executor == ExecutorKind.CELERY
@@ -133,25 +136,34 @@ def resume_batch(
     batch_id: str,
     *,
     on_plan: Callable[[list[str], list[str]], None] | None = None,
+    wait_s: float | None = None,
+    override_guardrails: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> DagsterRun | None:
     """Continue a batch from its last committed step; None when it had already succeeded.
 
     A newest run that still looks alive is taken over only when its lease has lapsed (its worker
-    is dead); it is then marked failed with the reason, and re-executed from failure. ``on_plan``
-    hears, once the lease is held, the steps skipped (committed) and the steps about to run.
+    is dead); it is then marked failed with the reason, and re-executed from failure. With
+    ``wait_s``, a worker that still holds the lease is waited for that long (its lease lapses if it
+    is dead or frozen) instead of refused at once. ``on_plan`` hears, once the lease is held, the
+    steps skipped (committed) and the steps about to run; ``say`` hears what the resume waits for
+    and which guardrails it keeps (the batch's) or, with ``override_guardrails``, replaces.
     """
     check_batch_id(batch_id)
     runs = batch_runs(instance, batch_id)
     if not runs:
         raise UnknownBatchError(f"no batch {batch_id!r} to resume in {instance.root_directory}")
-    newest = runs[-1]
     batch_webhooks.settings()
+    db = DurableDatabase.for_instance(instance)
+    if runs[-1].status != DagsterRunStatus.SUCCESS:
+        _refuse_other_account(db, batch_id, configured_account(instance))
+        # (a holder waited for may finish the batch meanwhile: then there is nothing to do)
+        newest = _wait_for_worker(instance, LeaseStore(db, ttl_s=lease_ttl_s()), batch_id, wait_s, say)
+    else:
+        newest = runs[-1]
     if newest.status == DagsterRunStatus.SUCCESS:
         batch_webhooks.notify_batch(instance, batch_id)  # delivers what an earlier process left pending
         return None
-    db = DurableDatabase.for_instance(instance)
-    _refuse_other_account(db, batch_id, configured_account(instance))
-    _refuse_if_worker_alive(instance, LeaseStore(db, ttl_s=lease_ttl_s()), newest)
     if newest.status not in LIVE:
         # The end this resume leaves is an event even if the process that saw it died before
         # enqueueing it; it goes out with the new run's event after the re-execution.
@@ -192,6 +204,9 @@ def resume_batch(
                 ),
             )
         if not finished_without_reexecution:
+            line = reconcile_on_resume(db, batch_id, job_of_runs(runs), override=override_guardrails)
+            if line and say is not None:
+                say(line)
             CancelStore(db).clear(batch_id)
             shards = shards_of_runs(runs)
             tags = {**batch_tags(batch_id), **(distributed_tags(shards) if shards is not None else {})}
@@ -223,6 +238,43 @@ def _refuse_other_account(db: DurableDatabase, batch_id: str, account: ProviderA
     if bound is not None and bound != account:
         raise ProviderAccountMismatchError(mismatch_message(batch_id, bound, account))
     bindings.bind(batch_id, account)
+
+
+def _wait_for_worker(
+    instance: DagsterInstance,
+    leases: LeaseStore,
+    batch_id: str,
+    wait_s: float | None,
+    say: Callable[[str], None] | None,
+) -> DagsterRun:
+    """The batch's newest run once no live worker holds it: at once, or (``wait_s``) once the
+    holder's lease has lapsed, re-checked at its expiry; past the deadline, LeaseHeldError as without
+    waiting. The newest run is read again each time: the holder may finish, or the daemon resume it."""
+    deadline = time.monotonic() + (wait_s or 0.0)
+    told = False
+    while True:
+        newest = batch_runs(instance, batch_id)[-1]
+        try:
+            _refuse_if_worker_alive(instance, leases, newest)
+            return newest
+        except LeaseHeldError:
+            left = deadline - time.monotonic()
+            if wait_s is None or left <= 0:
+                raise
+            lease = leases.get(batch_id)
+            if not told and say is not None:
+                holder = (
+                    f"{lease.owner} (run {lease.run_id})" if lease is not None else f"run {newest.run_id}"
+                )
+                say(
+                    f"resume: waiting up to {left:.0f} s for the lease of batch {batch_id} held by {holder} "
+                    "to lapse (a dead or frozen worker stops renewing it)"
+                )
+                told = True
+            # Sleep until the lease would lapse (plus a margin), never past the deadline, and look
+            # again at least every second: a live holder renews, a finishing one releases.
+            until_lapse = (lease.expires_at - now() + 0.05) if lease is not None else 0.25
+            time.sleep(max(0.05, min(until_lapse, left, 1.0)))
 
 
 def _refuse_if_worker_alive(instance: DagsterInstance, leases: LeaseStore, run: DagsterRun) -> None:
@@ -257,8 +309,13 @@ def _refuse_if_worker_alive(instance: DagsterInstance, leases: LeaseStore, run: 
             )
 
 
+#: `job cancel`'s answer when the batch's run is recorded canceled on the spot (its worker is lost).
+CANCELED = "canceled"
+
+
 def cancel_batch(instance: DagsterInstance, batch_id: str) -> str:
-    """Record a cancel (committed before we answer) and mark the live run canceling."""
+    """Record a cancel (committed before we answer) and mark the live run canceling; a run whose
+    worker is lost (lease lapsed) is marked canceled at once, since no worker will ever stop it."""
     check_batch_id(batch_id)
     runs = batch_runs(instance, batch_id)
     if not runs:
@@ -266,7 +323,20 @@ def cancel_batch(instance: DagsterInstance, batch_id: str) -> str:
     newest = runs[-1]
     if newest.status not in LIVE:
         return "already finished"
-    CancelStore(DurableDatabase.for_instance(instance)).request(batch_id)
+    db = DurableDatabase.for_instance(instance)
+    # Recorded first in every case: a worker that was only frozen (SIGSTOP) stops at its next check.
+    CancelStore(db).request(batch_id)
+    if worker_lost(instance, newest, LeaseStore(db).get(batch_id), lease_ttl_s()):
+        instance.add_run_tags(newest.run_id, {WORKER_LOST_TAG: CANCELED_LOST})
+        instance.report_run_canceled(
+            newest,
+            message=(
+                "canceled by `job cancel`: its worker was lost (its lease lapsed); "
+                f"`job resume --id {batch_id}` continues the batch"
+            ),
+        )
+        batch_webhooks.notify_batch(instance, batch_id, budget_s=0)
+        return CANCELED
     if newest.status in (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED):
         instance.report_run_canceled(newest, message="canceled before it started (job cancel)")
         # No worker will ever pick this run up, so nobody else sends its end: one pass, no waiting.

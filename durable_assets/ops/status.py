@@ -20,7 +20,12 @@ from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import InvalidBatchIdError, UnknownBatchError
-from durable_assets.kit.launcher import AUTO_RESUME_ATTEMPT_TAG, AUTO_RESUME_MAX_TAG, AUTO_RESUME_OF_TAG
+from durable_assets.kit.launcher import (
+    AUTO_RESUME_ATTEMPT_TAG,
+    AUTO_RESUME_MAX_TAG,
+    AUTO_RESUME_OF_TAG,
+    WORKER_LOST_TAG,
+)
 from durable_assets.kit.leases import Lease, LeaseStore
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.resources import BATCH_TAG
@@ -36,6 +41,7 @@ from durable_assets.kit.status_model import (
     StepStatus,
 )
 from durable_assets.ops.batch_log import blocks, describe_failed_checks, step_failure_reason
+from durable_assets.ops.guardrails import guardrails_model
 from durable_assets.ops.registry import durable_jobs, job_of_runs
 from durable_assets.settings import settings
 
@@ -297,6 +303,10 @@ def _check_names(step: _Step) -> list[str]:
     return [key[len(prefix) :] if key.startswith(prefix) else key for key in step.check_failures]
 
 
+#: The ``durable/worker_lost`` tag of a run that `job cancel` ended because its worker was lost.
+CANCELED_LOST = "canceled_after_lease_expired"
+
+
 def worker_lost(instance: DagsterInstance, run: DagsterRun, lease: Lease | None, ttl_s: float) -> bool:
     """Whether ``run`` looks alive in Dagster while its worker is dead: `job resume`'s takeover rule.
 
@@ -412,6 +422,9 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     lost = worker_lost(instance, runs[-1], lease, settings().lease_ttl_s)
     if lost:
         status = BatchStatus.CANCELED if status == BatchStatus.CANCELING else BatchStatus.FAILED
+    # `job cancel` of a lost worker's batch records the run canceled (runner.cancel_batch); it
+    # still reads as a lost worker's end, with the step it stopped at and the resume advice.
+    lost = lost or (status == BatchStatus.CANCELED and runs[-1].tags.get(WORKER_LOST_TAG) == CANCELED_LOST)
     # Progress before steps: an older report with newer step states can only undercount the running
     # step, so percent_complete never goes backwards between two polls (the other order could pair a
     # finished step's report with a snapshot taken before it finished, and drop a step's worth).
@@ -451,6 +464,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         auto_resume=auto_resume_summary(runs),
         **_lineage_times(instance, runs),
         provider=_provider(db, batch_id),
+        guardrails=guardrails_model(db, batch_id),
         steps=[
             StepModel(
                 step=n,

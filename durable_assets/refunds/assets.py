@@ -193,7 +193,7 @@ def enforce_guardrails(candidates: pd.DataFrame, limits: RefundLimits) -> None:
         raise RefundCeilingExceededError(
             f"{len(candidates)} refunds exceed the per-batch ceiling of {limits.max_refunds_per_batch}; "
             "nothing was sent. If this batch is right, raise DURABLE_MAX_REFUNDS_PER_BATCH "
-            f"to at least {len(candidates)} and `job resume` it."
+            f"to at least {len(candidates)} and `job resume --override-guardrails` it."
         )
     totals = candidates.groupby(s.CURRENCY)["refund_cents"].sum()
     above = totals[totals > limits.max_amount_per_batch_cents]
@@ -202,7 +202,8 @@ def enforce_guardrails(candidates: pd.DataFrame, limits: RefundLimits) -> None:
         raise RefundCeilingExceededError(
             f"refunds of {int(above.iloc[0])} {cur} minor units exceed the per-batch ceiling of "
             f"{limits.max_amount_per_batch_cents}; nothing was sent. If this batch is right, raise "
-            f"DURABLE_MAX_AMOUNT_PER_BATCH_CENTS to at least {int(above.iloc[0])} and `job resume` it."
+            f"DURABLE_MAX_AMOUNT_PER_BATCH_CENTS to at least {int(above.iloc[0])} and "
+            "`job resume --override-guardrails` it."
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
+from durable_assets.kit import Guardrails
 from durable_assets.payments.resources import instance_dir
 from durable_assets.refunds.notices import Mailbox
 
@@ -30,8 +31,14 @@ class CustomerMailbox(ConfigurableResource):
         return self._mailbox
 
 
-class RefundLimits(ConfigurableResource):
-    """Per-batch ceilings: a bad input or policy bug cannot drain the account."""
+class RefundLimits(Guardrails):
+    """Per-batch ceilings: a bad input or policy bug cannot drain the account. Pinned with the batch
+    at its first run (``Guardrails``): a resume from another shell keeps them."""
+
+    env_vars = {
+        "max_refunds_per_batch": "DURABLE_MAX_REFUNDS_PER_BATCH",
+        "max_amount_per_batch_cents": "DURABLE_MAX_AMOUNT_PER_BATCH_CENTS",
+    }
 
     max_refunds_per_batch: int = Field(default=100_000, ge=0)
     max_amount_per_batch_cents: int = Field(
