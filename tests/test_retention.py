@@ -258,6 +258,7 @@ def test_ledger_keys_outlive_batches_and_go_on_their_own_horizon(
     def key(name: str, point: str, days: float) -> dict[str, object]:
         ts = t - days * DAY_S
         return {
+            "account": "embedded:acct_retention:test",
             "scope": "refund",
             "key": name,
             "fingerprint": "f",
@@ -282,7 +283,13 @@ def test_ledger_keys_outlive_batches_and_go_on_their_own_horizon(
         conn.execute(
             kit_db.effect_subjects.insert(),
             [
-                {"scope": "refund", "subject": f"charge:{name}", "key": name, "created_at": t - 400 * DAY_S}
+                {
+                    "account": "embedded:acct_retention:test",
+                    "scope": "refund",
+                    "subject": f"charge:{name}",
+                    "key": name,
+                    "created_at": t - 400 * DAY_S,
+                }
                 for name in ("old-finished", "old-unknown-outcome", "recent-finished")
             ],
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -129,8 +130,8 @@ def test_backfill_says_why_a_day_failed(dagster_home: Path, tmp_path: Path) -> N
     env = {**os.environ, "DURABLE_DAILY_INVOICES": str(tmp_path / "missing-{date}.csv")}
     result = job_cli("backfill", "--from", "2026-11-03", "--to", "2026-11-03", env=env, timeout=300)
     assert result.returncode == 1, (result.stdout, result.stderr)
-    [line] = [x for x in result.stdout.splitlines() if x.startswith("daily-2026-11-03:")]
-    assert line.startswith("daily-2026-11-03: failed at invoices: "), line
+    [line] = [x for x in result.stdout.splitlines() if x.startswith("day 1/1 daily-2026-11-03: failed")]
+    assert re.match(r"day 1/1 daily-2026-11-03: failed in [0-9.]+ s at invoices: ", line), line
     assert "missing-2026-11-03.csv" in line, line
 
 

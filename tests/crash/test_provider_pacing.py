@@ -15,11 +15,14 @@ import pytest
 
 from tests.support.homes import make_home
 from tests.support.network import free_port
+from tests.support.polling import wait_until
 
 from .helpers import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
     Expected,
+    JobProcess,
     Simulator,
     assert_refunded_exactly_once,
     instance_reader,
@@ -96,14 +99,30 @@ def _check_results(reader: Any, run_id: str) -> dict[str, bool]:
 def test_provider_down_fails_within_the_budget(
     tmp_path: Path, simulator: Callable[..., Simulator], provider: str
 ) -> None:
-    """A provider that answers only faults (or nothing at all) fails the batch within
-    DURABLE_PROVIDER_DOWN_BUDGET_S plus slack, with one error that names the setting."""
+    """A provider that starts answering only faults (or nothing at all) once the batch runs fails it
+    within DURABLE_PROVIDER_DOWN_BUDGET_S plus slack, with one error that names the setting. (Down
+    before the batch exists, it is exit 2 at `job run`: the provider's account is asked first.)"""
     budget_s = 4.0
     home = make_home(tmp_path)
-    url = simulator(error_rate=1.0).url if provider == "error_rate_1" else f"http://127.0.0.1:{free_port()}"
-    env = job_env(home, payments_url=url, DURABLE_PROVIDER_DOWN_BUDGET_S=budget_s)
+    if provider == "nobody_listens":
+        # Nobody listens before the batch exists: asked for its account first, exit 2, no batch.
+        env = job_env(home, payments_url=f"http://127.0.0.1:{free_port()}")
+        refused = job(["run", "--id", "down", "--size", "50"], env, tmp_path, timeout=120)
+        assert refused.proc.returncode == EXIT_USAGE, refused.tail()
+        assert "DURABLE_PAYMENTS_URL" in refused.stderr, refused.tail()
+        with instance_reader(home) as reader:
+            assert not reader.has_runs("down")
+        return
+    sim = simulator()
+    env = job_env(home, payments_url=sim.url, DURABLE_PROVIDER_DOWN_BUDGET_S=budget_s)
     started = time.monotonic()
-    run = job(["run", "--id", "down", "--size", "50"], env, tmp_path, timeout=300)
+    worker = JobProcess(["run", "--id", "down", "--size", "50"], env, tmp_path)
+    with instance_reader(home) as reader:
+        # The account was asked before the run was created; the provider goes down as the run starts.
+        wait_until(lambda: reader.has_runs("down") or not worker.alive(), 120, interval=0.01, what="the run")
+    sim.configure(error_rate=1.0)
+    worker.wait(300)
+    run = worker
     elapsed = time.monotonic() - started
     assert run.proc.returncode == EXIT_FAILED, run.tail()
     # The process as a whole: Dagster's start-up and bookkeeping cost tens of seconds on a loaded

@@ -26,6 +26,7 @@ from durable_assets.credit_migration.validation import validate_accounts
 from durable_assets.definitions import defs
 from durable_assets.kit.db import DurableDatabase, idempotency
 from durable_assets.kit.errors import DurableError
+from durable_assets.kit.guardrails import PinnedGuardrails
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.payments.gateway import EmbeddedGateway
 from durable_assets.payments.store import PaymentStore
@@ -378,7 +379,11 @@ def test_a_batch_above_a_ceiling_moves_no_balance_and_names_the_variable(
     assert all(c["balance"] == 0 for cs in provider.customers.values() for c in cs)
     assert not any(provider.transactions.values())
 
-    # The batch is right after all: with the default ceilings it finishes, exactly once.
+    # The batch is right after all: an operator overrides the ceilings pinned at its first run
+    # (`job resume --override-guardrails`); with the default ones it finishes, exactly once.
+    PinnedGuardrails(DurableDatabase.for_instance(instance)).override(
+        "big", CreditLimits.guardrail_name(), CreditLimits().guardrail_values()
+    )
     resumed = _materialize(instance, "big", steps=_from("applied_adjustments"))
     assert resumed.success, resumed.failures
     assert_credits_exact(_provider(dagster_home), expected_balances([("big", SIZE)]))
