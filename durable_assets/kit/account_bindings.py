@@ -35,7 +35,7 @@ class AccountBindings:
 
     def get(self, batch_id: str) -> ProviderAccount | None:
         c = batch_accounts.c
-        with self.db.engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(sa.select(batch_accounts).where(c.batch_id == batch_id)).first()
         return None if row is None else ProviderAccount(row.kind, row.account, bool(row.livemode))
 

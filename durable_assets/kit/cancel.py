@@ -30,7 +30,7 @@ class CancelStore:
             conn.execute(cancel_requests.delete().where(cancel_requests.c.batch_id == batch_id))
 
     def is_requested(self, batch_id: str) -> bool:
-        with self.db.engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(
                 sa.select(cancel_requests.c.batch_id).where(cancel_requests.c.batch_id == batch_id)
             ).first()

@@ -175,6 +175,10 @@ _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()
 
 
+#: Execution option that marks a connection as read-only (see :meth:`DurableDatabase.read`).
+_READ_ONLY = "durable_read_only"
+
+
 def _configure_sqlite(engine: Engine) -> None:
     """WAL + IMMEDIATE transactions: readers never block, and two writers queue instead of deadlocking."""
 
@@ -189,7 +193,12 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read takes no write lock: in WAL mode it then never waits, even on a writer frozen
+        # mid-transaction (SIGSTOP), which status, leases and the HTTP API must see past.
+        if conn.get_execution_options().get(_READ_ONLY):
+            conn.exec_driver_sql("BEGIN DEFERRED")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def engine_for_url(url: str) -> Engine:
@@ -246,7 +255,15 @@ class DurableDatabase:
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
+        """A write transaction; on SQLite it takes the write lock at its start (no upgrade deadlocks)."""
         with self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read-only snapshot that never waits on a writer, nor makes one wait."""
+        with self.engine.connect() as conn:
+            conn.execution_options(**{_READ_ONLY: True})
             yield conn
 
     def insert_ignore(self, table: sa.Table) -> Any:

@@ -67,7 +67,7 @@ class PinnedGuardrails:
 
     def get(self, batch_id: str) -> list[GuardrailPin]:
         """Every guardrail the batch has pinned, by name."""
-        with self.db.engine.connect() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(self._select(batch_id).order_by(batch_guardrails.c.name)).all()
         return [
             GuardrailPin(

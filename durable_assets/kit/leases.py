@@ -50,7 +50,7 @@ class LeaseStore:
         self.ttl_s = settings().lease_ttl_s if ttl_s is None else ttl_s
 
     def get(self, batch_id: str) -> Lease | None:
-        with self.db.engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(sa.select(leases).where(leases.c.batch_id == batch_id)).first()
         return _to_lease(row) if row else None
 

@@ -298,7 +298,7 @@ class Ledger:
         query = sa.select(idempotency).where(c.account == self.account, c.scope == scope)
         if keys is not None:
             query = query.where(c.key.in_(list(keys)))
-        with self.db.engine.connect() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(query).all()
         return [
             LedgerEntry(
@@ -320,5 +320,5 @@ class Ledger:
             .where(c.owner_run.in_(list(run_ids)), c.recovery_point == FINISHED)
             .group_by(c.scope)
         )
-        with self.db.engine.connect() as conn:
+        with self.db.read() as conn:
             return {str(scope): int(n) for scope, n in conn.execute(query).all()}

@@ -28,7 +28,7 @@ STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 90
 def ledger_counts(db: DurableDatabase) -> dict[tuple[str, str], int]:
     """Idempotency keys per (scope, recovery point): one GROUP BY over the ledger."""
     c = idempotency.c
-    with db.engine.connect() as conn:
+    with db.read() as conn:
         rows = conn.execute(
             sa.select(c.scope, c.recovery_point, sa.func.count()).group_by(c.scope, c.recovery_point)
         ).all()

@@ -67,7 +67,7 @@ class ProgressStore:
 
     def latest_of_run(self, batch_id: str) -> tuple[Progress, str] | None:
         """The latest report and the run that wrote it: a reader can tell a report of an older run."""
-        with self.db.engine.connect() as conn:
+        with self.db.read() as conn:
             row = conn.execute(sa.select(progress).where(progress.c.batch_id == batch_id)).first()
         if row is None:
             return None

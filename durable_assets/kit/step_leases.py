@@ -92,7 +92,7 @@ class StepLeaseStore:
 
     def owns(self, run_id: str, step_key: str, owner: str) -> bool:
         c = step_leases.c
-        with self.db.engine.connect() as conn:
+        with self.db.read() as conn:
             found = conn.execute(
                 sa.select(c.owner).where(c.run_id == run_id, c.step_key == step_key)
             ).scalar_one_or_none()
@@ -100,7 +100,7 @@ class StepLeaseStore:
 
     def of_run(self, run_id: str) -> dict[str, StepLease]:
         c = step_leases.c
-        with self.db.engine.connect() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(sa.select(step_leases).where(c.run_id == run_id)).all()
         return {
             r.step_key: StepLease(r.run_id, r.step_key, r.attempt, r.owner, r.expires_at, bool(r.finished))

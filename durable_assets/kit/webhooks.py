@@ -246,7 +246,7 @@ class Outbox:
             query = query.where(c.batch_id == batch_id)
         if state is not None:
             query = query.where(c.state == state)
-        with self.db.engine.connect() as conn:
+        with self.db.read() as conn:
             return [_to_row(r) for r in conn.execute(query).all()]
 
     def claim(self, row: OutboxRow, ttl_s: float) -> str | None:
@@ -306,7 +306,7 @@ class Outbox:
     def stats(self) -> dict[str, int]:
         """Rows by state plus the total attempts made (for metrics)."""
         c = webhook_outbox.c
-        with self.db.engine.connect() as conn:
+        with self.db.read() as conn:
             found = conn.execute(
                 sa.select(c.state, sa.func.count(), sa.func.coalesce(sa.func.sum(c.attempts), 0)).group_by(
                     c.state

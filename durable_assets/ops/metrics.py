@@ -80,7 +80,7 @@ class DurableMetrics:
         newest: dict[str, BatchStatus] = {}
         for run in runs:  # newest first: the first run seen of a batch decides its status
             newest.setdefault(run.tags[BATCH_TAG], run_status_label(run))
-        with self.db.engine.connect() as conn:
+        with self.db.read() as conn:
             canceling = {row[0] for row in conn.execute(sa.select(cancel_requests.c.batch_id)).all()}
         counts = Counter(
             BatchStatus.CANCELING if s == BatchStatus.RUNNING and b in canceling else s
