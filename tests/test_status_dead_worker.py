@@ -2,7 +2,7 @@
 
 Before: 20 s after `kill -9` with a 15 s lease, status still said `running (45.6%)`; `job cancel`
 then left it `canceling` for good. Now a batch whose run Dagster still calls running but whose lease
-has lapsed reads as failed (worker lost), with the step it stopped at and `job resume` advice, and a
+has lapsed, or whose worker process is gone from this host, reads as failed (worker lost), with the step it stopped at and `job resume` advice, and a
 cancel of it reads as canceled; both derived, never written: Dagster's run storage keeps the run as
 the dead worker left it until `job resume` takes over, which still finishes the batch.
 """
@@ -58,22 +58,18 @@ def test_a_killed_worker_reads_as_failed_then_canceled_and_resume_finishes_it(tm
         worker.reap_group()
         run_id = reader.status("d1")["run_ids"][-1]  # type: ignore[index]
 
-        # While the dead worker's lease is still live, nobody can tell it from a slow one.
-        live_before = reader.lease_live("d1")
-        early = reader.status("d1")
-        if live_before and reader.lease_live("d1"):
-            assert early is not None and early["status"] == "running", early
-
+        # The worker was a process of this host: its death is known before its lease lapses.
         st = wait_until(
             lambda: (s := reader.status("d1")) is not None and s["status"] == "failed" and s,
             timeout=DETECT_WITHIN_S,
-            what="status to say failed once the lease lapsed",
+            what="status to say failed once the worker is gone",
         )
         assert time.monotonic() - killed_at <= DETECT_WITHIN_S + 1
-        assert not reader.lease_live("d1")
         assert [s["status"] for s in st["steps"]] == ["completed", "completed", "failed"] + ["pending"] * 4
         stopped = st["steps"][2]
         assert "worker" in stopped["error"] and "was lost" in stopped["error"], stopped
+        if reader.lease_live("d1"):  # so it was live when the status was read, too
+            assert "no longer exists on this host" in stopped["error"], stopped
         assert "`job resume --id d1`" in stopped["error"], stopped
         assert st["progress"]["step"] == 3
         assert st["progress"]["label"] == "Failed (worker lost): Computing refund candidates", st["progress"]

@@ -5,15 +5,23 @@ whose worker was SIGKILLed stays STARTED forever. The worker therefore renews a 
 instance's database; a lease not renewed within ``ttl_s`` means the worker is dead. Every
 takeover by another process increments the lease's *fence*; a worker checks its fence before each
 side effect and stops when it has been superseded.
+
+A lease also names its holder's process (host, pid, and the pid's incarnation: pid namespace and
+start time). A process on the same host can therefore see that the holder no longer exists and take
+the batch over at once instead of waiting out the TTL; a holder on another host, in another pid
+namespace, or merely frozen (SIGSTOP) still keeps its lease until it lapses.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -27,8 +35,73 @@ DEFAULT_LEASE_TTL_S: float = Settings.model_fields["lease_ttl_s"].default
 
 
 def process_owner() -> str:
-    """Identity of this worker process; the same process may re-acquire its own lease."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """Identity of this worker process (``host:pid:incarnation``); the same process may re-acquire
+    its own lease, and a process of this host can tell whether the holder still exists."""
+    return _own_identity(os.getpid())
+
+
+@functools.cache
+def _own_identity(pid: int) -> str:
+    # Keyed by pid so that a forked child gets its own identity; /proc is read once per process.
+    return owner_of(pid)
+
+
+def owner_of(pid: int) -> str:
+    """The owner string of process ``pid`` of this host, as that process would write it."""
+    start = _start_ticks(pid)
+    incarnation = f"{_namespace()}.{start}" if start is not None else "?"
+    return f"{socket.gethostname()}:{pid}:{incarnation}"
+
+
+def owner_pid(owner: str) -> int | None:
+    """The pid in a ``host:pid[:incarnation]`` owner, or None for an owner of another form."""
+    parts = owner.split(":")
+    return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
+
+
+def holder_is_gone(owner: str) -> bool:
+    """Whether ``owner`` names a process of this host (and pid namespace) that no longer exists.
+
+    Only a definite answer counts: an owner of another form, host or namespace, or a system without
+    ``/proc``, is not known to be gone. A zombie is gone (it runs nothing); a frozen process is not;
+    a pid reused by a new process is told apart by its start time.
+    """
+    parts = owner.split(":")
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    namespace, _, start = parts[2].partition(".")
+    if namespace != _namespace() or not start.isdigit():
+        return False
+    stat = _stat(int(parts[1]))
+    if stat is None:
+        return Path("/proc/self/stat").exists()  # no such process, where /proc can tell
+    state, now_start = stat
+    return state in ("Z", "X") or now_start != int(start)
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) of ``pid``, from /proc; None if it is absent."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[19])  # fields 3 and 22 of proc(5), counted from the state
+
+
+def _start_ticks(pid: int) -> int | None:
+    stat = _stat(pid)
+    return stat[1] if stat else None
+
+
+@functools.cache
+def _namespace() -> str:
+    """This boot's pid namespace, in 8 hex digits: pids compare only within one."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        pid_ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "unknown"
+    return hashlib.blake2s(f"{boot}/{pid_ns}".encode(), digest_size=4).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -68,6 +141,8 @@ class LeaseStore:
                 query = query.with_for_update()
             row = conn.execute(query).first()
             current = _to_lease(row) if row else None
+            if current and current.is_live(t) and holder_is_gone(current.owner):
+                current = replace(current, expires_at=t)  # its process is gone: take over now
             if current and current.is_live(t) and current.owner != owner:
                 raise LeaseHeldError(
                     f"batch {batch_id!r} is held by worker {current.owner} (run {current.run_id}); "

@@ -26,7 +26,7 @@ from durable_assets.kit.launcher import (
     AUTO_RESUME_OF_TAG,
     WORKER_LOST_TAG,
 )
-from durable_assets.kit.leases import Lease, LeaseStore
+from durable_assets.kit.leases import Lease, LeaseStore, holder_is_gone, owner_pid
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.sharding import step_of_shard
@@ -318,7 +318,7 @@ def worker_lost(instance: DagsterInstance, run: DagsterRun, lease: Lease | None,
     if run.status not in _MAY_BE_LIVE:
         return False
     t = now()
-    if lease is not None and lease.is_live(t):
+    if lease is not None and lease.is_live(t) and not holder_is_gone(lease.owner):
         return False
     if lease is not None and lease.run_id == run.run_id:
         return True
@@ -334,12 +334,12 @@ def worker_lost(instance: DagsterInstance, run: DagsterRun, lease: Lease | None,
 def _lost_reason(batch_id: str, status: BatchStatus, lease: Lease | None) -> str:
     """The sentence a batch whose worker died ends with: who, since when, and what continues it."""
     holder = f"{lease.owner} " if lease is not None else ""
-    since = f" {now() - lease.expires_at:.0f} s ago" if lease is not None else ""
+    if lease is not None and lease.is_live() and holder_is_gone(lease.owner):
+        how = f"process {owner_pid(lease.owner)} no longer exists on this host"
+    else:
+        how = "its lease lapsed" + (f" {now() - lease.expires_at:.0f} s ago" if lease is not None else "")
     what = "canceled after its" if status == BatchStatus.CANCELED else "its"
-    return (
-        f"{what} worker {holder}was lost (its lease lapsed{since}); "
-        f"continue with `job resume --id {batch_id}`"
-    )
+    return f"{what} worker {holder}was lost ({how}); continue with `job resume --id {batch_id}`"
 
 
 def _live_progress(

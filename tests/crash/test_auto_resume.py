@@ -21,6 +21,7 @@ from durable_assets.kit.launcher import (
     AUTO_RESUMED_BY_TAG,
     WORKER_LOST_TAG,
 )
+from durable_assets.kit.leases import owner_pid
 from durable_assets.kit.resources import BATCH_TAG
 from tests.conftest import job_cli
 from tests.support.dagster_dev import CodeServer, DagsterDev
@@ -86,7 +87,7 @@ def test_lost_host_is_resumed_without_a_human(home: Path, tmp_path: Path, repeat
                 return AssertionError(f"{exc}\n{story}\n{dev.proc.tail()}\n{code.tail()}")
 
             lease = wait_until(worker_mid_refunds, timeout=180, interval=0.02, what="refunds from the worker")
-            worker = int(lease.owner.rsplit(":", 1)[1])
+            worker = owner_pid(lease.owner)
             assert _parent(worker) == code.pid, "the run worker is a child of the code server"
             at_kill = reader.status(batch)
             code.kill_host()  # the worker and its code server, together

@@ -15,6 +15,7 @@ import pytest
 from dagster import DagsterRunStatus, RunsFilter
 
 from durable_assets.kit.launcher import WORKER_LOST_TAG
+from durable_assets.kit.leases import owner_pid
 from durable_assets.kit.resources import BATCH_TAG
 from tests.support.dagster_dev import DagsterDev
 from tests.support.polling import wait_until
@@ -78,7 +79,7 @@ def test_daemon_fails_dead_worker_and_retries_from_failure(home: Path, tmp_path:
                 return run.status
 
             lease = wait_until(worker_mid_refunds, timeout=180, interval=0.02, what="refunds from the worker")
-            worker = int(lease.owner.rsplit(":", 1)[1])
+            worker = owner_pid(lease.owner)
             # Nothing on the worker's host may report its death: a live code server notices its
             # child's SIGKILL and fails the run itself, a dead host reports nothing. Freeze the
             # code server (as if its host were gone) so that only the lease can tell; thaw it

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from durable_assets.kit.leases import owner_pid
 from tests.crash.helpers import EXIT_OK, InstanceReader, JobProcess, resume_until_accepted
 from tests.support.credits import ProviderCredits, assert_credits_exact, expected_balances
 from tests.support.polling import wait_until
@@ -72,7 +73,7 @@ def running_shard_worker(cluster: Cluster, store: Any, run_id: str | None) -> Jo
     for lease in store.of_run(run_id).values():
         if "__shard_" not in lease.step_key or lease.finished or lease.expires_at <= t:
             continue
-        child = int(lease.owner.split(":")[1])
+        child = owner_pid(lease.owner)
         try:
             group = os.getpgid(child)
         except ProcessLookupError:
