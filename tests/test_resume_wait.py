@@ -1,11 +1,13 @@
-"""`job resume --id ID --wait` (issue #21 item 5): started right after a worker is SIGKILLed or
-frozen with SIGSTOP, it waits for the lease to lapse and takes over, once, with no retry loop;
-every refund exactly once (counted in the embedded provider's file, which outlives the workers)."""
+"""`job resume --id ID --wait` (issue #21 item 5): started right after a worker is frozen with
+SIGSTOP, it waits for the lease to lapse and takes over, once, with no retry loop; after a SIGKILL
+on this host it takes over at once (#25 item 5: the holder's process is known to be gone). Every
+refund exactly once (counted in the embedded provider's file, which outlives the workers)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,8 @@ from .crash.helpers import (
 pytestmark = pytest.mark.slow
 
 #: Long enough that the lease is still live when a new `job` process is up (~3 s on a loaded machine).
-LEASE_TTL_S = 8.0
+#: Long enough for a loaded machine to start `job resume` before a frozen worker's lease lapses.
+LEASE_TTL_S = 15.0
 SIZE = 300
 
 
@@ -38,7 +41,7 @@ def _running_step(st: dict[str, object] | None) -> int | None:
 
 
 @pytest.mark.parametrize("how", ["sigkill", "sigstop"])
-def test_resume_wait_takes_over_once_the_lease_lapses(
+def test_resume_wait_takes_over_a_frozen_worker_once_its_lease_lapses_and_a_killed_one_at_once(
     how: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     # SIGSTOP on Postgres: a frozen SQLite writer could hold the file's lock (which `job resume`
@@ -61,12 +64,16 @@ def test_resume_wait_takes_over_once_the_lease_lapses(
             worker.sigkill()
         else:
             os.kill(worker.pid, signal.SIGSTOP)
-        assert reader.lease_live(batch)  # the lease is still live: a plain resume would be exit 3
+        lease = reader.lease(batch)
+        assert lease is not None and not lease.released and lease.expires_at > time.time()
     try:
         resumed = job(["resume", "--id", batch, "--wait"], env, tmp_path, timeout=240)
         assert resumed.proc.returncode == EXIT_OK, resumed.tail()
         waits = [line for line in resumed.stderr.splitlines() if line.startswith("resume: waiting up to")]
-        assert len(waits) == 1, resumed.tail()  # said once what it waits for, and how long
+        if how == "sigstop":
+            assert len(waits) == 1, resumed.tail()  # said once what it waits for, and how long
+        else:  # the killed worker was a process of this host: its lease is not waited out
+            assert waits == [], resumed.tail()
         assert_refunded_exactly_once(EmbeddedProvider(home).refunds(), expected)
     finally:
         worker.reap_group()  # a stopped process dies of SIGKILL as well

@@ -2,7 +2,8 @@
 
 Before: 20 s after `kill -9` with a 15 s lease, status still said `running (45.6%)`; `job cancel`
 then left it `canceling` for good. Now a batch whose run Dagster still calls running but whose lease
-has lapsed, or whose worker process is gone from this host, reads as failed (worker lost), with the step it stopped at and `job resume` advice, and a
+has lapsed, or whose worker process is gone from this host, reads as failed (worker lost), with the
+step it stopped at and `job resume` advice, and a
 cancel of it reads as canceled; both derived, never written: Dagster's run storage keeps the run as
 the dead worker left it until `job resume` takes over, which still finishes the batch.
 """

@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -114,7 +114,10 @@ class Lease:
     released: bool = False
 
     def is_live(self, at: float | None = None) -> bool:
-        return not self.released and self.expires_at > (now() if at is None else at)
+        """Whether the holder may still act: not released, not lapsed, and not a process of this
+        host known to be gone (whose lease is therefore taken over without waiting out the TTL)."""
+        lapsed = self.expires_at <= (now() if at is None else at)
+        return not self.released and not lapsed and not holder_is_gone(self.owner)
 
 
 class LeaseStore:
@@ -141,8 +144,6 @@ class LeaseStore:
                 query = query.with_for_update()
             row = conn.execute(query).first()
             current = _to_lease(row) if row else None
-            if current and current.is_live(t) and holder_is_gone(current.owner):
-                current = replace(current, expires_at=t)  # its process is gone: take over now
             if current and current.is_live(t) and current.owner != owner:
                 raise LeaseHeldError(
                     f"batch {batch_id!r} is held by worker {current.owner} (run {current.run_id}); "

@@ -318,7 +318,7 @@ def worker_lost(instance: DagsterInstance, run: DagsterRun, lease: Lease | None,
     if run.status not in _MAY_BE_LIVE:
         return False
     t = now()
-    if lease is not None and lease.is_live(t) and not holder_is_gone(lease.owner):
+    if lease is not None and lease.is_live(t):
         return False
     if lease is not None and lease.run_id == run.run_id:
         return True
@@ -334,7 +334,7 @@ def worker_lost(instance: DagsterInstance, run: DagsterRun, lease: Lease | None,
 def _lost_reason(batch_id: str, status: BatchStatus, lease: Lease | None) -> str:
     """The sentence a batch whose worker died ends with: who, since when, and what continues it."""
     holder = f"{lease.owner} " if lease is not None else ""
-    if lease is not None and lease.is_live() and holder_is_gone(lease.owner):
+    if lease is not None and lease.expires_at > now() and holder_is_gone(lease.owner):
         how = f"process {owner_pid(lease.owner)} no longer exists on this host"
     else:
         how = "its lease lapsed" + (f" {now() - lease.expires_at:.0f} s ago" if lease is not None else "")
