@@ -143,6 +143,13 @@ class Settings(BaseModel):
     step_delay_s: float = _var(
         "DURABLE_STEP_DELAY_S", 0.0, "pause before each step (demos and crash tests)", ge=0
     )
+    progress_log_interval_s: float = _var(
+        "DURABLE_PROGRESS_LOG_INTERVAL_S",
+        10.0,
+        "when `job run`/`job resume` print to a log (not a terminal): a line per step, at most one "
+        "more every this many seconds, and the last",
+        ge=0,
+    )
     auto_resume_max_attempts: int = _var(
         "DURABLE_AUTO_RESUME_MAX_ATTEMPTS",
         3,

@@ -69,7 +69,8 @@ def test_a_killed_worker_reads_as_failed_then_canceled_and_resume_finishes_it(tm
         assert [s["status"] for s in st["steps"]] == ["completed", "completed", "failed"] + ["pending"] * 4
         stopped = st["steps"][2]
         assert "worker" in stopped["error"] and "was lost" in stopped["error"], stopped
-        if reader.lease_live("d1"):  # so it was live when the status was read, too
+        lease = reader.lease("d1")
+        if lease is not None and lease.expires_at > time.time():  # unexpired when status was read, too
             assert "no longer exists on this host" in stopped["error"], stopped
         assert "`job resume --id d1`" in stopped["error"], stopped
         assert st["progress"]["step"] == 3

@@ -15,7 +15,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn
 
 from durable_assets.kit.errors import BatchInterruptedError, DurableError, UsageError
 from durable_assets.kit.modes import DEFAULT_SHARDS, MAX_SHARDS, ExecutorKind
@@ -346,41 +346,6 @@ def _instance(verbose: bool) -> Any:
     return instance
 
 
-def _progress_line(p: dict[str, Any], tty: bool) -> str:
-    """``step 4/7 Issuing refunds 450/1000`` (a bar on a terminal); a step without a count shows none."""
-    line = f"step {p['step']}/{p['total']} {p['label']}"
-    if p["of"]:
-        bar = "#" * int(p["done"] / p["of"] * 30)
-        line += f" [{bar:<30}] {p['done']}/{p['of']}" if tty else f" {p['done']}/{p['of']}"
-    return line
-
-
-def _watch(follower: Any, stop: threading.Event, out: TextIO) -> None:
-    """Live progress while this process runs the batch: a bar on a terminal, plain lines otherwise.
-
-    Every report of the runs this process starts (ops/events.py ``ProgressFollower``), drained once
-    more after the run ends so the last steps are shown too.
-    """
-    tty = out.isatty()
-    last = ""
-    draining = 2  # the feed hands a record out one poll after it first sees it
-    while draining:
-        if stop.wait(0.25):
-            draining -= 1
-        try:
-            reports = follower.poll()
-        except Exception:  # progress display must never break the batch
-            continue
-        for p in reports:
-            line = _progress_line(p.as_dict(), tty)
-            if line != last:
-                out.write(("\r" + line.ljust(100)) if tty else line + "\n")
-                out.flush()
-                last = line
-    if tty and last:
-        out.write("\n")
-
-
 def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
     from durable_assets.kit.console import ClosedPipeSafe, user_stream
 
@@ -388,9 +353,12 @@ def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
     out = ClosedPipeSafe(user_stream())
     stop = threading.Event()
     from durable_assets.ops.events import ProgressFollower
+    from durable_assets.ops.progress_lines import watch
+    from durable_assets.settings import settings as durable_settings
 
     follower = ProgressFollower(instance, batch_id)  # before the run: only the runs it starts are shown
-    watcher = threading.Thread(target=_watch, args=(follower, stop, out), daemon=True)
+    interval = durable_settings().progress_log_interval_s
+    watcher = threading.Thread(target=watch, args=(follower, stop, out, interval), daemon=True)
     watcher.start()
     try:
         from durable_assets.ops.interrupts import run_interruptible
@@ -454,6 +422,7 @@ def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
 
 def _print_status(st: dict[str, Any], as_json: bool) -> None:
     from durable_assets.kit.status_model import BatchStatus
+    from durable_assets.ops.progress_lines import progress_line
     from durable_assets.ops.summary import provider_line
 
     if as_json:
@@ -469,7 +438,7 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
     p = st.get("progress")
     if p:
         now = "ended" if BatchStatus(st["status"]).terminal else "now"
-        print(f"  {now}: {_progress_line(p, tty=False)}")
+        print(f"  {now}: {progress_line(p, tty=False)}")
     why = next((s["error"] for s in st.get("steps") or [] if s.get("error")), None)
     if why and BatchStatus(st["status"]).terminal:
         print(f"  why: {why}")
