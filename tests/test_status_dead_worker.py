@@ -25,10 +25,10 @@ from .crash.helpers import EXIT_OK, JobProcess, instance_reader, job, job_env
 
 pytestmark = pytest.mark.slow
 
-LEASE_TTL_S = 3.0
-#: How long after the kill the status may take to say failed: the lease's TTL (it was renewed at
-#: most TTL ago) plus room for a loaded machine to read it.
-DETECT_WITHIN_S = LEASE_TTL_S + 10.0
+#: Long: the worker is a process of this host, so its death must be seen well before the lease lapses.
+LEASE_TTL_S = 60.0
+#: How long after the kill the status may take to say failed: a loaded machine's reads.
+DETECT_WITHIN_S = 15.0
 EXIT_NEEDS_REVIEW = 4
 
 
@@ -69,9 +69,7 @@ def test_a_killed_worker_reads_as_failed_then_canceled_and_resume_finishes_it(tm
         assert [s["status"] for s in st["steps"]] == ["completed", "completed", "failed"] + ["pending"] * 4
         stopped = st["steps"][2]
         assert "worker" in stopped["error"] and "was lost" in stopped["error"], stopped
-        lease = reader.lease("d1")
-        if lease is not None and lease.expires_at > time.time():  # unexpired when status was read, too
-            assert "no longer exists on this host" in stopped["error"], stopped
+        assert "no longer exists on this host" in stopped["error"], stopped
         assert "`job resume --id d1`" in stopped["error"], stopped
         assert st["progress"]["step"] == 3
         assert st["progress"]["label"] == "Failed (worker lost): Computing refund candidates", st["progress"]
