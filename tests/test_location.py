@@ -19,9 +19,9 @@ from durable_assets.ops.instance import INSTANCE_YAML, missing_parts
 from durable_assets.payments.resources import PaymentGateway
 from tests.support.homes import clean_env
 from tests.support.processes import REPO
+from tests.support.tutorial import tutorial_module
 
 from .crash.helpers import EXIT_OK, EXIT_USAGE, job
-from .test_tutorial import tutorial_module
 
 PARTS = DynamicPartitionsDefinition(name="location_test")
 
