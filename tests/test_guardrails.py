@@ -79,7 +79,7 @@ def test_a_resume_keeps_the_pinned_ceiling_until_it_is_overridden(home: Path, tm
 
 
 def test_a_reexecution_outside_the_cli_uses_the_pinned_ceiling(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the daemon's run retry or a UI re-execution does: re-execute the failed run in a process
     whose environment has no ceiling variable; the batch's pinned 5 still stops it."""
@@ -89,7 +89,6 @@ def test_a_reexecution_outside_the_cli_uses_the_pinned_ceiling(
     from durable_assets.ops.registry import durable_jobs, reconstructable_job
     from durable_assets.ops.status import batch_runs
 
-    home = make_home(tmp_path / "home")
     expected = Expected.of("g2", SIZE)
     low = job(
         ["run", "--id", "g2", "--size", str(SIZE)], job_env(home, DURABLE_MAX_REFUNDS_PER_BATCH=5), tmp_path

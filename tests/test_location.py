@@ -17,11 +17,11 @@ from durable_assets.kit.pacing import Backoff
 from durable_assets.location import definitions
 from durable_assets.ops.instance import INSTANCE_YAML, missing_parts
 from durable_assets.payments.resources import PaymentGateway
-from tests.support.homes import clean_env
+from tests.support.homes import clean_env, make_home
 from tests.support.processes import REPO
+from tests.support.tutorial import tutorial_module
 
 from .crash.helpers import EXIT_OK, EXIT_USAGE, job
-from .test_tutorial import tutorial_module
 
 PARTS = DynamicPartitionsDefinition(name="location_test")
 
@@ -123,13 +123,45 @@ def test_an_instance_folder_without_dagster_yaml_gets_the_projects(tmp_path: Pat
     assert (home / "dagster.yaml").read_text() == INSTANCE_YAML
 
 
-def test_a_dagster_yaml_without_the_parts_is_refused_naming_each(tmp_path: Path) -> None:
-    home = tmp_path / "bare"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\nrun_retries:\n  enabled: true\n")
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def pg_url(request: pytest.FixtureRequest) -> str | None:
+    """The instance's storage: files in its folder, or a Postgres database of its own."""
+    return str(request.getfixturevalue("pg_database")) if request.param == "postgres" else None
+
+
+def _tables(pg_url: str) -> set[str]:
+    import psycopg2
+
+    with psycopg2.connect(pg_url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        tables = {str(row[0]) for row in cur.fetchall()}
+    conn.close()
+    return tables
+
+
+def test_a_dagster_yaml_without_the_parts_is_refused_naming_each(tmp_path: Path, pg_url: str | None) -> None:
+    """Whatever its storage: a Postgres instance without the parts loses the same guarantees."""
+    home = make_home(
+        tmp_path / "bare", pg_url, config="telemetry:\n  enabled: false\nrun_retries:\n  enabled: true\n"
+    )
     listed = job(["list"], clean_env(home), tmp_path, timeout=60)
     assert listed.proc.returncode == EXIT_USAGE, listed.tail()
     [line] = listed.stderr.strip().splitlines()
     assert "run_launcher: {module: durable_assets.kit.launcher, class: LeaseAwareRunLauncher}" in line
     assert "run_monitoring: {enabled: true}" in line and "run_retries" not in line
     assert not list(home.glob("*.db")), "no storage was created in a refused instance"
+    if pg_url:
+        assert _tables(pg_url) == set(), "no table was created in a refused instance's database"
+
+
+def test_an_instance_with_every_part_is_used_as_written(tmp_path: Path, pg_url: str | None) -> None:
+    """A folder whose dagster.yaml has the parts is never rewritten: its storage (Postgres here)
+    is where the commands keep the batch, the leases and the ledger."""
+    home = make_home(tmp_path, pg_url)
+    written = (home / "dagster.yaml").read_text()
+    ran = job(["run", "--id", "loc-1", "--size", "50"], clean_env(home), tmp_path)
+    assert ran.proc.returncode == EXIT_OK, ran.tail()
+    assert (home / "dagster.yaml").read_text() == written
+    if pg_url:
+        assert {"runs", "event_logs", "durable_leases", "durable_idempotency"} <= _tables(pg_url)
+    assert (home / "durable.db").exists() is not bool(pg_url), "our tables live with Dagster's storage"

@@ -14,25 +14,20 @@ from __future__ import annotations
 import json
 import os
 import re
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
+from tests.support.tutorial import DOC, shop_count, tutorial_folder, tutorial_module
 
 from .crash.helpers import EXIT_FAILED, EXIT_OK, EXIT_USAGE, JobProcess, instance_reader, job, job_env
 from .crash.helpers import resume_until_accepted as resume_after_kill
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "your-own-job.md"
 SIZE = 120
 
 pytestmark = pytest.mark.slow
-
-
-def tutorial_module(name: str = "postcards") -> str:
-    return "\n\n".join(re.findall(rf"```python\n# file: {name}\.py\n(.*?)```", DOC.read_text(), re.S))
 
 
 def wiring_lines(name: str) -> int:
@@ -45,24 +40,10 @@ def wiring_lines(name: str) -> int:
     return len(decorators) + len(partitions) + len(lines[start:])
 
 
-def _count(db: Path, sql: str) -> int:
-    if not db.exists():
-        return 0
-    with sqlite3.connect(db, timeout=30) as conn:
-        try:
-            return int(conn.execute(sql).fetchone()[0])
-        except sqlite3.OperationalError:  # the shop has not created its tables yet
-            return 0
-
-
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     """An empty folder holding only the page's two files, as a reader would make it."""
-    code = tmp_path / "code"
-    code.mkdir()
-    for name in ("postcards", "greetings"):
-        (code / f"{name}.py").write_text(tutorial_module(name))
-    return code
+    return tutorial_folder(tmp_path)
 
 
 def test_the_page_states_the_measured_wiring() -> None:
@@ -82,14 +63,14 @@ def _kill_mid_sending(
 ) -> int:
     worker = JobProcess(args, env, logs, cwd=folder)
     wait_until(
-        lambda: _count(shop, table_sql) >= 10 or worker.proc.poll() is not None,
+        lambda: shop_count(shop, table_sql) >= 10 or worker.proc.poll() is not None,
         timeout=120,
         what="the first cards",
     )
     assert worker.proc.poll() is None, f"the batch ended before the kill\n{worker.tail()}"
     worker.sigkill()
     worker.reap_group()
-    at_kill = _count(shop, table_sql)
+    at_kill = shop_count(shop, table_sql)
     assert 0 < at_kill < size, at_kill
     return at_kill
 
@@ -123,11 +104,11 @@ def test_the_tutorial_job_is_served_killed_and_resumed_exactly_once(tmp_path: Pa
         attempts = resume_after_kill(batch, env, logs, reader, cwd=folder)
     assert attempts[-1].proc.returncode == EXIT_OK, attempts[-1].tail()
 
-    assert _count(shop, "SELECT count(*) FROM cards") == SIZE
-    assert _count(shop, "SELECT count(DISTINCT recipient) FROM cards") == SIZE
+    assert shop_count(shop, "SELECT count(*) FROM cards") == SIZE
+    assert shop_count(shop, "SELECT count(DISTINCT recipient) FROM cards") == SIZE
     # Answers are recorded a chunk at a time, so a card sent but not yet recorded at the kill is
     # asked for again on resume, with its key: the shop answers from memory and prints nothing.
-    assert SIZE <= _count(shop, "SELECT count(*) FROM requests") <= SIZE + at_kill + 4
+    assert SIZE <= shop_count(shop, "SELECT count(*) FROM requests") <= SIZE + at_kill + 4
     status = job(["status", "--id", batch, "--json"], env, logs, timeout=60, cwd=folder)
     st = json.loads(status.stdout)
     assert st["job"] == "postcards" and st["status"] == "succeeded" and len(st["run_ids"]) == 2
@@ -162,15 +143,15 @@ def test_the_five_step_job_is_capped_scheduled_killed_and_resumed_exactly_once(
     with instance_reader(home) as reader:
         attempts = resume_after_kill("greet-1", env, logs, reader, cwd=folder)
     assert attempts[-1].proc.returncode == EXIT_OK, attempts[-1].tail()
-    assert _count(shop, greeted) == 270
-    assert _count(shop, "SELECT count(DISTINCT recipient) FROM cards WHERE key LIKE 'greeting:%'") == 270
-    sent = _count(shop, "SELECT count(*) FROM requests WHERE key LIKE 'greeting:greet-1-%'")
+    assert shop_count(shop, greeted) == 270
+    assert shop_count(shop, "SELECT count(DISTINCT recipient) FROM cards WHERE key LIKE 'greeting:%'") == 270
+    sent = shop_count(shop, "SELECT count(*) FROM requests WHERE key LIKE 'greeting:greet-1-%'")
     assert 270 <= sent <= 270 + at_kill + 4
 
     capped = job(["run", "--job", "greetings", "--id", "greet-2", "--size", "900"], env, logs, cwd=folder)
     assert capped.proc.returncode == EXIT_FAILED, capped.tail()
     assert "810 cards exceed the per-batch ceiling of 500" in capped.stderr
-    assert _count(shop, "SELECT count(*) FROM requests WHERE key LIKE 'greeting:greet-2-%'") == 0
+    assert shop_count(shop, "SELECT count(*) FROM requests WHERE key LIKE 'greeting:greet-2-%'") == 0
 
     bad = job(
         ["run", "--job", "greetings", "--id", "greet-3", "--input", "missing.csv"], env, logs, cwd=folder

@@ -12,6 +12,7 @@ import itertools
 import os
 import signal
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,22 @@ _seq = itertools.count(1)
 LOCATION = "durable_assets"
 #: What `dagster dev` gets to shut down by itself before SIGKILL (scripts/ui.sh's GRACE_MS).
 DEV_GRACE_S = 2.5
+
+
+@dataclass(frozen=True)
+class LaunchedJob:
+    """The job a :class:`DagsterDev` waits to see loaded and launches, and the op whose ``size``
+    config sets a batch's size (what the UI's launchpad would be given)."""
+
+    name: str
+    size_op: str
+
+    def run_config(self, size: int) -> dict[str, Any]:
+        return {"ops": {self.size_op: {"config": {"size": size}}}}
+
+
+#: Our own reference job, the default of every helper here.
+REFUNDS = LaunchedJob("refund_batch", "invoices")
 
 
 def _logs(log_dir: Path, stem: str) -> tuple[Path, Path]:
@@ -58,7 +75,8 @@ class DagsterDev(Webserver):
     """`dagster dev` (webserver + daemon + code server) on a test instance, as a user would run it.
 
     The instance's dagster.yaml is the shipped one (our launcher, run monitoring, run retries),
-    with the monitoring poll shortened so a test waits seconds, not tens of seconds.
+    with the monitoring poll shortened so a test waits seconds, not tens of seconds. ``job`` is
+    the job it waits for and launches; a location other than ours comes with its ``code_server``.
     """
 
     def __init__(
@@ -68,8 +86,10 @@ class DagsterDev(Webserver):
         log_dir: Path,
         poll_interval_s: int = 2,
         code_server: CodeServer | None = None,
+        job: LaunchedJob = REFUNDS,
     ) -> None:
         super().__init__()
+        self.job = job
         shipped = (REPO / "dagster_home" / "dagster.yaml").read_text()
         # With a code server of its own, `dagster dev` only connects to it (a deployment's layout);
         # otherwise it starts one as a child that nothing restarts once it dies.
@@ -105,7 +125,7 @@ class DagsterDev(Webserver):
         except httpx.HTTPError:
             return False
         nodes = (body.get("data") or {}).get("repositoriesOrError", {}).get("nodes", [])
-        return any(job["name"] == "refund_batch" for node in nodes for job in node["jobs"])
+        return any(job["name"] == self.job.name for node in nodes for job in node["jobs"])
 
     def launch(self, batch_id: str, size: int) -> str:
         """Launch a batch the way the UI's launchpad does (GraphQL launchRun, partition tag only)."""
@@ -113,8 +133,8 @@ class DagsterDev(Webserver):
 
         client = DagsterGraphQLClient("127.0.0.1", port_number=self.port)
         return client.submit_job_execution(
-            "refund_batch",
-            run_config={"ops": {"invoices": {"config": {"size": size}}}},
+            self.job.name,
+            run_config=self.job.run_config(size),
             tags={"dagster/partition": batch_id},
         )
 
@@ -132,12 +152,22 @@ class CodeServer:
     """The code location's gRPC server (`dagster api grpc`) as its own process group, as a deployment
     runs it on the worker's host: the run workers it launches are its children, in its group, so one
     ``killpg`` is the host dying; :meth:`start` again is the host's supervisor bringing it back.
+
+    By default it serves our own location; ``module`` (with the folder it is imported from,
+    ``working_dir``) and ``location`` serve a user's, as ``dagster api grpc -m`` would.
     """
 
-    LOCATION = LOCATION
-
-    def __init__(self, env: Mapping[str, str], log_dir: Path) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        log_dir: Path,
+        *,
+        module: str = "durable_assets.definitions",
+        working_dir: Path | None = None,
+        location: str = LOCATION,
+    ) -> None:
         self.env, self.log_dir = env, log_dir
+        self.module, self.working_dir, self.location = module, working_dir, location
         self.port = free_port()
         self.proc: Process | None = None
 
@@ -145,7 +175,7 @@ class CodeServer:
         path = directory / "grpc_workspace.yaml"
         path.write_text(
             "load_from:\n  - grpc_server:\n      host: 127.0.0.1\n"
-            f"      port: {self.port}\n      location_name: {self.LOCATION}\n"
+            f"      port: {self.port}\n      location_name: {self.location}\n"
         )
         return path
 
@@ -156,10 +186,11 @@ class CodeServer:
 
     def start(self, timeout: float = 120) -> CodeServer:
         argv = [str(VENV_BIN / "dagster"), "api", "grpc", "--host", "127.0.0.1", "--port", str(self.port)]
-        argv += ["--location-name", self.LOCATION, "--module-name", "durable_assets.definitions"]
-        argv += ["--attribute", "defs"]
+        argv += ["--location-name", self.location, "--module-name", self.module, "--attribute", "defs"]
+        if self.working_dir is not None:
+            argv += ["--working-directory", str(self.working_dir)]
         out, err = _logs(self.log_dir, "code-server")
-        self.proc = Process(argv, self.env, out, err)
+        self.proc = Process(argv, self.env, out, err, cwd=self.working_dir)
         wait_until(self._serving, timeout=timeout, interval=0.25, what="the code server", detail=self.tail)
         return self
 
