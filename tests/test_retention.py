@@ -36,6 +36,7 @@ from dagster._core.storage.runs.schema import RunsTable
 from dagster._core.utils import make_new_run_id
 from dagster_shared.serdes import deserialize_value
 
+from durable_assets.kit import dagster_internals
 from durable_assets.kit import db as kit_db
 from durable_assets.kit import retention as kit_retention
 from durable_assets.kit.cancel import CancelStore
@@ -147,9 +148,10 @@ def own_rows(instance: DagsterInstance, batch_id: str) -> int:
         )
 
 
-def leftover_event_rows(instance: DagsterInstance, run_ids: list[str]) -> int:
+def leftover_event_rows(instance: DagsterInstance, run_ids: list[str], shard_files: bool = True) -> int:
     """Event rows of these runs anywhere in the index (SQLite) or the single event table (Postgres),
-    plus asset event tags whose event is gone, plus per-run SQLite shard files."""
+    plus asset event tags whose event is gone, plus per-run SQLite shard files (which only the
+    bulk delete removes: Dagster's own leaves them, emptied) and the rows they still hold."""
     storage = instance.event_log_storage
     with storage.index_connection() as conn:  # type: ignore[attr-defined]
         rows = conn.execute(
@@ -162,8 +164,20 @@ def leftover_event_rows(instance: DagsterInstance, run_ids: list[str]) -> int:
         ).scalar_one()
     shards = 0
     if storage.is_run_sharded:
-        shards = sum(Path(storage.path_for_shard(rid)).exists() for rid in run_ids)  # type: ignore[attr-defined]
+        paths = [Path(storage.path_for_shard(rid)) for rid in run_ids]  # type: ignore[attr-defined]
+        shards = sum(p.exists() for p in paths) if shard_files else 0
+        shards += sum(_rows_in_shard(p) for p in paths if p.exists())
     return int(rows) + int(orphans) + shards
+
+
+def _rows_in_shard(path: Path) -> int:
+    engine = sa.create_engine(f"sqlite:///{path}", poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            count = sa.select(sa.func.count()).select_from(SqlEventLogStorageTable)
+            return int(conn.execute(count).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def archives(archive_dir: Path, batch_id: str) -> list[Path]:
@@ -209,10 +223,19 @@ AGES: dict[str, tuple[list[tuple[str | None, float]], bool]] = {
 }
 
 
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "public-api"])
 def test_prunes_exactly_per_policy_and_archives_everything(
-    instance: DagsterInstance, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    instance: DagsterInstance,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    bulk: bool,
 ) -> None:
+    """The same outcome on the verified Dagster release (bulk SQL on Dagster's tables) and on any
+    other (the public API, run by run), but for the emptied SQLite shard files Dagster leaves."""
     monkeypatch.setattr(kit_retention, "EVENT_PAGE", 2)  # every run's events span several pages
+    if not bulk:
+        monkeypatch.setattr(dagster_internals, "is_verified_version", lambda: False)
     for batch_id, (runs, _) in AGES.items():
         add_batch(instance, batch_id, *runs)
     untagged = DagsterRun(job_name="other", run_id=make_new_run_id(), status=DagsterRunStatus.SUCCESS)
@@ -235,7 +258,7 @@ def test_prunes_exactly_per_policy_and_archives_everything(
     for batch_id in AGES:
         if batch_id in gone:
             assert snapshot(instance, batch_id).run_ids == []
-            assert leftover_event_rows(instance, before[batch_id].run_ids) == 0
+            assert leftover_event_rows(instance, before[batch_id].run_ids, shard_files=bulk) == 0
             assert batch_id not in partitions and own_rows(instance, batch_id) == 0
             [path] = archives(archive_dir, batch_id)
             assert_archive_complete(path, before[batch_id], batch_id)
@@ -247,6 +270,8 @@ def test_prunes_exactly_per_policy_and_archives_everything(
 
     again = prune_batches(instance, policy=policy, archive_dir=str(archive_dir)).as_dict()
     assert again["batches"] == [] and len(list(archive_dir.glob("*.gz"))) == len(gone)
+    fell_back = [r for r in caplog.records if "public API" in r.getMessage()]
+    assert len(fell_back) == (0 if bulk else 2)  # one warning per prune that deletes
 
 
 def test_ledger_keys_outlive_batches_and_go_on_their_own_horizon(

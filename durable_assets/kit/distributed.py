@@ -1,8 +1,9 @@
 """Distributed execution: a batch's steps as Celery tasks on any number of `job worker` processes.
 
-Built on dagster-celery's step execution (the task body is its ``execute_plan`` task; the
-orchestrator's loop is its ``core_celery_execution_loop``), with what a batch with side effects
-needs on top, because a Celery task can vanish without a result:
+Modelled on dagster-celery's step execution (the task body follows its ``execute_plan`` task; the
+orchestrator's loop follows its ``core_celery_execution_loop``, which it cannot call: see
+``DurableCeleryExecutor._loop``), with what a batch with side effects needs on top, because a
+Celery task can vanish without a result:
 
 - **Our own app and task** (``durable_assets.execute_step``): ``acks_late`` and
   ``reject_on_worker_lost``, so a task whose worker is SIGKILLed goes back to the queue instead of
@@ -40,21 +41,34 @@ from typing import Any
 from celery import Celery
 from celery.exceptions import TaskRevokedError
 from celery.result import AsyncResult
-from dagster import DagsterInstance, Executor, executor, multiple_process_executor_requirements
-from dagster._core.definitions.reconstruct import ReconstructableJob
-from dagster._core.errors import DagsterSubprocessError
-from dagster._core.events import DagsterEvent, EngineEventData
-from dagster._core.execution.api import create_execution_plan, execute_plan_iterator
-from dagster._core.execution.context.system import PlanOrchestrationContext
-from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
-from dagster._core.execution.plan.plan import ExecutionPlan
-from dagster._core.execution.retries import RetryMode, get_retries_config
-from dagster._grpc.types import ExecuteStepArgs
-from dagster._serdes import pack_value, serialize_value, unpack_value
-from dagster._utils.error import SerializableErrorInfo, serializable_error_info_from_exc_info
+from dagster import (
+    DagsterEvent,
+    DagsterInstance,
+    DagsterSubprocessError,
+    Executor,
+    executor,
+    multiple_process_executor_requirements,
+    serialize_value,
+)
 from dagster_shared.serdes import deserialize_value
 from kombu import Queue
 
+from durable_assets.kit.dagster_internals import (
+    EngineEventData,
+    ExecuteStepArgs,
+    ExecutionPlan,
+    InstanceConcurrencyContext,
+    PlanOrchestrationContext,
+    ReconstructableJob,
+    RetryMode,
+    SerializableErrorInfo,
+    create_execution_plan,
+    execute_plan_iterator,
+    get_retries_config,
+    pack_value,
+    serializable_error_info_from_exc_info,
+    unpack_value,
+)
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.step_leases import StepHeartbeat, StepLeaseStore, TaskContext, current_task
@@ -248,6 +262,35 @@ class DurableCeleryExecutor(Executor):
     def _loop(
         self, ctx: PlanOrchestrationContext, plan: ExecutionPlan, step_store: StepLeaseStore
     ) -> Iterator[DagsterEvent]:
+        """dagster-celery's loop, extended; a copy because its signature has no room for the extension.
+
+        ``dagster_celery.core_execution_loop.core_celery_execution_loop(job_context,
+        execution_plan, step_execution_fn)`` (dagster-celery 0.29.27) takes one seam,
+        ``step_execution_fn(app, plan_context, step, queue, priority, known_state) -> AsyncResult``,
+        called once when a step is first sent. What we add does not fit through it:
+
+        - **One result per step, and a ready result ends the step.** It keeps
+          ``step_results[step.key]`` and, once that is ready, pops the step and calls
+          ``verify_complete``. A step here has several results (a re-sent copy beside one still
+          queued), and a copy that answers "superseded" must not end it.
+        - **The answer must be the event list** (``for step_event in result.get()``); our task
+          answers ``{"outcome", "events"}`` so that a stale copy can stand down.
+        - **A revoked task ends its step** (``TaskRevokedError`` is logged and the step popped);
+          we revoke superseded copies as a matter of course.
+        - **Nothing runs between ticks**, and its ``active_execution`` is local: there is no place
+          for the step-lease poll that re-sends a step whose worker died or froze, and no way to
+          fail a step lost ``DURABLE_STEP_MAX_ATTEMPTS`` times with a step failure event
+          (``handle_event``), which honours the step's retry policy and lets `job resume` finish
+          the batch. An ``AsyncResult`` look-alike could hide re-sends inside ``ready()``, but its
+          only way to fail a step is to raise from ``get()``, which that loop records as a
+          worker error: it sends no further step and raises ``DagsterSubprocessError`` for the run.
+        - It builds dagster-celery's app from ``job_context.executor.app_args()`` (its queue
+          ``dagster``, its priorities) and ticks every second (``TICK_SECONDS``); ours ticks
+          every 0.1 s on our own app and queue.
+
+        So the loop keeps dagster-celery's shape (same order: interrupts, results, plan events,
+        new steps) and adds the lease poll and re-sends; compare the two side by side on upgrade.
+        """
         env = settings()
         celery = app()
         task = celery.tasks[TASK_NAME]

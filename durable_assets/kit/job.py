@@ -30,9 +30,9 @@ from dagster import (
     define_asset_job,
     in_process_executor,
 )
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from durable_assets.kit.accounts import ProviderAccount
+from durable_assets.kit.dagster_internals import UnresolvedAssetJobDefinition
 from durable_assets.kit.errors import StepWiringError, UnknownJobError
 from durable_assets.kit.schedules import DailyBatches
 

@@ -13,10 +13,10 @@ UI's Terminate button records a cooperative cancel first, so no refund is sent a
 
 from __future__ import annotations
 
-from dagster import DagsterRun
-from dagster._core.launcher import CheckRunHealthResult, DefaultRunLauncher, LaunchRunContext, WorkerStatus
+from dagster import DagsterRun, DefaultRunLauncher
 
 from durable_assets.kit.cancel import CancelStore
+from durable_assets.kit.dagster_internals import CheckRunHealthResult, LaunchRunContext, WorkerStatus
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Lease, LeaseStore
 from durable_assets.kit.resources import BATCH_TAG

@@ -77,7 +77,8 @@ class ProgressStore:
 def event_log_sink(instance: DagsterInstance, run: DagsterRun) -> Callable[[Progress], None]:
     """Reports progress into ``run``'s event log (see the module docstring for why)."""
     from dagster import MetadataValue
-    from dagster._core.events import EngineEventData
+
+    from durable_assets.kit.dagster_internals import EngineEventData
 
     def emit(p: Progress) -> None:
         instance.report_engine_event(

@@ -18,6 +18,12 @@ Crash safety rests on three rules:
    directory, and the batch's lease (``kit.leases``) is taken before a lineage is archived, so a
    resume cannot add a run between archive and delete.
 
+Rows are deleted from Dagster's own tables only on the Dagster release whose storage layout was
+verified (``kit.dagster_internals.is_verified_version``); on any other, the same steps in the same
+order go through the public API (``delete_events``, ``delete_dynamic_partition``,
+``instance.delete_run``), one run at a time: slower, and on SQLite each run's emptied shard file
+stays behind, but nothing depends on a table Dagster may have changed.
+
 Nothing here knows about refunds: callers pass the batch tag, the dynamic-partitions name and an
 optional ``status_fn`` whose JSON is stored in the archive.
 """
@@ -28,6 +34,7 @@ import contextlib
 import fcntl
 import gzip
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -38,20 +45,22 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, RunRecord, RunsFilter
-from dagster._core.storage.event_log.schema import (
+from dagster_shared.serdes import serialize_value
+
+from durable_assets.kit import dagster_internals
+from durable_assets.kit import db as kit_db
+from durable_assets.kit.crashpoints import CrashPoint, crash_point
+from durable_assets.kit.dagster_internals import (
     AssetEventTagsTable,
     ConcurrencySlotsTable,
     DynamicPartitionsTable,
     PendingStepsTable,
+    RunsTable,
+    RunTagsTable,
+    SqlEventLogStorage,
     SqlEventLogStorageTable,
+    SqlRunStorage,
 )
-from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
-from dagster._core.storage.runs.schema import RunsTable, RunTagsTable
-from dagster._core.storage.runs.sql_run_storage import SqlRunStorage
-from dagster_shared.serdes import serialize_value
-
-from durable_assets.kit import db as kit_db
-from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import ArchiveError, BatchConflictError, PruneInProgressError, UsageError
 from durable_assets.kit.leases import Lease, LeaseStore
@@ -71,6 +80,7 @@ EVENT_PAGE = 1000
 _IN_CLAUSE = 400  # SQLite's bound-parameter limit is 32766 (999 on old builds); stay well below
 _ASSET_EVENTS = (DagsterEventType.ASSET_MATERIALIZATION.value, DagsterEventType.ASSET_OBSERVATION.value)
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -164,6 +174,22 @@ class PruneReport:
 
 
 # --- finding lineages ----------------------------------------------------------------------------
+
+
+def _bulk_event_log(instance: DagsterInstance) -> SqlEventLogStorage | None:
+    """Dagster's SQL event log if its tables may be read and written directly, else None."""
+    storage = instance.event_log_storage
+    if isinstance(storage, SqlEventLogStorage) and dagster_internals.is_verified_version():
+        return storage
+    return None
+
+
+def _bulk_run_storage(instance: DagsterInstance) -> SqlRunStorage | None:
+    """Dagster's SQL run storage if its tables may be written directly, else None."""
+    storage = instance.run_storage
+    if isinstance(storage, SqlRunStorage) and dagster_internals.is_verified_version():
+        return storage
+    return None
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -283,13 +309,13 @@ def _stored_events(
     The event column already holds Dagster's serdes JSON, so it is copied as stored rather than
     deserialized and serialized again, and streamed ``page_size`` rows at a time. Per-run SQLite
     shards are read with a plain connection: Dagster's own opens each shard with an
-    alembic revision check (~0.2 s a shard), which would dominate the prune.
+    alembic revision check (~0.2 s a shard), which would dominate the prune. Without the bulk
+    path, the same records in the same pages come from the public API.
     """
-    storage = instance.event_log_storage
-    if not isinstance(storage, SqlEventLogStorage):
+    storage = _bulk_event_log(instance)
+    if storage is None:
         for run_id in run_ids:
-            for rec in instance.all_logs(run_id):
-                yield run_id, -1, serialize_value(rec)
+            yield from _public_paged_events(instance, run_id, page_size)
         return
     opened: set[str] = getattr(storage, "_initialized_dbs", set())
     for run_id in run_ids:
@@ -305,6 +331,19 @@ def _stored_events(
         finally:
             engine.dispose()
         opened.add(run_id)  # it exists with its tables: spare Dagster's check if status_fn reads it
+
+
+def _public_paged_events(
+    instance: DagsterInstance, run_id: str, page_size: int
+) -> Iterator[tuple[str, int, str]]:
+    cursor: str | None = None
+    while True:
+        page = instance.get_records_for_run(run_id, cursor=cursor, limit=page_size)
+        for record in page.records:
+            yield run_id, record.storage_id, serialize_value(record.event_log_entry)
+        if not page.has_more:
+            return
+        cursor = page.cursor
 
 
 def _paged_events(
@@ -364,10 +403,10 @@ def _delete_event_logs(instance: DagsterInstance, run_ids: Sequence[str]) -> Non
     On the run-sharded SQLite store the per-run shard file is removed outright (Dagster leaves
     it, emptied, on disk); the index shard keeps only mirrored asset and run-status events.
     """
-    storage = instance.event_log_storage
-    if not isinstance(storage, SqlEventLogStorage):
+    storage = _bulk_event_log(instance)
+    if storage is None:
         for run_id in run_ids:
-            storage.delete_events(run_id)
+            instance.event_log_storage.delete_events(run_id)
         return
     for chunk in _chunks(run_ids, _IN_CLAUSE):
         with storage.index_connection() as conn:
@@ -399,8 +438,8 @@ def _delete_event_logs(instance: DagsterInstance, run_ids: Sequence[str]) -> Non
 
 
 def _delete_partitions(instance: DagsterInstance, partitions_def_name: str, keys: Sequence[str]) -> None:
-    storage = instance.event_log_storage
-    if not isinstance(storage, SqlEventLogStorage):
+    storage = _bulk_event_log(instance)
+    if storage is None:
         for key in keys:
             instance.delete_dynamic_partition(partitions_def_name, key)
         return
@@ -427,11 +466,15 @@ def _delete_own_rows(db: DurableDatabase, batch_ids: Sequence[str]) -> None:
 
 
 def _delete_runs(instance: DagsterInstance, run_ids: Sequence[str]) -> None:
-    """The last step: a lineage disappears from run storage in one transaction per chunk."""
-    storage = instance.run_storage
-    if not isinstance(storage, SqlRunStorage):
+    """The last step: a lineage disappears from run storage in one transaction per chunk.
+
+    Without the bulk path, ``instance.delete_run`` per run: it deletes the run, then its events
+    (already gone, so run storage is still the last thing to change).
+    """
+    storage = _bulk_run_storage(instance)
+    if storage is None:
         for run_id in run_ids:
-            storage.delete_run(run_id)
+            instance.delete_run(run_id)
         return
     for chunk in _chunks(run_ids, _IN_CLAUSE):
         with storage.connect() as conn:
@@ -579,6 +622,13 @@ def prune(
         return report
 
     archive_dir.mkdir(parents=True, exist_ok=True)
+    if not dagster_internals.is_verified_version():
+        _log.warning(
+            "Dagster %s is not %s, whose tables retention's bulk delete was verified with: "
+            "deleting run by run through the public API (slower; SQLite shard files stay)",
+            dagster_internals.INSTALLED_DAGSTER_VERSION,
+            dagster_internals.VERIFIED_DAGSTER_VERSION,
+        )
     leases = LeaseStore(db, ttl_s=RETENTION_LEASE_TTL_S)
     with _exclusive(archive_dir):
         for chunk in _chunks(candidates, chunk_size or CHUNK_SIZE):

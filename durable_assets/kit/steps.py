@@ -20,6 +20,7 @@ import pandas as pd
 from dagster import (
     AssetExecutionContext,
     Backoff,
+    DagsterRunStatus,
     DataVersion,
     DynamicPartitionsDefinition,
     Failure,
@@ -28,7 +29,6 @@ from dagster import (
     RetryPolicy,
     asset,
 )
-from dagster._core.storage.dagster_run import DagsterRunStatus
 
 from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.accounts import ProviderAccount

@@ -71,7 +71,8 @@ from durable_assets.ops.status import batch_runs
 from durable_assets.settings import settings as durable_settings
 
 SENSOR_NAME = "auto_resume_lost_batches"
-#: Dagster's run-retry bookkeeping (dagster._core.storage.tags), spelled out: not public API. Set on
+#: Dagster's run-retry bookkeeping, spelled out: not public API (checked against Dagster's own by
+#: kit/dagster_internals.py's contract tests). Set on
 #: the lost run, it makes a late run-retry daemon find our re-execution instead of adding its own.
 AUTO_RETRY_RUN_ID_TAG = "dagster/auto_retry_run_id"
 #: Tags a re-execution must not inherit from the run it continues (Dagster's retry bookkeeping,

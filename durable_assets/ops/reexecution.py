@@ -24,8 +24,9 @@ from durable_assets.kit.status_model import StepStatus
 from durable_assets.ops.status import step_states
 
 PARTITION_TAG = "dagster/partition"
-#: Dagster's lineage tags (dagster._core.storage.tags), spelled out: not public API. The UI groups a
-#: run with its parent and root by them, as for a re-execution started from the UI.
+#: Dagster's lineage tags, spelled out: not public API (kit/dagster_internals.py's contract tests
+#: check that they still match Dagster's own). The UI groups a run with its parent and root by
+#: them, as for a re-execution started from the UI.
 PARENT_RUN_ID_TAG = "dagster/parent_run_id"
 ROOT_RUN_ID_TAG = "dagster/root_run_id"
 RESUME_RETRY_TAG = "dagster/is_resume_retry"
@@ -79,8 +80,7 @@ def create_from_failure_run(
     ``ValueError`` when there is nothing to re-execute.
     """
     # Internal, as in Dagster's own run-retry path: the public API executes instead of creating.
-    from dagster._core.execution.api import create_execution_plan
-    from dagster._core.execution.plan.state import KnownExecutionState
+    from durable_assets.kit.dagster_internals import KnownExecutionState, create_execution_plan
 
     if parent.remote_job_origin is None or parent.job_code_origin is None:
         raise ValueError(f"run {parent.run_id} was not launched from a code location; use `job resume`")

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from functools import cache
 
 from dagster import DagsterRun, JobDefinition, build_reconstructable_job
-from dagster._core.definitions.reconstruct import ReconstructableJob
 
 from durable_assets.kit import BATCH_TAG, DurableJob, DurableJobs
+from durable_assets.kit.dagster_internals import ReconstructableJob
 from durable_assets.kit.errors import UnknownJobError, UsageError
 from durable_assets.kit.modes import DEFAULT_SHARDS, EXECUTOR_TAG, SHARDS_TAG, ExecutorKind
 from durable_assets.settings import settings

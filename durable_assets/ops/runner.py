@@ -48,7 +48,8 @@ from durable_assets.ops.registry import durable_jobs, job_of_runs, reconstructab
 from durable_assets.ops.status import CANCELED_LOST, batch_runs, check_batch_id, step_states, worker_lost
 from durable_assets.settings import settings
 
-#: Dagster's run-retries tag (dagster._core.storage.tags.MAX_RETRIES_TAG), spelled out: not public API.
+#: Dagster's run-retries tag, spelled out: not public API (checked against Dagster's MAX_RETRIES_TAG
+#: by kit/dagster_internals.py's contract tests).
 MAX_RETRIES_TAG = "dagster/max_retries"
 #: Dagster's console logger prints every event at DEBUG; the CLI shows its own progress instead.
 QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}

@@ -1,0 +1,246 @@
+"""Dagster's private names, behind one door: the only module that imports ``dagster._``.
+
+Dagster promises nothing about its underscore modules, and a minor release moves or reshapes them.
+So every private name the kit and the operations layer use is imported here, and nowhere else;
+each is listed in :data:`REASONS` with why we need it and the public API that would replace it; and
+``tests/kit/test_dagster_internals.py`` checks each one's signature and attributes, so that a
+Dagster upgrade fails there, by name, instead of deep inside a crash test.
+
+:data:`VERIFIED_DAGSTER_VERSION` is the release all of this was read against. Code that relies on
+more than a name (retention deletes rows from Dagster's own tables) asks :func:`is_verified_version`
+and falls back to the public API on any other release. To upgrade: bump the pin, run the contract
+tests, compare each failing name with the new release, then bump this constant.
+
+Names that Dagster exports publicly (``dagster.DagsterEvent``, ``dagster.DagsterRunStatus``,
+``dagster.DefaultRunLauncher``, ...) are imported from ``dagster`` where they are used, not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dagster
+from dagster._core.definitions.reconstruct import ReconstructableJob
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+from dagster._core.event_api import EventLogCursor
+from dagster._core.events import EngineEventData
+from dagster._core.execution.api import create_execution_plan, execute_plan_iterator
+from dagster._core.execution.context.system import PlanOrchestrationContext
+from dagster._core.execution.plan.active import ActiveExecution
+from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
+from dagster._core.execution.plan.plan import ExecutionPlan
+from dagster._core.execution.plan.state import KnownExecutionState
+from dagster._core.execution.retries import RetryMode, get_retries_config
+from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
+from dagster._core.storage.event_log.schema import (
+    AssetEventTagsTable,
+    ConcurrencySlotsTable,
+    DynamicPartitionsTable,
+    PendingStepsTable,
+    SqlEventLogStorageTable,
+)
+from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+from dagster._core.storage.runs.schema import RunsTable, RunTagsTable
+from dagster._core.storage.runs.sql_run_storage import SqlRunStorage
+from dagster._core.storage.tags import (
+    AUTO_RETRY_RUN_ID_TAG,
+    MAX_RETRIES_TAG,
+    PARENT_RUN_ID_TAG,
+    RESUME_RETRY_TAG,
+    RETRY_NUMBER_TAG,
+    ROOT_RUN_ID_TAG,
+    RUN_FAILURE_REASON_TAG,
+    WILL_RETRY_TAG,
+)
+from dagster._grpc.types import ExecuteStepArgs
+from dagster._serdes import pack_value, unpack_value
+from dagster._utils.error import SerializableErrorInfo, serializable_error_info_from_exc_info
+
+#: The Dagster release every name below (and retention's bulk delete) was checked against.
+VERIFIED_DAGSTER_VERSION = "1.13.27"
+#: The release this process runs.
+INSTALLED_DAGSTER_VERSION: str = dagster.__version__
+
+
+def is_verified_version() -> bool:
+    """Whether the installed Dagster is the one whose storage layout was verified.
+
+    A name that moves fails at import; a table whose meaning changes does not. Code that writes
+    to Dagster's storage directly asks this first and takes the public API otherwise.
+    """
+    return INSTALLED_DAGSTER_VERSION == VERIFIED_DAGSTER_VERSION
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a private name is used, and what public API would replace it (or that none exists)."""
+
+    why: str
+    public: str
+
+
+#: Every private name exported here: the contract tests check that this table and ``__all__`` agree.
+REASONS: dict[str, Reason] = {
+    # --- executing steps: the distributed executor (kit/distributed.py) --------------------------
+    "ReconstructableJob": Reason(
+        "A worker rebuilds the job from the orchestrator's pointer (to_dict/from_dict); "
+        "ops/registry.py returns it from build_reconstructable_job.",
+        "none: dagster.reconstructable/build_reconstructable_job return it but the class is private",
+    ),
+    "create_execution_plan": Reason(
+        "A step task plans the one step it was sent; a re-execution from failure is planned "
+        "without being executed (ops/reexecution.py), as Dagster's run-retry daemon does.",
+        "none: execute_job(reexecution_options=...) plans and executes in one call",
+    ),
+    "execute_plan_iterator": Reason(
+        "A step task runs its step and returns the events, as dagster-celery's task does.",
+        "none: only whole-job execution (execute_job) is public",
+    ),
+    "PlanOrchestrationContext": Reason(
+        "The context Executor.execute receives (instance, run, job, log, for_step).",
+        "none: the Executor interface is public but its context type is not",
+    ),
+    "ActiveExecution": Reason(
+        "What ExecutionPlan.start yields: the step loop asks it what to send and feeds it events.",
+        "none (the loop types it Any; the contract tests check the methods it calls)",
+    ),
+    "InstanceConcurrencyContext": Reason(
+        "Holds the run's pool concurrency slots while the loop sends steps.",
+        "none",
+    ),
+    "ExecutionPlan": Reason("The plan Executor.execute receives; its start() drives the loop.", "none"),
+    "KnownExecutionState": Reason(
+        "Which steps a re-execution from failure skips (build_resume_retry_reexecution).",
+        "none: ReexecutionOptions.from_failure computes it inside execute_job",
+    ),
+    "RetryMode": Reason("The executor's retry setting, also sent with each step.", "none"),
+    "get_retries_config": Reason(
+        "The executor's config schema, the same as Dagster's own executors take.",
+        "none: copy the schema, and lose Dagster's changes to it",
+    ),
+    "ExecuteStepArgs": Reason(
+        "What a step task receives (packed), the same as dagster-celery's tasks take.",
+        "none",
+    ),
+    "pack_value": Reason(
+        "Packs ExecuteStepArgs for Celery's JSON serializer.",
+        "dagster_shared.serdes.pack_value (a separate package, not Dagster's public API either)",
+    ),
+    "unpack_value": Reason(
+        "Unpacks ExecuteStepArgs in the worker.",
+        "dagster_shared.serdes.unpack_value",
+    ),
+    "SerializableErrorInfo": Reason(
+        "A lost step's failure and the errors raised from workers, as Dagster records them.",
+        "dagster_shared.error.SerializableErrorInfo",
+    ),
+    "serializable_error_info_from_exc_info": Reason(
+        "Records a worker's exception the way Dagster's executors do.",
+        "none",
+    ),
+    "EngineEventData": Reason(
+        "The payload of the engine events we write (step sent, worker, progress metadata).",
+        "none: instance.report_engine_event is public but needs this payload for metadata",
+    ),
+    # --- reading the event log (kit/runlog.py) ---------------------------------------------------
+    "EventLogCursor": Reason(
+        "Starts get_records_for_run after a storage id we kept.",
+        "none: the cursor string format is private; only cursors Dagster returned are public",
+    ),
+    # --- defining jobs (kit/job.py) --------------------------------------------------------------
+    "UnresolvedAssetJobDefinition": Reason(
+        "The return type of dagster.define_asset_job, for our annotation.",
+        "none: define_asset_job is public, its return type is not",
+    ),
+    # --- run monitoring (kit/launcher.py) --------------------------------------------------------
+    "CheckRunHealthResult": Reason(
+        "What our launcher's check_run_worker_health answers run monitoring.",
+        "none: run monitoring's launcher hook is documented but its types are private",
+    ),
+    "WorkerStatus": Reason("The status inside CheckRunHealthResult.", "none"),
+    "LaunchRunContext": Reason("What RunLauncher.launch_run receives.", "none"),
+    # --- retention's bulk delete (kit/retention.py), only on the verified version ----------------
+    "SqlEventLogStorage": Reason(
+        "Retention reads and deletes event rows in bulk when the event log is SQL.",
+        "instance.get_records_for_run and instance.delete_run, one run at a time",
+    ),
+    "SqlRunStorage": Reason(
+        "Retention deletes a chunk's runs in one transaction when run storage is SQL.",
+        "instance.delete_run, one run at a time",
+    ),
+    "SqlEventLogStorageTable": Reason(
+        "The event rows retention archives and deletes.", "as SqlEventLogStorage"
+    ),
+    "AssetEventTagsTable": Reason("Asset event tags go with their events.", "as SqlEventLogStorage"),
+    "ConcurrencySlotsTable": Reason(
+        "Runs holding pool slots are freed through Dagster.", "as SqlEventLogStorage"
+    ),
+    "PendingStepsTable": Reason("As ConcurrencySlotsTable.", "as SqlEventLogStorage"),
+    "DynamicPartitionsTable": Reason(
+        "A pruned batch's dynamic partition goes in one statement per chunk.",
+        "instance.delete_dynamic_partition, one key at a time",
+    ),
+    "RunsTable": Reason("A chunk's runs go in one statement.", "instance.delete_run"),
+    "RunTagsTable": Reason("A chunk's run tags go with their runs.", "instance.delete_run"),
+    # --- Dagster's run tags we write or must not inherit (ops/), spelled out there ----------------
+    "PARENT_RUN_ID_TAG": Reason(
+        "The UI groups a re-execution with its parent by it (ops/reexecution.py spells it out).",
+        "none",
+    ),
+    "ROOT_RUN_ID_TAG": Reason("As PARENT_RUN_ID_TAG, for the lineage's first run.", "none"),
+    "RESUME_RETRY_TAG": Reason("Marks a re-execution from failure, as the UI's does.", "none"),
+    "MAX_RETRIES_TAG": Reason("ops/runner.py turns Dagster's run retries off for our runs.", "none"),
+    "AUTO_RETRY_RUN_ID_TAG": Reason(
+        "Set on a lost run, it stops Dagster's run-retry daemon adding its own re-execution.",
+        "none",
+    ),
+    "WILL_RETRY_TAG": Reason("Dagster's retry bookkeeping, not inherited by a re-execution.", "none"),
+    "RETRY_NUMBER_TAG": Reason("As WILL_RETRY_TAG.", "none"),
+    "RUN_FAILURE_REASON_TAG": Reason("As WILL_RETRY_TAG.", "none"),
+}
+
+__all__ = [
+    "AUTO_RETRY_RUN_ID_TAG",
+    "INSTALLED_DAGSTER_VERSION",
+    "MAX_RETRIES_TAG",
+    "PARENT_RUN_ID_TAG",
+    "REASONS",
+    "RESUME_RETRY_TAG",
+    "RETRY_NUMBER_TAG",
+    "ROOT_RUN_ID_TAG",
+    "RUN_FAILURE_REASON_TAG",
+    "VERIFIED_DAGSTER_VERSION",
+    "WILL_RETRY_TAG",
+    "ActiveExecution",
+    "AssetEventTagsTable",
+    "CheckRunHealthResult",
+    "ConcurrencySlotsTable",
+    "DynamicPartitionsTable",
+    "EngineEventData",
+    "EventLogCursor",
+    "ExecuteStepArgs",
+    "ExecutionPlan",
+    "InstanceConcurrencyContext",
+    "KnownExecutionState",
+    "LaunchRunContext",
+    "PendingStepsTable",
+    "PlanOrchestrationContext",
+    "Reason",
+    "ReconstructableJob",
+    "RetryMode",
+    "RunTagsTable",
+    "RunsTable",
+    "SerializableErrorInfo",
+    "SqlEventLogStorage",
+    "SqlEventLogStorageTable",
+    "SqlRunStorage",
+    "UnresolvedAssetJobDefinition",
+    "WorkerStatus",
+    "create_execution_plan",
+    "execute_plan_iterator",
+    "get_retries_config",
+    "is_verified_version",
+    "pack_value",
+    "serializable_error_info_from_exc_info",
+    "unpack_value",
+]

@@ -1,0 +1,237 @@
+"""Contract tests for Dagster's private names (``kit/dagster_internals.py``).
+
+Each name we import from ``dagster._`` is checked for what our code relies on: the parameters we
+pass (by position or keyword), the attributes and methods we call, the columns we query. A Dagster
+upgrade that moves or reshapes one fails here, naming it, instead of deep inside a crash test.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import AssetSelection, DagsterInstance, DefaultRunLauncher, Executor, asset, define_asset_job
+
+from durable_assets.kit import dagster_internals as di
+from durable_assets.ops import auto_resume, reexecution, runner
+
+#: What the module exports besides Dagster's names.
+OWN = {"INSTALLED_DAGSTER_VERSION", "REASONS", "VERIFIED_DAGSTER_VERSION", "Reason", "is_verified_version"}
+
+
+def test_every_private_name_says_why_and_what_would_replace_it() -> None:
+    assert set(di.__all__) - OWN == set(di.REASONS)
+    for name, reason in di.REASONS.items():
+        assert getattr(di, name) is not None, name
+        assert reason.why.strip() and reason.public.strip(), name
+
+
+def test_the_installed_dagster_is_the_verified_one() -> None:
+    assert di.is_verified_version(), (
+        f"Dagster {di.INSTALLED_DAGSTER_VERSION} is installed but kit/dagster_internals.py was verified "
+        f"with {di.VERIFIED_DAGSTER_VERSION}: read the other failures in this file against the new "
+        "release (and retention's bulk delete against its storage schema), then bump "
+        "VERIFIED_DAGSTER_VERSION"
+    )
+
+
+def test_only_the_adapter_imports_dagsters_private_modules() -> None:
+    package = Path(di.__file__).parent.parent
+    importers = sorted(
+        str(path.relative_to(package.parent))
+        for path in package.rglob("*.py")
+        if "dagster._" in path.read_text() and path != Path(di.__file__)
+    )
+    assert importers == []
+
+
+# --- signatures: the parameters we pass ----------------------------------------------------------
+
+#: callable -> (leading positional parameter names we rely on, keyword names we pass)
+CALLED: dict[str, tuple[Callable[..., Any], tuple[str, ...], set[str]]] = {
+    "create_execution_plan": (
+        di.create_execution_plan,
+        ("job", "run_config"),
+        {"step_keys_to_execute", "known_state", "tags"},
+    ),
+    "execute_plan_iterator": (
+        di.execute_plan_iterator,
+        (),
+        {"execution_plan", "job", "dagster_run", "instance", "retry_mode", "run_config"},
+    ),
+    "EngineEventData": (di.EngineEventData, ("metadata",), {"metadata"}),
+    "ExecuteStepArgs": (
+        di.ExecuteStepArgs,
+        (),
+        {
+            "job_origin",
+            "run_id",
+            "step_keys_to_execute",
+            "instance_ref",
+            "retry_mode",
+            "known_state",
+            "print_serialized_events",
+        },
+    ),
+    "ExecutionPlan.start": (
+        di.ExecutionPlan.start,
+        ("self",),
+        {"retry_mode", "instance_concurrency_context"},
+    ),
+    "InstanceConcurrencyContext": (di.InstanceConcurrencyContext, ("instance", "dagster_run"), set()),
+    "KnownExecutionState.build_resume_retry_reexecution": (
+        di.KnownExecutionState.build_resume_retry_reexecution,
+        ("instance",),
+        {"parent_run"},
+    ),
+    "RetryMode.from_config": (di.RetryMode.from_config, ("config_value",), set()),
+    "SerializableErrorInfo": (di.SerializableErrorInfo, ("message", "stack", "cls_name"), set()),
+    "serializable_error_info_from_exc_info": (di.serializable_error_info_from_exc_info, ("exc_info",), set()),
+    "EventLogCursor.from_storage_id": (di.EventLogCursor.from_storage_id, ("storage_id",), set()),
+    "ReconstructableJob.from_dict": (di.ReconstructableJob.from_dict, ("val",), set()),
+    "CheckRunHealthResult": (di.CheckRunHealthResult, ("status", "msg"), set()),
+    "LaunchRunContext": (di.LaunchRunContext, ("dagster_run",), set()),
+    "pack_value": (di.pack_value, ("val",), set()),
+    "unpack_value": (di.unpack_value, ("val",), {"as_type"}),
+    "Executor.log_failure_or_retry_event_after_error": (
+        Executor.log_failure_or_retry_event_after_error,
+        ("self", "step_context", "err_info", "known_state"),
+        set(),
+    ),
+    "SqlEventLogStorage.delete_events": (di.SqlEventLogStorage.delete_events, ("self", "run_id"), set()),
+    "SqlEventLogStorage.free_concurrency_slots_for_run": (
+        di.SqlEventLogStorage.free_concurrency_slots_for_run,
+        ("self", "run_id"),
+        set(),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLED))
+def test_the_parameters_we_pass_are_still_there(name: str) -> None:
+    fn, positional, keywords = CALLED[name]
+    params = inspect.signature(fn).parameters
+    assert tuple(params)[: len(positional)] == positional, f"{name}{inspect.signature(fn)}"
+    assert keywords <= set(params), f"{name} lost {sorted(keywords - set(params))}"
+
+
+# --- attributes: the methods and members we use ---------------------------------------------------
+
+USED: dict[str, tuple[Any, set[str]]] = {
+    "ActiveExecution": (
+        di.ActiveExecution,
+        {
+            "is_complete",
+            "check_for_interrupts",
+            "mark_interrupted",
+            "handle_event",
+            "verify_complete",
+            "plan_events_iterator",
+            "get_steps_to_execute",
+            "get_known_state",
+            "get_step_by_key",
+        },
+    ),
+    "PlanOrchestrationContext": (
+        di.PlanOrchestrationContext,
+        {"instance", "dagster_run", "reconstructable_job", "log", "for_step"},
+    ),
+    "ReconstructableJob": (di.ReconstructableJob, {"from_dict", "to_dict", "get_python_origin"}),
+    "RetryMode": (di.RetryMode, {"ENABLED", "from_config", "for_inner_plan"}),
+    "WorkerStatus": (di.WorkerStatus, {"RUNNING", "FAILED"}),
+    "CheckRunHealthResult": (di.CheckRunHealthResult, {"status", "msg"}),
+    "SerializableErrorInfo": (di.SerializableErrorInfo, {"to_string"}),
+    "EventLogCursor": (di.EventLogCursor, {"from_storage_id", "to_string", "parse"}),
+    "SqlEventLogStorage": (
+        di.SqlEventLogStorage,
+        {"index_connection", "is_run_sharded", "supports_global_concurrency_limits"},
+    ),
+    "SqlRunStorage": (di.SqlRunStorage, {"connect", "delete_run"}),
+    "DefaultRunLauncher": (
+        DefaultRunLauncher,
+        {"_instance"},
+    ),  # kit/launcher.py reads the launcher's instance
+}
+
+
+@pytest.mark.parametrize("name", sorted(USED))
+def test_the_members_we_use_are_still_there(name: str) -> None:
+    cls, members = USED[name]
+    missing = sorted(m for m in members if not hasattr(cls, m))
+    assert missing == [], f"{name} lost {missing}"
+
+
+def test_execution_plan_start_still_yields_an_active_execution() -> None:
+    assert inspect.signature(di.ExecutionPlan.start).return_annotation in (
+        "ActiveExecution",
+        di.ActiveExecution,
+    )
+
+
+#: table -> the columns retention's bulk path reads or filters on
+COLUMNS = {
+    "SqlEventLogStorageTable": {"id", "event", "run_id", "dagster_event_type"},
+    "AssetEventTagsTable": {"event_id"},
+    "ConcurrencySlotsTable": {"run_id"},
+    "PendingStepsTable": {"run_id"},
+    "DynamicPartitionsTable": {"partitions_def_name", "partition"},
+    "RunsTable": {"run_id"},
+    "RunTagsTable": {"run_id"},
+}
+
+
+@pytest.mark.parametrize("table", sorted(COLUMNS))
+def test_the_columns_retention_uses_are_still_there(table: str) -> None:
+    columns = set(getattr(di, table).c.keys())
+    assert COLUMNS[table] <= columns, f"{table} lost {sorted(COLUMNS[table] - columns)}"
+
+
+# --- behaviour we rely on, exercised cheaply ------------------------------------------------------
+
+
+def test_the_sqlite_instance_is_sql_storage_with_the_shard_layout_retention_reads(tmp_path: Path) -> None:
+    with DagsterInstance.local_temp(str(tmp_path)) as instance:
+        events, runs = instance.event_log_storage, instance.run_storage
+        assert isinstance(events, di.SqlEventLogStorage) and isinstance(runs, di.SqlRunStorage)
+        assert events.is_run_sharded
+        shard = events.path_for_shard("some-run")  # type: ignore[attr-defined]
+        assert Path(shard).parent.is_relative_to(tmp_path) and shard.endswith("some-run.db")
+        assert isinstance(events._initialized_dbs, set)  # type: ignore[attr-defined]
+        assert instance.run_launcher._instance is instance  # type: ignore[attr-defined]
+
+
+def test_define_asset_job_still_returns_the_type_we_annotate() -> None:
+    @asset
+    def a() -> None: ...
+
+    assert isinstance(
+        define_asset_job("j", selection=AssetSelection.assets(a)), di.UnresolvedAssetJobDefinition
+    )
+
+
+def test_retries_config_cursor_and_error_info_round_trip() -> None:
+    assert "enabled" in di.get_retries_config().config_type.fields  # type: ignore[attr-defined]
+    assert di.RetryMode.from_config({"enabled": {}}) == di.RetryMode.ENABLED
+    assert di.EventLogCursor.parse(di.EventLogCursor.from_storage_id(42).to_string()).storage_id() == 42
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        info = di.serializable_error_info_from_exc_info(sys.exc_info())
+    assert info.cls_name == "ValueError" and "boom" in info.to_string()
+    packed = di.pack_value(di.SerializableErrorInfo("lost", [], "StepTaskLostError"))
+    assert di.unpack_value(packed, as_type=di.SerializableErrorInfo).cls_name == "StepTaskLostError"
+
+
+def test_the_tags_ops_spells_out_are_dagsters() -> None:
+    assert reexecution.PARENT_RUN_ID_TAG == di.PARENT_RUN_ID_TAG
+    assert reexecution.ROOT_RUN_ID_TAG == di.ROOT_RUN_ID_TAG
+    assert reexecution.RESUME_RETRY_TAG == di.RESUME_RETRY_TAG
+    assert runner.MAX_RETRIES_TAG == di.MAX_RETRIES_TAG
+    assert auto_resume.AUTO_RETRY_RUN_ID_TAG == di.AUTO_RETRY_RUN_ID_TAG
+    retry_bookkeeping = (di.WILL_RETRY_TAG, di.RETRY_NUMBER_TAG, di.RUN_FAILURE_REASON_TAG)
+    assert retry_bookkeeping == auto_resume._NOT_INHERITED_PREFIXES
+    assert di.RESUME_RETRY_TAG in auto_resume._NOT_INHERITED
