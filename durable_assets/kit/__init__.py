@@ -17,7 +17,15 @@
 
 from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.kit.effects import EffectReport, EffectRunner, review_note
+from durable_assets.kit.batch_files import (
+    quarantine_file,
+    quarantine_line,
+    report_file,
+    write_quarantine,
+    write_report,
+)
+from durable_assets.kit.checks import batch_check, check_examples, check_result
+from durable_assets.kit.effects import EffectReport, EffectRunner, answer_mismatches, review_note
 from durable_assets.kit.errors import (
     DurableError,
     GuardrailError,
@@ -30,7 +38,7 @@ from durable_assets.kit.errors import (
     UsageError,
 )
 from durable_assets.kit.frames import typed, write_csv_atomically
-from durable_assets.kit.guardrails import Guardrails
+from durable_assets.kit.guardrails import Guardrails, amount_ceiling, count_ceiling
 from durable_assets.kit.job import (
     DurableJob,
     DurableJobs,
@@ -40,7 +48,14 @@ from durable_assets.kit.job import (
     path_and_size,
 )
 from durable_assets.kit.ledger import Intent, LedgerEntry
-from durable_assets.kit.pacing import Backoff, RateLimiter, call_with_retries, paced_map, shared_limiter
+from durable_assets.kit.pacing import (
+    Backoff,
+    PacedProvider,
+    RateLimiter,
+    call_with_retries,
+    paced_map,
+    shared_limiter,
+)
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BATCH_TAG, BatchRuntime, IdempotencyLedger
 from durable_assets.kit.schedules import DailyBatches
@@ -58,11 +73,13 @@ from durable_assets.kit.tables import (
     REASONS,
     ROW_NUMBER,
     RowChecks,
+    Validated,
     as_mask,
     bad_encoding,
     clean_strings,
     read_text_table,
     reason_counts,
+    require_columns,
 )
 
 __all__ = [
@@ -87,6 +104,7 @@ __all__ = [
     "InputFileError",
     "Intent",
     "LedgerEntry",
+    "PacedProvider",
     "Progress",
     "ProviderAccount",
     "ProviderAccountMismatchError",
@@ -99,22 +117,35 @@ __all__ = [
     "SummarySpec",
     "TransientProviderError",
     "UsageError",
+    "Validated",
+    "amount_ceiling",
+    "answer_mismatches",
     "as_mask",
     "bad_encoding",
+    "batch_check",
     "batch_dir",
     "call_with_retries",
+    "check_examples",
+    "check_result",
     "clean_strings",
+    "count_ceiling",
     "durable_asset",
     "durable_step",
     "effect_runner",
     "frame_result",
     "paced_map",
     "path_and_size",
+    "quarantine_file",
+    "quarantine_line",
     "read_text_table",
     "reason_counts",
+    "report_file",
+    "require_columns",
     "review_note",
     "shared_limiter",
     "step_progress",
     "typed",
     "write_csv_atomically",
+    "write_quarantine",
+    "write_report",
 ]
