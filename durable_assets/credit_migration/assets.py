@@ -15,7 +15,6 @@ from typing import Any
 import pandas as pd
 from dagster import (
     AssetExecutionContext,
-    Config,
     DynamicPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
@@ -36,6 +35,7 @@ from durable_assets.credit_migration.schema import (
 from durable_assets.credit_migration.synthetic import synthetic_accounts
 from durable_assets.credit_migration.validation import read_legacy_file, validate_accounts
 from durable_assets.kit import (
+    BatchInput,
     BatchRuntime,
     EffectReport,
     IdempotencyLedger,
@@ -60,9 +60,8 @@ from durable_assets.payments.resources import PaymentGateway
 CREDIT_BATCHES = DynamicPartitionsDefinition(name="credit_batches")
 
 
-class LegacyExport(Config):
+class LegacyExport(BatchInput):
     path: str | None = Field(default=None, description="CSV or Parquet export; unset = synthetic accounts")
-    size: int = Field(default=1000, ge=1, le=10_000_000, description="Synthetic batch size")
 
 
 def _read(

@@ -40,6 +40,7 @@ from durable_assets.kit.errors import (
 from durable_assets.kit.frames import typed, write_csv_atomically
 from durable_assets.kit.guardrails import Guardrails, amount_ceiling, count_ceiling
 from durable_assets.kit.job import (
+    BatchInput,
     DurableJob,
     DurableJobs,
     DurableStep,
@@ -90,6 +91,7 @@ __all__ = [
     "TRANSIENT_RETRY",
     "AccountBindings",
     "Backoff",
+    "BatchInput",
     "BatchRuntime",
     "DailyBatches",
     "DurableError",

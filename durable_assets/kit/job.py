@@ -23,6 +23,7 @@ from dagster import (
     AssetChecksDefinition,
     AssetsDefinition,
     AssetSelection,
+    Config,
     Definitions,
     DynamicPartitionsDefinition,
     ExecutorDefinition,
@@ -31,6 +32,7 @@ from dagster import (
     in_process_executor,
 )
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+from pydantic import Field
 
 from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.errors import StepWiringError, UnknownJobError
@@ -83,6 +85,18 @@ ShardGuard = Callable[[Any, Mapping[str, Any]], None]
 def path_and_size(path: str | None, size: int) -> dict[str, Any]:
     """The usual first-step config: a file to read, or the size of a synthetic batch."""
     return {"size": size, **({"path": path} if path else {})}
+
+
+class BatchInput(Config):
+    """The first step's config that :func:`path_and_size` fills: ``--input`` and ``--size``.
+
+    Why in the kit: the CLI, the HTTP API and the daily schedule all hand a batch its input this
+    way, so every job's first step takes the same two fields (subclass it to word ``path`` for
+    your input).
+    """
+
+    path: str | None = Field(default=None, description="CSV or Parquet file; unset = synthetic batch")
+    size: int = Field(default=1000, ge=1, le=10_000_000, description="Synthetic batch size")
 
 
 class DurableJob:
