@@ -6,7 +6,13 @@
   :class:`IdempotencyLedger`; :class:`BatchRuntime` holds the lease, checks cancel and fence, and
   reports progress; :func:`frame_result` returns a frame with its row count and data version.
 - Inputs: :func:`read_text_table` reads a CSV or Parquet file as text (a malformed file is an
-  :class:`InputFileError`); :class:`RowChecks` collects every reason a row is quarantined.
+  :class:`InputFileError`); :class:`RowChecks` collects every reason a row is quarantined and
+  keeps the rest (:meth:`RowChecks.valid_rows`, :class:`Validated`); :func:`write_quarantine` and
+  :func:`write_report` write the batch's files for people, :func:`quarantine_line`,
+  :func:`quarantine_file` and :func:`report_file` point the summary at them.
+- Effects at a provider: ``effect_runner(..., provider=resource)`` takes its pace and account from a
+  :class:`PacedProvider`; :func:`answer_mismatches` and ``review_note(subject_taken=...)`` word
+  what is held for review. Outcome checks: :func:`batch_check`, :func:`check_result`.
 - Guardrails: subclass :class:`Guardrails` for a batch's ceilings and limits; their values are
   pinned with the batch at its first run and every later run of it uses them.
 - Errors: one hierarchy under :class:`DurableError`; raise :class:`TransientProviderError` for a
