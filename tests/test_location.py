@@ -92,6 +92,22 @@ def test_a_step_that_cannot_get_the_kit_resources_fails_when_the_job_is_defined(
         wrong.definitions(resources={"ledger": object()})
 
 
+def test_a_job_is_partitioned_like_its_steps_unless_told_otherwise() -> None:
+    @durable_asset(label="One", partitions_def=PARTS)
+    def first() -> int:
+        return 1
+
+    other = DynamicPartitionsDefinition(name="location_test_other")
+
+    @durable_asset(label="Two", partitions_def=other)
+    def second(first: int) -> int:
+        return first
+
+    assert DurableJob("inferred", assets=[first], description="d").partitions is PARTS
+    with pytest.raises(ValueError, match=r"durable job 'mixed': its steps must share one"):
+        DurableJob("mixed", assets=[first, second], description="d")
+
+
 def test_kit_resources_take_their_defaults_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DURABLE_LEASE_TTL_S", "7")
     monkeypatch.setenv("DURABLE_KEY_RETENTION_HOURS", "2")

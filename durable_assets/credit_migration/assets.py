@@ -15,7 +15,6 @@ from typing import Any
 import pandas as pd
 from dagster import (
     AssetExecutionContext,
-    Config,
     DynamicPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
@@ -36,23 +35,23 @@ from durable_assets.credit_migration.schema import (
 from durable_assets.credit_migration.synthetic import synthetic_accounts
 from durable_assets.credit_migration.validation import read_legacy_file, validate_accounts
 from durable_assets.kit import (
+    BatchInput,
     BatchRuntime,
     EffectReport,
-    EffectRunner,
     IdempotencyLedger,
     Intent,
     LedgerEntry,
-    batch_dir,
+    answer_mismatches,
     call_with_retries,
     durable_asset,
     effect_runner,
     frame_result,
     paced_map,
-    reason_counts,
     review_note,
     step_progress,
     typed,
-    write_csv_atomically,
+    write_quarantine,
+    write_report,
 )
 from durable_assets.payments.gateway import BalanceTransaction, Customer, CustomerGateway
 from durable_assets.payments.money import format_cents
@@ -61,33 +60,8 @@ from durable_assets.payments.resources import PaymentGateway
 CREDIT_BATCHES = DynamicPartitionsDefinition(name="credit_batches")
 
 
-class LegacyExport(Config):
+class LegacyExport(BatchInput):
     path: str | None = Field(default=None, description="CSV or Parquet export; unset = synthetic accounts")
-    size: int = Field(default=1000, ge=1, le=10_000_000, description="Synthetic batch size")
-
-
-def _effects(
-    context: AssetExecutionContext,
-    runtime: BatchRuntime,
-    ledger: IdempotencyLedger,
-    payments: PaymentGateway,
-    scope: str,
-    perform: Callable[[Intent], Mapping[str, Any]],
-    **kwargs: Any,
-) -> EffectRunner:
-    """The step's effect runner at the provider's pace, its keys in the provider account's namespace."""
-    return effect_runner(
-        context,
-        runtime,
-        ledger,
-        scope=scope,
-        perform=perform,
-        account=payments.account,
-        concurrency=payments.concurrency,
-        limiter=payments.limiter(),
-        backoff=payments.backoff(),
-        **kwargs,
-    )
 
 
 def _read(
@@ -137,14 +111,11 @@ def validated_accounts(
     next to the batch for whoever fixes the export.
     """
     result = validate_accounts(legacy_accounts)
-    path = write_csv_atomically(result.quarantined, batch_dir(context) / "quarantine.csv")
     credit = result.valid.groupby(s.CURRENCY)["credit_cents"].sum()
     return frame_result(
         result.valid,
         {
-            "quarantined": len(result.quarantined),
-            "quarantine_file": MetadataValue.path(str(path)),
-            "quarantine_reasons": MetadataValue.json(reason_counts(result.quarantined)),
+            **write_quarantine(context, result.quarantined),
             "credit_by_currency_cents": MetadataValue.json({str(k): int(v) for k, v in credit.items()}),
         },
     )
@@ -293,16 +264,15 @@ def provider_customers(
         for key, (acct, _email, _name) in rows.items()
         if key not in notes
     ]
-    runner = _effects(
+    runner = effect_runner(
         context,
         runtime,
         ledger,
-        payments,
-        "customer",
-        create,
+        perform=create,
         verify=verify,
         lookup=lookup,
         lookup_first=True,
+        provider=payments,
     )
     report = runner.run(intents)
     notes.update({key: review_note(review) for key, review in report.review.items()})
@@ -443,13 +413,8 @@ def _transaction_answer(transaction: BalanceTransaction) -> dict[str, Any]:
 
 def verify_adjustment(intent: Intent, answer: Mapping[str, Any]) -> str | None:
     """An answer that is not exactly the transaction we asked for is held for review, never trusted."""
-    p = intent.params
-    problems = [
-        f"{field} {answer.get(field)!r} != requested {p[ours]!r}"
-        for field, ours in (("customer", "customer_id"), ("amount", "amount"), ("currency", "currency"))
-        if answer.get(field) != p[ours]
-    ]
-    return "; ".join(problems) or None
+    fields = (("customer", "customer_id"), ("amount", "amount"), ("currency", "currency"))
+    return "; ".join(answer_mismatches(intent.params, answer, fields)) or None
 
 
 @durable_asset(
@@ -512,8 +477,8 @@ def applied_adjustments(
         )
         for row in adjust.itertuples(index=False)
     ]
-    runner = _effects(
-        context, runtime, ledger, payments, "balance", apply, verify=verify_adjustment, lookup=lookup
+    runner = effect_runner(
+        context, runtime, ledger, perform=apply, verify=verify_adjustment, lookup=lookup, provider=payments
     )
     report = runner.run(intents)
     out = _applied_frame(planned_adjustments, intents, report)
@@ -548,7 +513,10 @@ def _applied_frame(plan: pd.DataFrame, intents: list[Intent], report: EffectRepo
         elif done is not None:
             status, note = AdjustmentOutcome.APPLIED, ""
         else:
-            status, note = AdjustmentOutcome.HELD_FOR_REVIEW, _review_note(report.review.get(key))
+            status, note = (
+                AdjustmentOutcome.HELD_FOR_REVIEW,
+                review_note(report.review.get(key), subject_taken=_claimed_note),
+            )
         rows.append(
             {
                 s.LEGACY_ACCOUNT_ID: acct,
@@ -567,14 +535,12 @@ def _applied_frame(plan: pd.DataFrame, intents: list[Intent], report: EffectRepo
     return typed(pd.DataFrame(rows, columns=list(s.APPLIED_DTYPES)), s.APPLIED_DTYPES)
 
 
-def _review_note(review: Mapping[str, Any] | None) -> str:
-    if review and "subject_taken" in review:
-        holder = review.get("holder_params") or {}
-        return (
-            f"another adjustment (key {review['holder_key']}, to {holder.get('target', '?')}) was already "
-            "claimed from the same balance; run the migration again to plan from the balance it left"
-        )
-    return review_note(review)
+def _claimed_note(holder_key: str, holder: Mapping[str, Any]) -> str:
+    """An adjustment whose balance version another adjustment claimed first: plan again from its result."""
+    return (
+        f"another adjustment (key {holder_key}, to {holder.get('target', '?')}) was already "
+        "claimed from the same balance; run the migration again to plan from the balance it left"
+    )
 
 
 @durable_asset(label="Verifying balances", partitions_def=CREDIT_BATCHES, group_name="balances")
@@ -655,12 +621,12 @@ def migration_report(
         ]
         merged.loc[missed, "status"] = AdjustmentOutcome.HELD_FOR_REVIEW.value
     report = typed(merged, s.REPORT_DTYPES)
-    path = write_csv_atomically(report, batch_dir(context) / "migration_report.csv")
+    written = write_report(context, report, "migration_report.csv")
     moved = report[report["status"] == AdjustmentOutcome.APPLIED]
     return frame_result(
         report,
         {
-            "report_file": MetadataValue.path(str(path)),
+            **written,
             "accounts": len(report),
             "adjustments_applied": len(moved),
             "unchanged": int((report["status"] == AdjustmentOutcome.UNCHANGED).sum()),

@@ -15,20 +15,12 @@ account for review instead; a check fails the batch only for what cannot be conf
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
-import warnings
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
-from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetIn,
-    MetadataValue,
-    PreviewWarning,
-    asset_check,
-)
+from dagster import AssetCheckResult
 
 from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.assets import (
@@ -39,34 +31,11 @@ from durable_assets.credit_migration.assets import (
 )
 from durable_assets.credit_migration.resources import CreditLimits
 from durable_assets.credit_migration.schema import AdjustmentOutcome, CustomerOutcome, Verification
-from durable_assets.kit import call_with_retries, paced_map
+from durable_assets.kit import batch_check, call_with_retries, check_examples, check_result, paced_map
 from durable_assets.payments.resources import PaymentGateway
 
-# A check must be partitioned like its asset so it reads this batch's frame, not every batch's.
-# Dagster marks that as preview; the warning would otherwise print on every `job` command.
-warnings.filterwarnings(
-    "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=PreviewWarning
-)
 
-#: Examples listed in a failed check's metadata; enough to start an investigation.
-EXAMPLES = 10
-
-
-def _sample(values: Any) -> MetadataValue:
-    return MetadataValue.json([str(v) for v in list(values)[:EXAMPLES]])
-
-
-def _result(problems: list[str], metadata: dict[str, Any]) -> AssetCheckResult:
-    if problems:
-        metadata["examples"] = _sample(problems)
-    return AssetCheckResult(
-        passed=not problems,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"problems": len(problems), **metadata},
-    )
-
-
-@asset_check(asset=provider_customers, partitions_def=CREDIT_BATCHES, blocking=True)
+@batch_check(asset=provider_customers, partitions_def=CREDIT_BATCHES, blocking=True)
 def one_customer_per_account(provider_customers: pd.DataFrame, payments: PaymentGateway) -> AssetCheckResult:
     """Exactly one provider customer per migrated legacy account, and it is the one we recorded.
 
@@ -89,10 +58,10 @@ def one_customer_per_account(provider_customers: pd.DataFrame, payments: Payment
             problems.append(f"{acct}: provider customers {found}, we recorded {recorded}")
     repeated = ready.loc[ready["customer_id"].duplicated(), "customer_id"]
     problems += [f"customer {c} recorded for two accounts" for c in repeated]
-    return _result(problems, {"accounts_checked": len(ready), "customers_listed": len(listed)})
+    return check_result(problems, {"accounts_checked": len(ready), "customers_listed": len(listed)})
 
 
-@asset_check(asset=applied_adjustments, partitions_def=CREDIT_BATCHES, blocking=True)
+@batch_check(asset=applied_adjustments, partitions_def=CREDIT_BATCHES, blocking=True)
 def no_adjustment_applied_twice(
     applied_adjustments: pd.DataFrame, payments: PaymentGateway
 ) -> AssetCheckResult:
@@ -125,14 +94,11 @@ def no_adjustment_applied_twice(
     problems = [p for a in answers for p in a["problems"]]
     repeated = applied.loc[applied["idempotency_key"].duplicated(), "idempotency_key"]
     problems += [f"key {k} recorded twice" for k in repeated]
-    return _result(problems, {"adjustments_checked": len(applied)})
+    return check_result(problems, {"adjustments_checked": len(applied)})
 
 
-@asset_check(
-    asset=verified_balances,
-    partitions_def=CREDIT_BATCHES,
-    blocking=True,
-    additional_ins={"applied_adjustments": AssetIn("applied_adjustments")},
+@batch_check(
+    asset=verified_balances, partitions_def=CREDIT_BATCHES, blocking=True, reads=["applied_adjustments"]
 )
 def balances_match_targets(
     verified_balances: pd.DataFrame, applied_adjustments: pd.DataFrame, credit_limits: CreditLimits
@@ -154,10 +120,10 @@ def balances_match_targets(
         problems.append(
             f"{len(applied)} adjustments above the ceiling of {credit_limits.max_adjustments_per_batch}"
         )
-    return _result(
+    return check_result(
         problems,
         {
-            "mismatched_examples": _sample(
+            "mismatched_examples": check_examples(
                 f"{acct}: balance {got}, target {want}"
                 for acct, got, want in zip(
                     mismatched[s.LEGACY_ACCOUNT_ID],

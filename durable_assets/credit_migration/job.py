@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from durable_assets.credit_migration.assets import ALL_ASSETS, CREDIT_BATCHES, enforce_credit_limits
+from durable_assets.credit_migration.assets import ALL_ASSETS, enforce_credit_limits
 from durable_assets.credit_migration.checks import ALL_CHECKS
 from durable_assets.credit_migration.schedules import NIGHTLY_CREDITS
 from durable_assets.credit_migration.schema import PlannedAction
@@ -15,7 +15,6 @@ CREDIT_JOB = "credit_migration"
 credit_migration = DurableJob(
     CREDIT_JOB,
     assets=ALL_ASSETS,
-    partitions=CREDIT_BATCHES,
     checks=ALL_CHECKS,
     summary=CREDIT_SUMMARY,
     daily=NIGHTLY_CREDITS,

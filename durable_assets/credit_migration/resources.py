@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from durable_assets.kit import Guardrails
+from durable_assets.kit import Guardrails, amount_ceiling, count_ceiling
 
 
 class CreditLimits(Guardrails):
@@ -18,7 +16,5 @@ class CreditLimits(Guardrails):
         "max_credit_per_batch_cents": "DURABLE_MAX_CREDIT_PER_BATCH_CENTS",
     }
 
-    max_adjustments_per_batch: int = Field(default=100_000, ge=0)
-    max_credit_per_batch_cents: int = Field(
-        default=100_000_000, ge=0, description="Per currency, in minor units (default 1,000,000.00)"
-    )
+    max_adjustments_per_batch: int = count_ceiling(100_000)
+    max_credit_per_batch_cents: int = amount_ceiling(100_000_000)

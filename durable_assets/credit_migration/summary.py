@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from durable_assets.kit import SummaryLine, SummarySpec
+from durable_assets.kit import SummaryLine, SummarySpec, quarantine_file, quarantine_line, report_file
 
 CREDIT_SUMMARY = SummarySpec(
     lines=(
         SummaryLine("accounts read", (("legacy_accounts", "rows"),)),
-        SummaryLine(
-            "quarantined",
-            (("validated_accounts", "quarantined"),),
-            detail=("validated_accounts", "quarantine_reasons"),
-        ),
+        quarantine_line("validated_accounts"),
         SummaryLine("customers", (("provider_customers", "customers"),)),
         SummaryLine("customers created", (("provider_customers", "requests_sent"),)),
         SummaryLine(
@@ -35,8 +31,8 @@ CREDIT_SUMMARY = SummarySpec(
         SummaryLine("mismatched at provider", (("verified_balances", "mismatched"),)),
     ),
     files=(
-        ("report", "migration_report", "report_file"),
-        ("quarantine", "validated_accounts", "quarantine_file"),
+        report_file("migration_report"),
+        quarantine_file("validated_accounts"),
     ),
     review_hint="the rows of the migration report with status held_for_review, and their review_note",
 )

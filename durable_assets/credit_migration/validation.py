@@ -9,37 +9,28 @@ picking one would be a guess about somebody's money.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from os import PathLike
 
-import numpy as np
 import pandas as pd
 
 from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.schema import QuarantineReason as R
 from durable_assets.kit import (
     EMAIL_PATTERN,
-    InputFileError,
     RowChecks,
+    Validated,
     as_mask,
     bad_encoding,
     clean_strings,
     read_text_table,
-    reason_counts,
+    require_columns,
 )
 from durable_assets.payments.money import parse_money_column
 
 
-@dataclass(frozen=True)
-class AccountValidation:
+class AccountValidation(Validated):
     """``valid``: :data:`schema.ACCOUNT_DTYPES`, in source order. ``quarantined``: the raw rows as
     given plus ``row_number`` and ``reasons``."""
-
-    valid: pd.DataFrame
-    quarantined: pd.DataFrame
-
-    def reason_counts(self) -> dict[str, int]:
-        return reason_counts(self.quarantined)
 
 
 def read_legacy_file(path: str | PathLike[str]) -> pd.DataFrame:
@@ -57,9 +48,7 @@ def validate_accounts(raw: pd.DataFrame) -> AccountValidation:
     within the provider's balance limit; ``updated_at`` ISO 8601; no U+FFFD or control character
     in any field.
     """
-    missing = [c for c in s.REQUIRED_COLUMNS if c not in raw.columns]
-    if missing:
-        raise InputFileError(f"legacy account frame is missing required columns: {', '.join(missing)}")
+    require_columns(raw, s.REQUIRED_COLUMNS, "legacy account frame")
     n = len(raw)
     col = {name: clean_strings(raw[name]) for name in s.INPUT_COLUMNS}
     checks = RowChecks(n)
@@ -89,20 +78,15 @@ def validate_accounts(raw: pd.DataFrame) -> AccountValidation:
     checks.add(R.INVALID_TIMESTAMP, updated_at.isna().to_numpy(dtype=bool))
     checks.add(R.BAD_ENCODING, bad_encoding(raw))
 
-    good = ~checks.failed()
-
-    def keep(series: pd.Series) -> pd.Series:
-        return series[good].reset_index(drop=True)
-
-    valid = pd.DataFrame(
+    valid = checks.valid_rows(
         {
-            s.ROW_NUMBER: np.arange(1, n + 1, dtype=np.int64)[good],
-            s.LEGACY_ACCOUNT_ID: keep(legacy_id),
-            s.EMAIL: keep(email),
-            s.NAME: keep(col[s.NAME]),
-            s.CURRENCY: keep(currency),
-            "credit_cents": credit.cents[good],
-            s.UPDATED_AT: keep(updated_at),
-        }
-    ).astype(s.ACCOUNT_DTYPES)
+            s.LEGACY_ACCOUNT_ID: legacy_id,
+            s.EMAIL: email,
+            s.NAME: col[s.NAME],
+            s.CURRENCY: currency,
+            "credit_cents": credit.cents,
+            s.UPDATED_AT: updated_at,
+        },
+        s.ACCOUNT_DTYPES,
+    )
     return AccountValidation(valid=valid, quarantined=checks.quarantine(raw))

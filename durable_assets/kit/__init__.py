@@ -6,7 +6,13 @@
   :class:`IdempotencyLedger`; :class:`BatchRuntime` holds the lease, checks cancel and fence, and
   reports progress; :func:`frame_result` returns a frame with its row count and data version.
 - Inputs: :func:`read_text_table` reads a CSV or Parquet file as text (a malformed file is an
-  :class:`InputFileError`); :class:`RowChecks` collects every reason a row is quarantined.
+  :class:`InputFileError`); :class:`RowChecks` collects every reason a row is quarantined and
+  keeps the rest (:meth:`RowChecks.valid_rows`, :class:`Validated`); :func:`write_quarantine` and
+  :func:`write_report` write the batch's files for people, :func:`quarantine_line`,
+  :func:`quarantine_file` and :func:`report_file` point the summary at them.
+- Effects at a provider: ``effect_runner(..., provider=resource)`` takes its pace and account from a
+  :class:`PacedProvider`; :func:`answer_mismatches` and ``review_note(subject_taken=...)`` word
+  what is held for review. Outcome checks: :func:`batch_check`, :func:`check_result`.
 - Guardrails: subclass :class:`Guardrails` for a batch's ceilings and limits; their values are
   pinned with the batch at its first run and every later run of it uses them.
 - Errors: one hierarchy under :class:`DurableError`; raise :class:`TransientProviderError` for a
@@ -17,7 +23,15 @@
 
 from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.kit.effects import EffectReport, EffectRunner, review_note
+from durable_assets.kit.batch_files import (
+    quarantine_file,
+    quarantine_line,
+    report_file,
+    write_quarantine,
+    write_report,
+)
+from durable_assets.kit.checks import batch_check, check_examples, check_result
+from durable_assets.kit.effects import EffectReport, EffectRunner, answer_mismatches, review_note
 from durable_assets.kit.errors import (
     DurableError,
     GuardrailError,
@@ -30,8 +44,9 @@ from durable_assets.kit.errors import (
     UsageError,
 )
 from durable_assets.kit.frames import typed, write_csv_atomically
-from durable_assets.kit.guardrails import Guardrails
+from durable_assets.kit.guardrails import Guardrails, amount_ceiling, count_ceiling
 from durable_assets.kit.job import (
+    BatchInput,
     DurableJob,
     DurableJobs,
     DurableStep,
@@ -40,7 +55,14 @@ from durable_assets.kit.job import (
     path_and_size,
 )
 from durable_assets.kit.ledger import Intent, LedgerEntry
-from durable_assets.kit.pacing import Backoff, RateLimiter, call_with_retries, paced_map, shared_limiter
+from durable_assets.kit.pacing import (
+    Backoff,
+    PacedProvider,
+    RateLimiter,
+    call_with_retries,
+    paced_map,
+    shared_limiter,
+)
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BATCH_TAG, BatchRuntime, IdempotencyLedger
 from durable_assets.kit.schedules import DailyBatches
@@ -58,11 +80,13 @@ from durable_assets.kit.tables import (
     REASONS,
     ROW_NUMBER,
     RowChecks,
+    Validated,
     as_mask,
     bad_encoding,
     clean_strings,
     read_text_table,
     reason_counts,
+    require_columns,
 )
 
 __all__ = [
@@ -73,6 +97,7 @@ __all__ = [
     "TRANSIENT_RETRY",
     "AccountBindings",
     "Backoff",
+    "BatchInput",
     "BatchRuntime",
     "DailyBatches",
     "DurableError",
@@ -87,6 +112,7 @@ __all__ = [
     "InputFileError",
     "Intent",
     "LedgerEntry",
+    "PacedProvider",
     "Progress",
     "ProviderAccount",
     "ProviderAccountMismatchError",
@@ -99,22 +125,35 @@ __all__ = [
     "SummarySpec",
     "TransientProviderError",
     "UsageError",
+    "Validated",
+    "amount_ceiling",
+    "answer_mismatches",
     "as_mask",
     "bad_encoding",
+    "batch_check",
     "batch_dir",
     "call_with_retries",
+    "check_examples",
+    "check_result",
     "clean_strings",
+    "count_ceiling",
     "durable_asset",
     "durable_step",
     "effect_runner",
     "frame_result",
     "paced_map",
     "path_and_size",
+    "quarantine_file",
+    "quarantine_line",
     "read_text_table",
     "reason_counts",
+    "report_file",
+    "require_columns",
     "review_note",
     "shared_limiter",
     "step_progress",
     "typed",
     "write_csv_atomically",
+    "write_quarantine",
+    "write_report",
 ]

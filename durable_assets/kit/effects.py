@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -271,9 +271,20 @@ class EffectRunner:
         return Outcome.OK, result, how
 
 
-def review_note(review: Mapping[str, Any] | None) -> str:
+def review_note(
+    review: Mapping[str, Any] | None,
+    *,
+    subject_taken: Callable[[str, Mapping[str, Any]], str] | None = None,
+) -> str:
     """Why an effect is held for review, as a person reads it in a report's ``review_note`` column
-    (never a Python dict): the provider's mismatch or refusal in words, else ``key=value; ...``."""
+    (never a Python dict): the provider's mismatch or refusal in words, else ``key=value; ...``.
+
+    ``subject_taken(holder_key, holder_params)`` words the one case only the job can: its subject
+    (a charge and reason, a balance version) was already claimed by another key, whose params say
+    which business record that was.
+    """
+    if review and subject_taken is not None and "subject_taken" in review:
+        return subject_taken(str(review["holder_key"]), review.get("holder_params") or {})
     if not review:
         return "held for review (no reason recorded)"
     answer = review.get("provider_answer")
@@ -302,3 +313,19 @@ def _plain(value: Any) -> str:
     if isinstance(value, Mapping):
         return ", ".join(f"{k}: {_plain(v)}" for k, v in value.items())
     return str(value)
+
+
+def answer_mismatches(
+    asked: Mapping[str, Any], answer: Mapping[str, Any], fields: Iterable[tuple[str, str]]
+) -> list[str]:
+    """What of a provider's ``answer`` differs from what was ``asked``, one phrase per field.
+
+    ``fields`` pairs the answer's field with the intent's param it must equal (``("charge",
+    "charge_id")``). For an effect's ``verify``: an answer that is not exactly what was asked for
+    is held for review, never recorded as done.
+    """
+    return [
+        f"{field} {answer.get(field)!r} != requested {asked[ours]!r}"
+        for field, ours in fields
+        if answer.get(field) != asked[ours]
+    ]

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from dagster import ConfigurableResource, InitResourceContext
-from pydantic import TypeAdapter
+from pydantic import Field, TypeAdapter
 
 from durable_assets.kit.db import DurableDatabase, batch_guardrails, now
 
@@ -105,6 +105,27 @@ class PinnedGuardrails:
     @staticmethod
     def _select(batch_id: str) -> sa.Select[Any]:
         return sa.select(batch_guardrails).where(batch_guardrails.c.batch_id == batch_id)
+
+
+def count_ceiling(default: int) -> Any:
+    """A :class:`Guardrails` field: how many effects one batch may send at most (0: none).
+
+    Why a helper: every job that sends effects has this ceiling, and it must never be negative.
+    """
+    return Field(default=default, ge=0)
+
+
+def amount_ceiling(default_cents: int) -> Any:
+    """A :class:`Guardrails` field: how much money one batch may move, per currency, in minor units.
+
+    Why a helper: every job that moves money has this ceiling, described the same way (with its
+    default in major units) wherever its fields are shown.
+    """
+    return Field(
+        default=default_cents,
+        ge=0,
+        description=f"Per currency, in minor units (default {default_cents / 100:,.2f})",
+    )
 
 
 class Guardrails(ConfigurableResource):

@@ -23,6 +23,7 @@ from dagster import (
     AssetChecksDefinition,
     AssetsDefinition,
     AssetSelection,
+    Config,
     Definitions,
     DynamicPartitionsDefinition,
     ExecutorDefinition,
@@ -30,6 +31,7 @@ from dagster import (
     define_asset_job,
     in_process_executor,
 )
+from pydantic import Field
 
 from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.dagster_internals import UnresolvedAssetJobDefinition
@@ -85,12 +87,25 @@ def path_and_size(path: str | None, size: int) -> dict[str, Any]:
     return {"size": size, **({"path": path} if path else {})}
 
 
+class BatchInput(Config):
+    """The first step's config that :func:`path_and_size` fills: ``--input`` and ``--size``.
+
+    Why in the kit: the CLI, the HTTP API and the daily schedule all hand a batch its input this
+    way, so every job's first step takes the same two fields (subclass it to word ``path`` for
+    your input).
+    """
+
+    path: str | None = Field(default=None, description="CSV or Parquet file; unset = synthetic batch")
+    size: int = Field(default=1000, ge=1, le=10_000_000, description="Synthetic batch size")
+
+
 class DurableJob:
     """A Dagster asset job made durable: one batch is one partition, run as one run lineage.
 
     ``assets`` are the steps in the order users see them (a topological order of their deps); the
     first one receives ``input_config(path, size)`` as its run config. Each batch ID becomes a
-    partition of ``partitions``, so two batches never share a stored output. ``daily`` adds a
+    partition of ``partitions`` (default: the dynamic partitions every step is partitioned by), so
+    two batches never share a stored output. ``daily`` adds a
     schedule (shipped stopped) that starts one batch per day, and ``job backfill`` for past days.
     ``check_input(path)`` reads an input file before a batch is created, so a bad file is a usage
     error (exit 2) that leaves the batch ID unused. ``shard_steps`` (default: the mutating
@@ -103,8 +118,8 @@ class DurableJob:
         name: str,
         *,
         assets: Sequence[AssetsDefinition],
-        partitions: DynamicPartitionsDefinition,
         description: str,
+        partitions: DynamicPartitionsDefinition | None = None,
         checks: Sequence[AssetChecksDefinition] = (),
         summary: SummarySpec | None = None,
         input_config: InputConfig = path_and_size,
@@ -119,7 +134,7 @@ class DurableJob:
             raise ValueError(f"durable job {name!r} needs at least one asset")
         self.name = name
         self.assets = tuple(assets)
-        self.partitions = partitions
+        self.partitions = partitions if partitions is not None else _shared_partitions(name, self.assets)
         self.description = description
         self.checks = tuple(checks)
         self.summary = summary
@@ -367,6 +382,18 @@ def _step_of(asset: AssetsDefinition) -> DurableStep:
 
 def _plain(value: Any) -> Any:
     return getattr(value, "value", value)
+
+
+def _shared_partitions(name: str, assets: Sequence[AssetsDefinition]) -> DynamicPartitionsDefinition:
+    """The one dynamic partitions definition all steps share: a batch is one partition of it, so a
+    step partitioned otherwise would read or write another batch's outputs."""
+    found = assets[0].partitions_def
+    if not isinstance(found, DynamicPartitionsDefinition) or any(a.partitions_def != found for a in assets):
+        raise ValueError(
+            f"durable job {name!r}: its steps must share one DynamicPartitionsDefinition "
+            "(durable_asset(partitions_def=...)), or pass partitions="
+        )
+    return found
 
 
 def _check_step_order(name: str, assets: Sequence[AssetsDefinition]) -> None:

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
@@ -35,6 +35,9 @@ from durable_assets.kit.errors import (
     TransientProviderError,
 )
 from durable_assets.settings import settings
+
+if TYPE_CHECKING:
+    from durable_assets.kit.accounts import ProviderAccount
 
 Result = Mapping[str, Any]
 T = TypeVar("T")
@@ -280,6 +283,26 @@ class Backoff:
             f"{self.budget_setting}={self.down_budget_s:g} s. Raise {self.budget_setting} to wait longer, "
             f"or `job resume` once the provider is back (effects it confirmed are not sent again).{cause}"
         )
+
+
+class PacedProvider(Protocol):
+    """A provider resource that knows its own pace: what a step needs to send effects to it.
+
+    Why a protocol: every step that talks to a provider passes the same four things (its
+    concurrency, its shared limiter, its down budget and its account) to the kit, and the kit may
+    not import a provider adapter. A resource with these members (``PaymentGateway``) is passed
+    whole instead: ``effect_runner(..., provider=payments)``.
+    """
+
+    @property
+    def concurrency(self) -> int: ...
+
+    @property
+    def account(self) -> ProviderAccount: ...
+
+    def limiter(self) -> RateLimiter: ...
+
+    def backoff(self) -> Backoff: ...
 
 
 def call_with_retries(call: Callable[[], Result], limiter: RateLimiter, backoff: Backoff) -> Result:

@@ -39,7 +39,7 @@ from durable_assets.kit.frames import frame_digest
 from durable_assets.kit.job import EFFECT_SCOPE_KEY, LABEL_KEY, STEPS_KEY
 from durable_assets.kit.ledger import Intent, LedgerEntry
 from durable_assets.kit.pacing import Backoff as PacingBackoff
-from durable_assets.kit.pacing import RateLimiter
+from durable_assets.kit.pacing import PacedProvider, RateLimiter
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.kit.sharding import step_of_shard
@@ -172,6 +172,7 @@ def effect_runner(
     backoff: PacingBackoff | None = None,
     account: ProviderAccount | None = None,
     lookup_first: bool = False,
+    provider: PacedProvider | None = None,
 ) -> EffectRunner:
     """An :class:`EffectRunner` for this step: its run owns the claims, the lease's fence guards every
     send, a cancel stops the next one, and progress counts settled intents.
@@ -187,7 +188,17 @@ def effect_runner(
     ``account`` is the provider account the effects go to: the batch is bound to it on first use
     (another account later is :class:`ProviderAccountMismatchError`) and the keys live in its
     namespace. Without one, the effects share the ledger's default namespace (one foreign system).
+
+    ``provider`` is the usual way to give all of that at once: the effects go to that provider at
+    its concurrency, its shared limiter and its down budget, in its account's namespace (each of
+    ``concurrency``, ``limiter``, ``backoff`` and ``account`` given too wins over the provider's).
+    An effect that goes elsewhere (a mailbox) passes only what of the provider's pace it shares.
     """
+    if provider is not None:
+        concurrency = provider.concurrency if concurrency is None else concurrency
+        limiter = limiter or provider.limiter()
+        backoff = backoff or provider.backoff()
+        account = account or provider.account
     runtime = runtime or _kit_resource(context, "runtime", BatchRuntime)
     ledger = ledger or _kit_resource(context, "ledger", IdempotencyLedger)
     scope = _effect_scope(context, scope)

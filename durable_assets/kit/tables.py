@@ -15,7 +15,7 @@ one round of fixes is enough.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike, fspath
 from pathlib import Path
@@ -244,6 +244,17 @@ def _read_parquet(p: Path) -> pd.DataFrame:
 # --- row checks -----------------------------------------------------------------------------------
 
 
+def require_columns(frame: pd.DataFrame, required: Sequence[str], what: str) -> None:
+    """Refuse a frame that lacks a required column, naming ``what`` it is and the columns.
+
+    :func:`read_text_table` checks a file already (naming it); this is the same guard for a frame
+    built in code (synthetic data, a test), before any row of it is judged.
+    """
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise InputFileError(f"{what} is missing required columns: {', '.join(missing)}")
+
+
 def clean_strings(series: pd.Series) -> pd.Series:
     """The column as pandas' default string dtype, empty string for missing, whitespace stripped."""
     if not pd.api.types.is_string_dtype(series.dtype) or series.dtype == object:
@@ -283,6 +294,25 @@ class RowChecks:
             bad |= mask
         return bad
 
+    def valid_rows(
+        self, columns: Mapping[str, pd.Series | np.ndarray], dtypes: Mapping[str, str]
+    ) -> pd.DataFrame:
+        """The rows no check hit, as a frame of ``dtypes``: ``row_number`` first, then ``columns``.
+
+        Each column holds a value for every row of the frame checked (a Series, or an array such as
+        parsed cents); only the rows that passed are kept, in source order, with a fresh index. A
+        Series stays in its own (Arrow) storage: a detour through numpy object arrays costs seconds.
+        """
+        good = ~self.failed()
+        kept: dict[str, pd.Series | np.ndarray] = {
+            ROW_NUMBER: np.arange(1, self.rows + 1, dtype=np.int64)[good]
+        }
+        for name, values in columns.items():
+            kept[name] = (
+                values[good].reset_index(drop=True) if isinstance(values, pd.Series) else values[good]
+            )
+        return pd.DataFrame(kept).astype(dict(dtypes))
+
     def quarantine(self, raw: pd.DataFrame) -> pd.DataFrame:
         """The failed rows of ``raw`` as given, plus ``row_number`` and every reason, ``;``-joined."""
         positions = np.flatnonzero(self.failed())
@@ -295,6 +325,28 @@ class RowChecks:
         quarantined[ROW_NUMBER] = positions.astype(np.int64) + 1
         quarantined[REASONS] = pd.Series(joined, dtype="str").str.slice(1)
         return quarantined
+
+
+@dataclass(frozen=True)
+class Validated:
+    """An input split in two: ``valid`` rows, typed, and ``quarantined`` rows as given, with reasons.
+
+    Why both halves travel together: nothing may be dropped silently, so ``len(valid) +
+    len(quarantined)`` is always the input's row count, and the reasons are counted from the half
+    a person fixes.
+    """
+
+    valid: pd.DataFrame
+    quarantined: pd.DataFrame
+
+    @property
+    def total_rows(self) -> int:
+        """Rows in the input; always ``len(valid) + len(quarantined)``."""
+        return len(self.valid) + len(self.quarantined)
+
+    def reason_counts(self) -> dict[str, int]:
+        """How many quarantined rows carry each reason code (:func:`reason_counts`)."""
+        return reason_counts(self.quarantined)
 
 
 def reason_counts(quarantined: pd.DataFrame) -> dict[str, int]:

@@ -7,27 +7,25 @@ through the idempotency ledger and check cancel and fencing before every request
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 from dagster import (
     AssetExecutionContext,
-    Config,
     DynamicPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
 )
-from pydantic import Field
 
 from durable_assets.kit import (
+    BatchInput,
     BatchRuntime,
     EffectReport,
-    EffectRunner,
     IdempotencyLedger,
     Intent,
     LedgerEntry,
-    batch_dir,
+    answer_mismatches,
     durable_asset,
     effect_runner,
     frame_result,
@@ -35,7 +33,8 @@ from durable_assets.kit import (
     review_note,
     step_progress,
     typed,
-    write_csv_atomically,
+    write_quarantine,
+    write_report,
 )
 from durable_assets.payments.resources import PaymentGateway
 from durable_assets.refunds import schema as s
@@ -49,36 +48,9 @@ from durable_assets.refunds.validation import read_invoice_file, validate_invoic
 BATCHES = DynamicPartitionsDefinition(name="batches")
 
 
-class InvoiceSource(Config):
-    path: str | None = Field(default=None, description="CSV or Parquet file; unset = synthetic batch")
-    size: int = Field(default=1000, ge=1, le=10_000_000, description="Synthetic batch size")
-
-
-def _effects(
-    context: AssetExecutionContext,
-    runtime: BatchRuntime,
-    ledger: IdempotencyLedger,
-    payments: PaymentGateway,
-    scope: str,
-    perform: Callable[[Intent], Mapping[str, Any]],
-    *,
-    provider: bool = True,
-    **kwargs: Any,
-) -> EffectRunner:
-    """``provider=False``: the effect does not go to the payment provider, so neither its pace nor
-    its health is the provider's (customer notices go to the mailbox)."""
-    return effect_runner(
-        context,
-        runtime,
-        ledger,
-        scope=scope,
-        perform=perform,
-        concurrency=payments.concurrency,
-        limiter=payments.limiter() if provider else None,
-        backoff=payments.backoff(),
-        account=payments.account if provider else None,
-        **kwargs,
-    )
+class InvoiceSource(BatchInput):
+    # No docstring: Dagster would show it as this config's description, and the fields say it all.
+    pass
 
 
 @durable_asset(label="Loading invoices", partitions_def=BATCHES, group_name="ingest", effect_scope="charge")
@@ -123,7 +95,7 @@ def invoices(
             strict=True,
         )
     ]
-    report = _effects(context, runtime, ledger, payments, "charge", create_charge).run(intents)
+    report = effect_runner(context, runtime, ledger, perform=create_charge, provider=payments).run(intents)
     charge_ids = {
         i.params["invoice_id"]: report.results[i.key]["id"] for i in intents if i.key in report.results
     }
@@ -144,20 +116,7 @@ def validated_invoices(
     No refund is ever computed from a quarantined row.
     """
     result = validate_invoices(invoices)
-    quarantine_path = write_csv_atomically(result.quarantined, batch_dir(context) / "quarantine.csv")
-    reasons = (
-        result.quarantined[s.REASONS].str.split(";").explode().value_counts().to_dict()
-        if len(result.quarantined)
-        else {}
-    )
-    return frame_result(
-        result.valid,
-        {
-            "quarantined": len(result.quarantined),
-            "quarantine_file": MetadataValue.path(str(quarantine_path)),
-            "quarantine_reasons": MetadataValue.json({str(k): int(v) for k, v in reasons.items()}),
-        },
-    )
+    return frame_result(result.valid, write_quarantine(context, result.quarantined))
 
 
 @durable_asset(
@@ -209,12 +168,8 @@ def enforce_guardrails(candidates: pd.DataFrame, limits: RefundLimits) -> None:
 
 def verify_refund(intent: Intent, answer: Mapping[str, Any]) -> str | None:
     """A provider answer that is not exactly what we asked for is held for review, never recorded as done."""
-    p = intent.params
-    problems = [
-        f"{field} {answer.get(field)!r} != requested {p[ours]!r}"
-        for field, ours in (("amount", "amount"), ("currency", "currency"), ("charge", "charge_id"))
-        if answer.get(field) != p[ours]
-    ]
+    fields = (("amount", "amount"), ("currency", "currency"), ("charge", "charge_id"))
+    problems = answer_mismatches(intent.params, answer, fields)
     if answer.get("status") not in ("succeeded", "pending"):
         problems.append(f"status {answer.get('status')!r}")
     return "; ".join(problems) or None
@@ -269,8 +224,14 @@ def issued_refunds(
         )
         for row in refund_candidates.itertuples(index=False)
     ]
-    runner = _effects(
-        context, runtime, ledger, payments, "refund", create_refund, verify=verify_refund, lookup=lookup
+    runner = effect_runner(
+        context,
+        runtime,
+        ledger,
+        perform=create_refund,
+        verify=verify_refund,
+        lookup=lookup,
+        provider=payments,
     )
     report = runner.run(intents)
     out = _outcome_frame(intents, report)
@@ -321,14 +282,14 @@ def _outcome_frame(intents: list[Intent], report: EffectReport) -> pd.DataFrame:
 
 
 def _review_note(intent: Intent, review: Mapping[str, Any] | None) -> str:
-    if review and "subject_taken" in review:
-        holder = review.get("holder_params") or {}
-        return (
-            f"charge {intent.params['charge_id']} was already refunded for {intent.params['reason']} "
-            f"through invoice {holder.get('invoice_id', '?')} (key {review['holder_key']}); "
-            "a charge is refunded at most once per reason"
-        )
-    return review_note(review)
+    p = intent.params
+    return review_note(
+        review,
+        subject_taken=lambda key, holder: (
+            f"charge {p['charge_id']} was already refunded for {p['reason']} through invoice "
+            f"{holder.get('invoice_id', '?')} (key {key}); a charge is refunded at most once per reason"
+        ),
+    )
 
 
 @durable_asset(label="Reconciling with the provider", partitions_def=BATCHES, group_name="payouts")
@@ -414,7 +375,11 @@ def customer_notices(
         )
         for row in matched.itertuples(index=False)
     ]
-    report = _effects(context, runtime, ledger, payments, "notice", send, provider=False).run(intents)
+    # Notices go to the mailbox, not the provider: neither its rate nor its account is theirs.
+    runner = effect_runner(
+        context, runtime, ledger, perform=send, concurrency=payments.concurrency, backoff=payments.backoff()
+    )
+    report = runner.run(intents)
     out = typed(
         pd.DataFrame(
             {
@@ -450,13 +415,13 @@ def batch_report(
         how="left",
     )
     report["notice_sent"] = report["notice_sent"].fillna(False).astype(bool)
-    path = write_csv_atomically(report, batch_dir(context) / "refund_report.csv")
+    written = write_report(context, report, "refund_report.csv")
     refunded = report[report["status"] == s.RefundOutcome.REFUNDED]
     totals = refunded.groupby(s.CURRENCY)["amount_cents"].sum()
     return frame_result(
         report,
         {
-            "report_file": MetadataValue.path(str(path)),
+            **written,
             "valid_invoices": len(validated_invoices),
             "refunds": len(refunded),
             "held_for_review": int((report["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),

@@ -9,47 +9,21 @@ refunds at the provider — the same order of cost as reconciliation.
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
-import warnings
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pandas as pd
-from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetIn,
-    MetadataValue,
-    PreviewWarning,
-    asset_check,
-)
+from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue
 
-from durable_assets.kit import call_with_retries
+from durable_assets.kit import batch_check, call_with_retries, check_examples
 from durable_assets.payments.resources import PaymentGateway
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.assets import BATCHES, issued_refunds, reconciled_refunds
 from durable_assets.refunds.resources import RefundLimits
 
-# A check must be partitioned like its asset so it reads this batch's frame, not every batch's.
-# Dagster marks that as preview; the warning would otherwise print on every `job` command.
-warnings.filterwarnings(
-    "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=PreviewWarning
-)
 
-#: Examples listed in a failed check's metadata; enough to start an investigation, never the whole batch.
-EXAMPLES = 10
-
-
-def _sample(values: Any) -> MetadataValue:
-    return MetadataValue.json([str(v) for v in list(values)[:EXAMPLES]])
-
-
-@asset_check(
-    asset=issued_refunds,
-    partitions_def=BATCHES,
-    blocking=True,
-    additional_ins={"refund_candidates": AssetIn("refund_candidates")},
-)
+@batch_check(asset=issued_refunds, partitions_def=BATCHES, blocking=True, reads=["refund_candidates"])
 def refunds_match_candidates(
     issued_refunds: pd.DataFrame, refund_candidates: pd.DataFrame
 ) -> AssetCheckResult:
@@ -88,13 +62,13 @@ def refunds_match_candidates(
     }
     for name, ids in (("missing", missing), ("unexpected", unexpected), ("wrong", wrong), ("held", held)):
         if len(ids):
-            metadata[f"examples_{name}"] = _sample(ids)
+            metadata[f"examples_{name}"] = check_examples(ids)
     if broken:
         return AssetCheckResult(passed=False, severity=AssetCheckSeverity.ERROR, metadata=metadata)
     return AssetCheckResult(passed=not len(held), severity=AssetCheckSeverity.WARN, metadata=metadata)
 
 
-@asset_check(asset=issued_refunds, partitions_def=BATCHES, blocking=True)
+@batch_check(asset=issued_refunds, partitions_def=BATCHES, blocking=True)
 def refunds_within_batch_ceiling(issued_refunds: pd.DataFrame, limits: RefundLimits) -> AssetCheckResult:
     """What was actually refunded stays within the per-batch ceilings (``RefundLimits``).
 
@@ -118,12 +92,7 @@ def refunds_within_batch_ceiling(issued_refunds: pd.DataFrame, limits: RefundLim
     )
 
 
-@asset_check(
-    asset=issued_refunds,
-    partitions_def=BATCHES,
-    blocking=True,
-    additional_ins={"refund_candidates": AssetIn("refund_candidates")},
-)
+@batch_check(asset=issued_refunds, partitions_def=BATCHES, blocking=True, reads=["refund_candidates"])
 def no_duplicate_refunds_at_provider(
     issued_refunds: pd.DataFrame, refund_candidates: pd.DataFrame, payments: PaymentGateway
 ) -> AssetCheckResult:
@@ -177,11 +146,11 @@ def no_duplicate_refunds_at_provider(
         "repeated_charge_reasons_in_our_records": len(repeated_charges),
     }
     if problems:
-        metadata["examples"] = _sample(problems)
+        metadata["examples"] = check_examples(problems)
     return AssetCheckResult(passed=passed, severity=AssetCheckSeverity.ERROR, metadata=metadata)
 
 
-@asset_check(asset=reconciled_refunds, partitions_def=BATCHES)
+@batch_check(asset=reconciled_refunds, partitions_def=BATCHES)
 def provider_agrees_with_our_records(reconciled_refunds: pd.DataFrame) -> AssetCheckResult:
     """Every refund read back from the provider matches what we recorded (amount, currency, status).
 
@@ -193,7 +162,7 @@ def provider_agrees_with_our_records(reconciled_refunds: pd.DataFrame) -> AssetC
         "mismatched": len(mismatched),
     }
     if len(mismatched):
-        metadata["examples"] = _sample(mismatched[s.INVOICE_ID])
+        metadata["examples"] = check_examples(mismatched[s.INVOICE_ID])
     return AssetCheckResult(passed=not len(mismatched), severity=AssetCheckSeverity.ERROR, metadata=metadata)
 
 

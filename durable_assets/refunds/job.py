@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from durable_assets.kit import DurableJob
-from durable_assets.refunds.assets import ALL_ASSETS, BATCHES, enforce_guardrails
+from durable_assets.refunds.assets import ALL_ASSETS, enforce_guardrails
 from durable_assets.refunds.checks import ALL_CHECKS
 from durable_assets.refunds.schedules import DAILY_REFUNDS
 from durable_assets.refunds.summary import REFUND_SUMMARY
@@ -14,7 +14,6 @@ REFUND_JOB = "refund_batch"
 refund_batch = DurableJob(
     REFUND_JOB,
     assets=ALL_ASSETS,
-    partitions=BATCHES,
     checks=ALL_CHECKS,
     summary=REFUND_SUMMARY,
     daily=DAILY_REFUNDS,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dagster import ConfigurableResource, InitResourceContext
-from pydantic import Field, PrivateAttr
+from pydantic import PrivateAttr
 
-from durable_assets.kit import Guardrails
+from durable_assets.kit import Guardrails, amount_ceiling, count_ceiling
 from durable_assets.payments.resources import instance_dir
 from durable_assets.refunds.notices import Mailbox
 
@@ -40,7 +40,5 @@ class RefundLimits(Guardrails):
         "max_amount_per_batch_cents": "DURABLE_MAX_AMOUNT_PER_BATCH_CENTS",
     }
 
-    max_refunds_per_batch: int = Field(default=100_000, ge=0)
-    max_amount_per_batch_cents: int = Field(
-        default=100_000_000, ge=0, description="Per currency, in minor units (default 1,000,000.00)"
-    )
+    max_refunds_per_batch: int = count_ceiling(100_000)
+    max_amount_per_batch_cents: int = amount_ceiling(100_000_000)

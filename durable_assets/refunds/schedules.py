@@ -1,6 +1,7 @@
 """The daily refund batch: ``daily-YYYY-MM-DD`` at 02:00 UTC, when the previous day's invoices are final.
 
-The scheduling itself (idempotent ticks, shipped stopped) is the kit's :class:`DailyBatches`.
+The scheduling itself (idempotent ticks, shipped stopped, 02:00 UTC by default) is the kit's
+:class:`DailyBatches`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,5 @@ DAILY_REFUNDS = DailyBatches(
     schedule_name=DAILY_SCHEDULE,
     id_prefix="daily",
     input_env=INVOICES_TEMPLATE_ENV,
-    cron="0 2 * * *",
     description="One refund batch per day.",
 )

@@ -7,16 +7,12 @@ the last one that did wins (a re-run step or the report repeats an earlier figur
 
 from __future__ import annotations
 
-from durable_assets.kit import SummaryLine, SummarySpec
+from durable_assets.kit import SummaryLine, SummarySpec, quarantine_file, quarantine_line, report_file
 
 REFUND_SUMMARY = SummarySpec(
     lines=(
         SummaryLine("records read", (("invoices", "rows"),)),
-        SummaryLine(
-            "quarantined",
-            (("validated_invoices", "quarantined"),),
-            detail=("validated_invoices", "quarantine_reasons"),
-        ),
+        quarantine_line("validated_invoices"),
         SummaryLine("refund candidates", (("refund_candidates", "rows"),)),
         SummaryLine(
             "refunds issued",
@@ -31,8 +27,8 @@ REFUND_SUMMARY = SummarySpec(
         SummaryLine("notices sent", (("customer_notices", "notices_sent"), ("batch_report", "notices_sent"))),
     ),
     files=(
-        ("report", "batch_report", "report_file"),
-        ("quarantine", "validated_invoices", "quarantine_file"),
+        report_file("batch_report"),
+        quarantine_file("validated_invoices"),
     ),
     review_hint="the rows of the report with status held_for_review, and their review_note",
 )

@@ -17,7 +17,6 @@ else is vectorised pandas / Arrow string kernels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from os import PathLike
 from typing import Final
 
@@ -26,14 +25,13 @@ import pandas as pd
 
 from durable_assets.kit import (
     EMAIL_PATTERN,
-    ROW_NUMBER,
-    InputFileError,
     RowChecks,
+    Validated,
     as_mask,
     bad_encoding,
     clean_strings,
     read_text_table,
-    reason_counts,
+    require_columns,
 )
 from durable_assets.payments.money import parse_money_cents, parse_money_column
 from durable_assets.refunds import schema as s
@@ -49,8 +47,7 @@ __all__ = [
 _SERVICE_PERIOD_PATTERN: Final = r"[0-9]{4}-(?:0[1-9]|1[0-2])"
 
 
-@dataclass(frozen=True)
-class ValidationResult:
+class ValidationResult(Validated):
     """The two halves of a validated invoice frame.
 
     ``valid`` has exactly the columns of :data:`schema.VALID_DTYPES` (``row_number``, the string
@@ -61,21 +58,6 @@ class ValidationResult:
     and ``reasons`` (every applicable reason code, ``;``-joined, in :data:`schema.QUARANTINE_REASONS`
     order, per-column codes as ``code:column``).
     """
-
-    valid: pd.DataFrame
-    quarantined: pd.DataFrame
-
-    @property
-    def total_rows(self) -> int:
-        """Rows in the input; always ``len(valid) + len(quarantined)``."""
-        return len(self.valid) + len(self.quarantined)
-
-    def reason_counts(self) -> dict[str, int]:
-        """How many quarantined rows carry each reason code (a row with two reasons counts twice).
-
-        Sorted by code, plain ``int`` values: meant for run metadata and logs.
-        """
-        return reason_counts(self.quarantined)
 
 
 def read_invoice_file(path: str | PathLike[str]) -> pd.DataFrame:
@@ -111,9 +93,7 @@ def validate_invoices(raw: pd.DataFrame, *, require_charge_id: bool = True) -> V
     Raises :class:`InputFileError` if a required column is missing (the file-reading path names the
     file; this is the guard for frames built in code).
     """
-    missing = [c for c in s.REQUIRED_COLUMNS if c not in raw.columns]
-    if missing:
-        raise InputFileError(f"invoice frame is missing required columns: {', '.join(missing)}")
+    require_columns(raw, s.REQUIRED_COLUMNS, "invoice frame")
 
     n = len(raw)
     col: dict[str, pd.Series] = {}
@@ -172,27 +152,20 @@ def validate_invoices(raw: pd.DataFrame, *, require_charge_id: bool = True) -> V
     add(R.INVALID_SERVICE_PERIOD, ~empty_period & ~as_mask(period.str.fullmatch(_SERVICE_PERIOD_PATTERN)))
     add(R.BAD_ENCODING, bad_encoding(raw))
 
-    good = ~checks.failed()
-    row_number = np.arange(1, n + 1, dtype=np.int64)
-
-    def keep(series: pd.Series) -> pd.Series:
-        # Stay in the column's own (Arrow) storage; a detour through numpy object arrays costs seconds.
-        return series[good].reset_index(drop=True)
-
-    valid = pd.DataFrame(
+    valid = checks.valid_rows(
         {
-            ROW_NUMBER: row_number[good],
-            s.INVOICE_ID: keep(invoice_id),
-            s.CUSTOMER_ID: keep(col[s.CUSTOMER_ID]),
-            s.CUSTOMER_EMAIL: keep(col[s.CUSTOMER_EMAIL]),
-            s.CHARGE_ID: keep(col[s.CHARGE_ID]),
-            s.CURRENCY: keep(currency),
-            s.AMOUNT_CHARGED_CENTS: charged.cents[good],
-            s.CONTRACTED_CENTS: money[s.CONTRACTED_AMOUNT].cents[good],
-            s.ALREADY_REFUNDED_CENTS: refunded.cents[good],
-            s.SERVICE_PERIOD: keep(period),
-            s.CHARGED_AT: keep(timestamps[s.CHARGED_AT]),
-            s.CANCELLED_AT: keep(timestamps[s.CANCELLED_AT]),
-        }
-    ).astype(s.VALID_DTYPES)
-    return ValidationResult(valid=valid.reset_index(drop=True), quarantined=checks.quarantine(raw))
+            s.INVOICE_ID: invoice_id,
+            s.CUSTOMER_ID: col[s.CUSTOMER_ID],
+            s.CUSTOMER_EMAIL: col[s.CUSTOMER_EMAIL],
+            s.CHARGE_ID: col[s.CHARGE_ID],
+            s.CURRENCY: currency,
+            s.AMOUNT_CHARGED_CENTS: charged.cents,
+            s.CONTRACTED_CENTS: money[s.CONTRACTED_AMOUNT].cents,
+            s.ALREADY_REFUNDED_CENTS: refunded.cents,
+            s.SERVICE_PERIOD: period,
+            s.CHARGED_AT: timestamps[s.CHARGED_AT],
+            s.CANCELLED_AT: timestamps[s.CANCELLED_AT],
+        },
+        s.VALID_DTYPES,
+    )
+    return ValidationResult(valid=valid, quarantined=checks.quarantine(raw))

@@ -1,0 +1,60 @@
+"""The files a batch writes for people, next to the batch: its quarantine and its report.
+
+Why one module: the step that splits rows into valid and quarantined writes the quarantined rows
+and reports how many and why under three metadata keys, the last step writes the report and names
+its path; the end-of-batch summary reads the same keys. Declared here once, the writers and the
+reader cannot drift apart, and a new pipeline gets the files, their metadata and their summary
+lines by naming its steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import pandas as pd
+from dagster import AssetExecutionContext, MetadataValue
+
+from durable_assets.kit.frames import write_csv_atomically
+from durable_assets.kit.job import SummaryLine
+from durable_assets.kit.steps import batch_dir
+from durable_assets.kit.tables import reason_counts
+
+#: The step's metadata: how many rows were quarantined, where the file is, and per reason how many.
+QUARANTINED: Final = "quarantined"
+QUARANTINE_FILE: Final = "quarantine_file"
+QUARANTINE_REASONS: Final = "quarantine_reasons"
+#: The report step's metadata: where the report is.
+REPORT_FILE: Final = "report_file"
+
+
+def write_quarantine(context: AssetExecutionContext, quarantined: pd.DataFrame) -> dict[str, Any]:
+    """Write ``quarantined`` to the batch's ``quarantine.csv`` (atomically, formulas neutralised)
+    and return the step's metadata about it: count, file and reason counts (sorted by code)."""
+    path = write_csv_atomically(quarantined, batch_dir(context) / "quarantine.csv")
+    return {
+        QUARANTINED: len(quarantined),
+        QUARANTINE_FILE: MetadataValue.path(str(path)),
+        QUARANTINE_REASONS: MetadataValue.json(reason_counts(quarantined)),
+    }
+
+
+def quarantine_line(step: str) -> SummaryLine:
+    """The summary line "quarantined N (reason n, ...)" of the step that called :func:`write_quarantine`."""
+    return SummaryLine(QUARANTINED, ((step, QUARANTINED),), detail=(step, QUARANTINE_REASONS))
+
+
+def quarantine_file(step: str) -> tuple[str, str, str]:
+    """The summary's pointer to that step's quarantine file (a ``SummarySpec.files`` entry)."""
+    return ("quarantine", step, QUARANTINE_FILE)
+
+
+def write_report(context: AssetExecutionContext, report: pd.DataFrame, name: str) -> dict[str, Any]:
+    """Write ``report`` as the batch's CSV file ``name`` (atomically, spreadsheet formulas
+    neutralised: its fields come from outside) and return the step's metadata naming it."""
+    path = write_csv_atomically(report, batch_dir(context) / name)
+    return {REPORT_FILE: MetadataValue.path(str(path))}
+
+
+def report_file(step: str) -> tuple[str, str, str]:
+    """The summary's pointer to the report that step wrote with :func:`write_report`."""
+    return ("report", step, REPORT_FILE)
