@@ -27,7 +27,7 @@ from durable_assets.kit.launcher import (
     WORKER_LOST_TAG,
 )
 from durable_assets.kit.leases import LeaseStore
-from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops import cli, runner
 from durable_assets.ops.auto_resume import (
     AutoResumeSettings,

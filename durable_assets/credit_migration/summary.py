@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from durable_assets.kit import SummaryLine, SummarySpec
+from durable_assets.kit import HELD_FOR_REVIEW_KEY, SummaryLine, SummarySpec
 
 CREDIT_SUMMARY = SummarySpec(
     lines=(
@@ -26,9 +26,9 @@ CREDIT_SUMMARY = SummarySpec(
         SummaryLine(
             "held for review",
             (
-                ("provider_customers", "held_for_review"),
-                ("applied_adjustments", "held_for_review"),
-                ("migration_report", "held_for_review"),
+                ("provider_customers", HELD_FOR_REVIEW_KEY),
+                ("applied_adjustments", HELD_FOR_REVIEW_KEY),
+                ("migration_report", HELD_FOR_REVIEW_KEY),
             ),
         ),
         SummaryLine("balances verified", (("verified_balances", "matched"),)),

@@ -9,6 +9,9 @@
   :class:`InputFileError`); :class:`RowChecks` collects every reason a row is quarantined.
 - Guardrails: subclass :class:`Guardrails` for a batch's ceilings and limits; their values are
   pinned with the batch at its first run and every later run of it uses them.
+- Run tags and metadata keys (all in ``kit/tags.py``): every run of a batch carries
+  :data:`BATCH_TAG`; a step reports the items it left for a person as :data:`HELD_FOR_REVIEW_KEY`
+  in its materialization metadata (``job status`` shows the batch as needing review).
 - Errors: one hierarchy under :class:`DurableError`; raise :class:`TransientProviderError` for a
   fault worth retrying with the same key, :class:`ProviderRejectedError` for one that is not.
 
@@ -42,7 +45,7 @@ from durable_assets.kit.job import (
 from durable_assets.kit.ledger import Intent, LedgerEntry
 from durable_assets.kit.pacing import Backoff, RateLimiter, call_with_retries, paced_map, shared_limiter
 from durable_assets.kit.progress import Progress
-from durable_assets.kit.resources import BATCH_TAG, BatchRuntime, IdempotencyLedger
+from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.kit.schedules import DailyBatches
 from durable_assets.kit.steps import (
     TRANSIENT_RETRY,
@@ -64,10 +67,12 @@ from durable_assets.kit.tables import (
     read_text_table,
     reason_counts,
 )
+from durable_assets.kit.tags import BATCH_TAG, HELD_FOR_REVIEW_KEY
 
 __all__ = [
     "BATCH_TAG",
     "EMAIL_PATTERN",
+    "HELD_FOR_REVIEW_KEY",
     "REASONS",
     "ROW_NUMBER",
     "TRANSIENT_RETRY",

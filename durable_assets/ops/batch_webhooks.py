@@ -44,8 +44,8 @@ from dagster import (
 
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import LeaseStore
-from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.status_model import BatchStatus
+from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.kit.webhooks import (
     Deliverer,
     FlushReport,

@@ -23,8 +23,8 @@ from dagster import (
     op,
 )
 
-from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.retention import PruneReport, RetentionPolicy, prune
+from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.settings import settings
 

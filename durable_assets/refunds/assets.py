@@ -21,6 +21,7 @@ from dagster import (
 from pydantic import Field
 
 from durable_assets.kit import (
+    HELD_FOR_REVIEW_KEY,
     BatchRuntime,
     EffectReport,
     EffectRunner,
@@ -280,7 +281,7 @@ def issued_refunds(
         {
             "refunds_issued": len(refunded),
             "refunded_cents": int(refunded["amount_cents"].sum()),
-            "held_for_review": int((out["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
+            HELD_FOR_REVIEW_KEY: int((out["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
             "already_refunded_for_charge": report.subject_taken,
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
@@ -459,7 +460,7 @@ def batch_report(
             "report_file": MetadataValue.path(str(path)),
             "valid_invoices": len(validated_invoices),
             "refunds": len(refunded),
-            "held_for_review": int((report["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
+            HELD_FOR_REVIEW_KEY: int((report["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
             "notices_sent": int(report["notice_sent"].sum()),
             "refunded_by_currency_cents": MetadataValue.json({str(k): int(v) for k, v in totals.items()}),
         },

@@ -24,7 +24,7 @@ from dagster import (
     asset_check,
 )
 
-from durable_assets.kit import call_with_retries
+from durable_assets.kit import HELD_FOR_REVIEW_KEY, call_with_retries
 from durable_assets.payments.resources import PaymentGateway
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.assets import BATCHES, issued_refunds, reconciled_refunds
@@ -80,7 +80,7 @@ def refunds_match_candidates(
         "refunded": len(refunded),
         "approved_cents": int(want["amount_cents"].sum()),
         "refunded_cents": int(refunded["amount_cents"].sum()),
-        "held_for_review": len(held),
+        HELD_FOR_REVIEW_KEY: len(held),
         "missing": len(missing),
         "unexpected": len(unexpected),
         "duplicated": len(duplicated),

@@ -21,7 +21,7 @@ from durable_assets.kit.launcher import (
     AUTO_RESUMED_BY_TAG,
     WORKER_LOST_TAG,
 )
-from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.tags import BATCH_TAG
 from tests.conftest import job_cli
 from tests.support.dagster_dev import CodeServer, DagsterDev
 from tests.support.polling import wait_until

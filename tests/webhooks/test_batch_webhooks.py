@@ -13,7 +13,7 @@ from durable_assets.definitions import defs, refund_batch_job
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import WebhookConfigError
 from durable_assets.kit.leases import LeaseStore
-from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.kit.webhooks import DELIVERED, FAILED, Outbox
 from durable_assets.ops import batch_webhooks, runner
 from durable_assets.ops.status import batch_status
