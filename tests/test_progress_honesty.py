@@ -16,6 +16,7 @@ from dagster import DagsterEventType
 
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.progress import Progress, ProgressStore
+from durable_assets.kit.status_model import ProgressModel
 from durable_assets.kit.tags import CANCELED_KEY
 from durable_assets.ops.cli import _progress_line
 from durable_assets.ops.runner import cancel_batch
@@ -50,7 +51,7 @@ def test_progress_names_the_running_step_and_a_finished_batch_its_end(tmp_path: 
     assert {step for step, _ in seen} >= {2, 3, 4}, seen  # sampled while several steps ran
     wrong = [(step, p) for step, p in seen if p["step"] != step]
     assert not wrong, f"progress named another step than the running one: {wrong[:3]}"
-    uncounted = [_progress_line(p, tty=False) for _, p in seen if not p["of"]]
+    uncounted = [_progress_line(ProgressModel(**p), tty=False) for _, p in seen if not p["of"]]
     assert uncounted and not any("0/0" in line for line in uncounted), uncounted
     assert final is not None and final["status"] == "succeeded"
     assert final["progress"] == {"step": 7, "total": 7, "label": "Succeeded", "done": 0, "of": 0}

@@ -111,7 +111,7 @@ def terminal_event(instance: DagsterInstance, run_id: str) -> tuple[BatchEvent |
     payload = {
         "type": event_type,
         "timestamp": datetime.fromtimestamp(ended, tz=UTC).isoformat().replace("+00:00", "Z"),
-        "data": batch_status(instance, batch_id),
+        "data": batch_status(instance, batch_id).as_json(),
     }
     return (
         BatchEvent(

@@ -114,10 +114,10 @@ def _stopped_at(instance: Any, batch_id: str) -> int | None:
     from durable_assets.ops.status import batch_status
 
     try:
-        steps = batch_status(instance, batch_id)["steps"]
+        steps = batch_status(instance, batch_id).steps or []
     except UnknownBatchError:
         return 1  # interrupted before the run existed: nothing ran, step 1 is next
-    return next((int(s["step"]) for s in steps if s["status"] != StepStatus.COMPLETED), None)
+    return next((s.step for s in steps if s.status != StepStatus.COMPLETED), None)
 
 
 def _stop_now(instance: Any, batch_id: str, received: signal.Signals, err_fd: int) -> None:

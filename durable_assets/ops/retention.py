@@ -65,7 +65,7 @@ def prune_batches(
         archive_dir_for(instance, archive_dir),
         batch_tag=BATCH_TAG,
         partitions_def_names=sorted({job.partitions_name for job in durable_jobs()}),
-        status_fn=lambda batch_id: batch_status(instance, batch_id),
+        status_fn=lambda batch_id: batch_status(instance, batch_id).as_json(),
         dry_run=dry_run,
     )
 

@@ -403,11 +403,13 @@ def _provider(db: DurableDatabase, batch_id: str) -> ProviderModel | None:
     )
 
 
-def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> dict[str, Any]:
-    """The status JSON of docs/contract.md, as a plain dict for the CLI, the API and webhooks.
+def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> BatchStatusModel:
+    """The status of docs/contract.md, typed: what the CLI, the API, webhooks and the summary read.
 
-    Built as a :class:`BatchStatusModel`, the model ``/openapi.json`` is generated from: a value
-    outside what the document promises fails here, not in a client.
+    A :class:`BatchStatusModel`, the model ``/openapi.json`` is generated from: a value outside
+    what the document promises fails here, not in a client. It becomes JSON only at the edges
+    (``job status --json``, the HTTP API, a webhook's ``data``, a prune archive) through
+    :meth:`BatchStatusModel.as_json`, so every reader in between names fields, not string keys.
     """
     check_batch_id(batch_id)
     runs = batch_runs(instance, batch_id)
@@ -485,7 +487,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         if include_steps
         else None,
     )
-    return model.as_json()
+    return model
 
 
 def _end_lost_run(steps: list[_Step], run_id: str, status: BatchStatus, reason: str) -> None:
@@ -498,7 +500,7 @@ def _end_lost_run(steps: list[_Step], run_id: str, status: BatchStatus, reason: 
     steps[_ended_at(steps) - 1].error = reason
 
 
-def list_batches(instance: DagsterInstance, *, job: str | None = None) -> list[dict[str, Any]]:
+def list_batches(instance: DagsterInstance, *, job: str | None = None) -> list[BatchStatusModel]:
     """Every batch (of durable job ``job``, or of all), newest first (by its newest run).
 
     Batches of jobs this code location does not register (an instance shared with another

@@ -49,7 +49,7 @@ def test_succeeded_batch_two_urls_one_flaky_each_gets_exactly_one(
     with DagsterInstance.get() as instance:
         run = runner.start_batch(instance, "wh-ok", size=SIZE)
         assert run.status == DagsterRunStatus.SUCCESS
-        final = batch_status(instance, "wh-ok")
+        final = batch_status(instance, "wh-ok").as_json()
         # A repeated flush (e.g. `job resume` of the succeeded batch) sends nothing new.
         assert runner.resume_batch(instance, "wh-ok") is None
     assert [x.answered for x in r.on("/a")] == [500, 429, 200]
