@@ -19,15 +19,15 @@ from durable_assets.definitions import refund_batch_job
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.errors import LeaseHeldError
-from durable_assets.kit.launcher import (
+from durable_assets.kit.leases import LeaseStore
+from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
     AUTO_RESUME_OF_TAG,
     AUTO_RESUMED_BY_TAG,
+    BATCH_TAG,
     WORKER_LOST_TAG,
 )
-from durable_assets.kit.leases import LeaseStore
-from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops import cli, runner
 from durable_assets.ops.auto_resume import (
     AutoResumeSettings,
