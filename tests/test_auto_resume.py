@@ -19,15 +19,15 @@ from durable_assets.definitions import refund_batch_job
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.errors import LeaseHeldError
-from durable_assets.kit.launcher import (
+from durable_assets.kit.leases import LeaseStore
+from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
     AUTO_RESUME_OF_TAG,
     AUTO_RESUMED_BY_TAG,
+    BATCH_TAG,
     WORKER_LOST_TAG,
 )
-from durable_assets.kit.leases import LeaseStore
-from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.ops import cli, runner
 from durable_assets.ops.auto_resume import (
     AutoResumeSettings,
@@ -107,8 +107,8 @@ def test_a_lost_run_is_resumed_from_failure_once_however_many_ticks(
     assert resumed.remote_job_origin == lost.remote_job_origin
     assert _get(instance, lost.run_id).tags[AUTO_RESUMED_BY_TAG] == resumed.run_id
     status = batch_status(instance, BATCH)
-    assert status["auto_resume"] == {"attempts": 1, "max_attempts": 3, "run_ids": [resumed.run_id]}
-    assert status["status"] == "queued"
+    assert status.as_json()["auto_resume"] == {"attempts": 1, "max_attempts": 3, "run_ids": [resumed.run_id]}
+    assert status.as_json()["status"] == "queued"
     cli._print_status(status, as_json=False)  # what `job status --id ID` prints
     assert "automatically resumed (attempt 1 of 3)" in capsys.readouterr().out
     # The lease was only held while deciding: the resumed run's worker can take it.

@@ -133,9 +133,11 @@ def test_review_note_in_the_report_is_readable_text(dagster_home: Path, tmp_path
 
 
 def test_status_columns_stay_aligned_with_long_step_names(capsys: pytest.CaptureFixture[str]) -> None:
+    from durable_assets.kit.status_model import BatchStatusModel
     from durable_assets.ops.cli import _print_status
 
     names = ["load", "a_step_name_well_past_twenty_characters", *[f"s{n}" for n in range(3, 11)]]
+    unset = dict.fromkeys(["input_hash", "output_ref", "started_at", "error"])
     steps = [
         {
             "step": n,
@@ -143,18 +145,23 @@ def test_status_columns_stay_aligned_with_long_step_names(capsys: pytest.Capture
             "status": "completed",
             "executions": 1,
             "finished_at": "2026-12-01T00:00:00Z",
+            **unset,
         }
         for n, name in enumerate(names, 1)
     ]
+    nothing = dict.fromkeys(["progress", "auto_resume", "created_at", "updated_at", "provider", "guardrails"])
     st = {
         "id": "b",
         "job": "mine",
         "status": "succeeded",
         "percent_complete": 100.0,
         "run_ids": ["r"],
+        "needs_review": False,
+        "held_for_review": 0,
         "steps": steps,
+        **nothing,
     }
-    _print_status(st, as_json=False)
+    _print_status(BatchStatusModel.model_validate(st), as_json=False)
     rows = [line for line in capsys.readouterr().out.splitlines() if "executions=" in line]
     assert len(rows) == 10
     assert len({line.index("completed") for line in rows}) == 1, rows  # one column, whatever the name

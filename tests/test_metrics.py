@@ -12,9 +12,9 @@ from dagster import DagsterInstance, DagsterRunStatus, ReexecutionOptions, execu
 from prometheus_client.parser import text_string_to_metric_families
 
 from durable_assets.definitions import refund_batch_job
-from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.tags import BATCH_TAG, WORKER_LOST_TAG
 from durable_assets.ops import runner
-from durable_assets.ops.metrics import WORKER_LOST_TAG, render_metrics
+from durable_assets.ops.metrics import render_metrics
 from durable_assets.payments.store import PaymentStore
 
 from .webhooks.receiver import Receiver

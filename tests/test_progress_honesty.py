@@ -12,8 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dagster import DagsterEventType
+
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.progress import Progress, ProgressStore
+from durable_assets.kit.status_model import ProgressModel
+from durable_assets.kit.tags import CANCELED_KEY
 from durable_assets.ops.progress_lines import progress_line
 from durable_assets.ops.runner import cancel_batch
 from tests.support.homes import make_home
@@ -47,7 +51,7 @@ def test_progress_names_the_running_step_and_a_finished_batch_its_end(tmp_path: 
     assert {step for step, _ in seen} >= {2, 3, 4}, seen  # sampled while several steps ran
     wrong = [(step, p) for step, p in seen if p["step"] != step]
     assert not wrong, f"progress named another step than the running one: {wrong[:3]}"
-    uncounted = [progress_line(p, tty=False) for _, p in seen if not p["of"]]
+    uncounted = [progress_line(ProgressModel(**p), tty=False) for _, p in seen if not p["of"]]
     assert uncounted and not any("0/0" in line for line in uncounted), uncounted
     assert final is not None and final["status"] == "succeeded"
     assert final["progress"] == {"step": 7, "total": 7, "label": "Succeeded", "done": 0, "of": 0}
@@ -76,6 +80,16 @@ def test_cancel_leaves_later_steps_pending_and_resume_says_what_it_skips(tmp_pat
         assert all(s in ("pending", "skipped") for s in statuses[3:]), statuses
         assert st["progress"]["label"] == "Canceled: Computing refund candidates", st["progress"]
         assert "canceled at step 3 (refund_candidates)" in worker.stderr, worker.tail()
+        # The stop is marked by the kit's typed metadata, which is what the status reads.
+        failures = reader.instance.all_logs(st["run_ids"][-1], of_type=DagsterEventType.STEP_FAILURE)
+        markers = [
+            (r.step_key, r.dagster_event.step_failure_data.user_failure_data.metadata.get(CANCELED_KEY))
+            for r in failures
+            if r.dagster_event is not None
+        ]
+        assert [(step, getattr(m, "value", None)) for step, m in markers] == [("refund_candidates", True)], (
+            markers
+        )
 
         # The last report left behind belongs to a step that resume will not run again (as when a
         # worker dies right after a step's last report): resume must not show it as its own.

@@ -44,8 +44,8 @@ from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import PruneInProgressError, UsageError
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.progress import Progress, ProgressStore
-from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.retention import DAY_S, RetentionPolicy, read_archive
+from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.retention import policy_from_env, prune_batches
 
 from .conftest import REPO, job_cli

@@ -17,7 +17,7 @@ from dagster._core.workspace.load_target import ModuleTarget
 from dagster._scheduler.scheduler import launch_scheduled_runs
 
 from durable_assets.definitions import defs
-from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.runner import start_batch
 from durable_assets.refunds.schedules import DAILY_REFUNDS, DAILY_SCHEDULE
 

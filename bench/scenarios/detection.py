@@ -258,7 +258,7 @@ AUTO_RESUME_WAIT_S = 240.0
 def _auto_resume_of(view: InstanceView, run_id: str) -> str | None:
     from dagster import RunsFilter
 
-    from durable_assets.kit.launcher import AUTO_RESUME_OF_TAG
+    from durable_assets.kit.tags import AUTO_RESUME_OF_TAG
 
     runs = view.instance.get_runs(RunsFilter(tags={AUTO_RESUME_OF_TAG: run_id}), limit=1)
     return runs[0].run_id if runs else None

@@ -220,7 +220,7 @@ def _run_seconds(view: Any, run_id: str) -> float:
 def _status(view: Any, batch: str) -> dict[str, Any]:
     from durable_assets.ops.status import batch_status
 
-    st = batch_status(view.instance, batch)
+    st = batch_status(view.instance, batch).as_json()
     return {
         "status": st["status"],
         "progress": st["progress"],

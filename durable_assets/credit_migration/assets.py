@@ -35,6 +35,7 @@ from durable_assets.credit_migration.schema import (
 from durable_assets.credit_migration.synthetic import synthetic_accounts
 from durable_assets.credit_migration.validation import read_legacy_file, validate_accounts
 from durable_assets.kit import (
+    HELD_FOR_REVIEW_KEY,
     BatchInput,
     BatchRuntime,
     EffectReport,
@@ -317,7 +318,7 @@ def provider_customers(
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
             "adopted": report.looked_up,
-            "held_for_review": held,
+            HELD_FOR_REVIEW_KEY: held,
         },
     )
 
@@ -370,7 +371,7 @@ def planned_adjustments(
         {
             "adjustments": len(adjust),
             "unchanged": int((plan["action"] == PlannedAction.UNCHANGED).sum()),
-            "held_for_review": int((plan["action"] == PlannedAction.HELD_FOR_REVIEW).sum()),
+            HELD_FOR_REVIEW_KEY: int((plan["action"] == PlannedAction.HELD_FOR_REVIEW).sum()),
             "adjustment_by_currency_cents": MetadataValue.json(_by_currency(adjust, "adjustment_cents")),
         },
     )
@@ -488,7 +489,7 @@ def applied_adjustments(
         {
             "adjustments_applied": len(applied),
             "unchanged": int((out["status"] == AdjustmentOutcome.UNCHANGED).sum()),
-            "held_for_review": int((out["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
+            HELD_FOR_REVIEW_KEY: int((out["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
             "applied_by_currency_cents": MetadataValue.json(_by_currency(applied, "adjustment_cents")),
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
@@ -630,7 +631,7 @@ def migration_report(
             "accounts": len(report),
             "adjustments_applied": len(moved),
             "unchanged": int((report["status"] == AdjustmentOutcome.UNCHANGED).sum()),
-            "held_for_review": int((report["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
+            HELD_FOR_REVIEW_KEY: int((report["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
             "applied_by_currency_cents": MetadataValue.json(_by_currency(moved, "adjustment_cents")),
             "balances_matched": int((report["verification"] == Verification.MATCHED).sum()),
         },

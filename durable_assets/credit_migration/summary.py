@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from durable_assets.kit import SummaryLine, SummarySpec, quarantine_file, quarantine_line, report_file
+from durable_assets.kit import (
+    HELD_FOR_REVIEW_KEY,
+    SummaryLine,
+    SummarySpec,
+    quarantine_file,
+    quarantine_line,
+    report_file,
+)
 
 CREDIT_SUMMARY = SummarySpec(
     lines=(
@@ -22,9 +29,9 @@ CREDIT_SUMMARY = SummarySpec(
         SummaryLine(
             "held for review",
             (
-                ("provider_customers", "held_for_review"),
-                ("applied_adjustments", "held_for_review"),
-                ("migration_report", "held_for_review"),
+                ("provider_customers", HELD_FOR_REVIEW_KEY),
+                ("applied_adjustments", HELD_FOR_REVIEW_KEY),
+                ("migration_report", HELD_FOR_REVIEW_KEY),
             ),
         ),
         SummaryLine("balances verified", (("verified_balances", "matched"),)),

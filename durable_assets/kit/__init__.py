@@ -15,6 +15,9 @@
   what is held for review. Outcome checks: :func:`batch_check`, :func:`check_result`.
 - Guardrails: subclass :class:`Guardrails` for a batch's ceilings and limits; their values are
   pinned with the batch at its first run and every later run of it uses them.
+- Run tags and metadata keys (all in ``kit/tags.py``): every run of a batch carries
+  :data:`BATCH_TAG`; a step reports the items it left for a person as :data:`HELD_FOR_REVIEW_KEY`
+  in its materialization metadata (``job status`` shows the batch as needing review).
 - Errors: one hierarchy under :class:`DurableError`; raise :class:`TransientProviderError` for a
   fault worth retrying with the same key, :class:`ProviderRejectedError` for one that is not.
 
@@ -64,7 +67,7 @@ from durable_assets.kit.pacing import (
     shared_limiter,
 )
 from durable_assets.kit.progress import Progress
-from durable_assets.kit.resources import BATCH_TAG, BatchRuntime, IdempotencyLedger
+from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.kit.schedules import DailyBatches
 from durable_assets.kit.steps import (
     TRANSIENT_RETRY,
@@ -88,10 +91,12 @@ from durable_assets.kit.tables import (
     reason_counts,
     require_columns,
 )
+from durable_assets.kit.tags import BATCH_TAG, HELD_FOR_REVIEW_KEY
 
 __all__ = [
     "BATCH_TAG",
     "EMAIL_PATTERN",
+    "HELD_FOR_REVIEW_KEY",
     "REASONS",
     "ROW_NUMBER",
     "TRANSIENT_RETRY",

@@ -72,6 +72,7 @@ from durable_assets.kit.dagster_internals import (
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.step_leases import StepHeartbeat, StepLeaseStore, TaskContext, current_task
+from durable_assets.kit.tags import BATCH_TAG, PARTITION_TAG
 from durable_assets.settings import settings
 
 TASK_NAME = "durable_assets.execute_step"
@@ -168,7 +169,7 @@ def _execute_step(
     step_key = (args.step_keys_to_execute or [""])[0]
     owner = f"{socket.gethostname()}:{os.getpid()}:{self.request.id}:{uuid.uuid4().hex[:8]}"
     store = StepLeaseStore(DurableDatabase.for_instance(instance), ttl_s=settings().step_lease_ttl_s)
-    batch_id = run.tags.get("durable/batch") or run.tags.get("dagster/partition") or ""
+    batch_id = run.tags.get(BATCH_TAG) or run.tags.get(PARTITION_TAG) or ""
     if not store.acquire(run.run_id, step_key, batch_id, attempt, owner):
         return {"outcome": TaskOutcome.SUPERSEDED.value, "events": []}
     task = TaskContext(run.run_id, step_key, owner, store)
@@ -241,7 +242,7 @@ class DurableCeleryExecutor(Executor):
         instance = plan_context.instance
         run = plan_context.dagster_run
         db = DurableDatabase.for_instance(instance)
-        batch_id = run.tags.get("durable/batch") or run.tags.get("dagster/partition")
+        batch_id = run.tags.get(BATCH_TAG) or run.tags.get(PARTITION_TAG)
         heartbeat: Heartbeat | None = None
         if batch_id:
             leases = LeaseStore(db, ttl_s=env.lease_ttl_s)

@@ -22,9 +22,7 @@ from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, TypeAdapter
 
 from durable_assets.kit.db import DurableDatabase, batch_guardrails, now
-
-#: Same spelling as kit.resources.BATCH_TAG (docs/contract.md); not imported, to keep this module leaf-level.
-_BATCH_TAG = "durable/batch"
+from durable_assets.kit.tags import BATCH_TAG
 
 
 @dataclass(frozen=True)
@@ -152,7 +150,7 @@ class Guardrails(ConfigurableResource):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         run = context.dagster_run
-        batch_id = run.tags.get(_BATCH_TAG) if run is not None else None
+        batch_id = run.tags.get(BATCH_TAG) if run is not None else None
         if not batch_id or context.instance is None:
             return  # an ad-hoc materialization outside any batch: its own values
         pinned = PinnedGuardrails(DurableDatabase.for_instance(context.instance)).pin(

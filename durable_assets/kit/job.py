@@ -37,12 +37,7 @@ from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.dagster_internals import UnresolvedAssetJobDefinition
 from durable_assets.kit.errors import StepWiringError, UnknownJobError
 from durable_assets.kit.schedules import DailyBatches
-
-#: Asset definition metadata: the step's label ("Issuing refunds") and its ledger scope, if it mutates.
-LABEL_KEY = "durable/label"
-EFFECT_SCOPE_KEY = "durable/effect_scope"
-#: Asset job metadata: the ordered ``[key, label]`` pairs, read by a running step for "step n of N".
-STEPS_KEY = "durable/steps"
+from durable_assets.kit.tags import EFFECT_SCOPE_KEY, EXECUTOR_TAG, LABEL_KEY, SHARDS_TAG, STEPS_KEY
 
 
 @dataclass(frozen=True)
@@ -312,7 +307,7 @@ class DurableJobs:
         once per process) in the orchestrator and in every worker, from the same descriptor.
         """
         from durable_assets.kit.distributed import durable_celery_executor
-        from durable_assets.kit.modes import EXECUTOR_TAG, SHARDS_TAG, ExecutorKind
+        from durable_assets.kit.modes import ExecutorKind
 
         if self._defs is None:
             raise RuntimeError("DurableJobs.definitions() has not been called in this code location")

@@ -19,19 +19,7 @@ from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.dagster_internals import CheckRunHealthResult, LaunchRunContext, WorkerStatus
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Lease, LeaseStore
-from durable_assets.kit.resources import BATCH_TAG
-
-PARTITION_TAG = "dagster/partition"
-#: Set on a run failed because its worker stopped renewing its lease (counted by /metrics).
-WORKER_LOST_TAG = "durable/worker_lost"
-#: Set on a re-execution started by the daemon's automatic resume (``durable_assets.ops.auto_resume``):
-#: which attempt it is, out of how many the batch may have, and which lost run it continues.
-AUTO_RESUME_ATTEMPT_TAG = "durable/auto_resume_attempt"
-AUTO_RESUME_MAX_TAG = "durable/auto_resume_max_attempts"
-AUTO_RESUME_OF_TAG = "durable/auto_resume_of"
-#: Set on a lost run once the automatic resume has decided about it: the run that continues it, or
-#: why none will (attempts spent, cancel requested, every step committed).
-AUTO_RESUMED_BY_TAG = "durable/auto_resumed_by"
+from durable_assets.kit.tags import BATCH_TAG, PARTITION_TAG, WORKER_LOST_LEASE_EXPIRED, WORKER_LOST_TAG
 
 
 def batch_of(run: DagsterRun) -> str | None:
@@ -70,7 +58,7 @@ class LeaseAwareRunLauncher(DefaultRunLauncher):
         health = health_from_lease(run.run_id, lease, started_at, now())
         if health.status == WorkerStatus.FAILED:
             # Monitoring fails the run right after this answer; the tag says why, for metrics.
-            self._instance.add_run_tags(run.run_id, {WORKER_LOST_TAG: "lease_expired"})
+            self._instance.add_run_tags(run.run_id, {WORKER_LOST_TAG: WORKER_LOST_LEASE_EXPIRED})
         return health
 
     def get_run_worker_debug_info(self, run: DagsterRun, include_container_logs: bool | None = True) -> str:

@@ -1,4 +1,4 @@
-"""How a batch runs: the executor kinds and the run tags that record them (no heavy imports).
+"""How a batch runs: the executor kinds (no heavy imports; their run tags are in kit/tags.py).
 
 Kept apart from :mod:`durable_assets.kit.distributed` (Celery, Dagster's executor machinery) so the
 CLI can offer ``--executor``/``--shards`` and the status code can read a run's mode without loading
@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import enum
 
-#: Run tags of a distributed run: the executor, and how many shards its shard steps have.
-EXECUTOR_TAG = "durable/executor"
-SHARDS_TAG = "durable/shards"
 #: Default shards per sharded step, and the most (one worker slot each; beyond this the merge and
 #: the per-task overhead outweigh what another shard adds on one broker).
 DEFAULT_SHARDS = 4

@@ -19,14 +19,12 @@ import sqlalchemy as sa
 
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, now, progress
+from durable_assets.kit.tags import PROGRESS_METADATA_KEY
 
 if TYPE_CHECKING:
     from dagster import DagsterEvent, DagsterInstance, DagsterRun
 
 logger = logging.getLogger(__name__)
-
-#: Metadata key that marks an engine event as a progress report.
-PROGRESS_METADATA_KEY = "durable/progress"
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,11 @@ from durable_assets.kit.leases import (
     acquire_unless_live_run,
 )
 from durable_assets.kit.ledger import Ledger
-from durable_assets.kit.modes import EXECUTOR_TAG, ExecutorKind
+from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore, event_log_sink
 from durable_assets.kit.step_leases import TaskContext, current_task
+from durable_assets.kit.tags import BATCH_TAG, EXECUTOR_TAG, PARTITION_TAG
 from durable_assets.settings import settings
-
-BATCH_TAG = "durable/batch"
 
 
 def _database(context: InitResourceContext, url: str | None) -> DurableDatabase:
@@ -114,7 +113,7 @@ class BatchRuntime(ConfigurableResource):
         if run is None:
             return
         self._run_id = run.run_id
-        self._batch_id = run.tags.get(BATCH_TAG) or run.tags.get("dagster/partition")
+        self._batch_id = run.tags.get(BATCH_TAG) or run.tags.get(PARTITION_TAG)
         if not self._batch_id:
             return
         leases = LeaseStore(self._db, ttl_s=self.lease_ttl_s)
@@ -158,7 +157,7 @@ class BatchRuntime(ConfigurableResource):
     @property
     def batch_id(self) -> str:
         if not self._batch_id:
-            raise RuntimeError("this run carries no durable/batch tag")
+            raise RuntimeError(f"this run carries no {BATCH_TAG} tag")
         return self._batch_id
 
     @property

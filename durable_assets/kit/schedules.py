@@ -30,12 +30,10 @@ from dagster import (
     schedule,
 )
 
-from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.tags import BATCH_TAG, PARTITION_TAG
 
 if TYPE_CHECKING:
     from durable_assets.kit.job import DurableJob
-
-PARTITION_TAG = "dagster/partition"
 
 
 @dataclass(frozen=True)

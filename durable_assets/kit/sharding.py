@@ -38,9 +38,7 @@ from dagster import (
 from durable_assets.kit.errors import DurableError
 from durable_assets.kit.frames import frame_digest
 from durable_assets.kit.modes import MAX_SHARDS
-
-#: Asset definition metadata of a shard: the step it is a part of.
-SHARD_OF_KEY = "durable/shard_of"
+from durable_assets.kit.tags import SHARD_OF_KEY
 
 _SHARD_NAME = re.compile(r"^(?P<step>.+)__shard_(?P<k>\d+)_of_(?P<n>\d+)$")
 

@@ -34,15 +34,20 @@ from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.effects import EffectRunner
-from durable_assets.kit.errors import DurableError, StepWiringError, TransientProviderError
+from durable_assets.kit.errors import (
+    BatchCanceledError,
+    DurableError,
+    StepWiringError,
+    TransientProviderError,
+)
 from durable_assets.kit.frames import frame_digest
-from durable_assets.kit.job import EFFECT_SCOPE_KEY, LABEL_KEY, STEPS_KEY
 from durable_assets.kit.ledger import Intent, LedgerEntry
 from durable_assets.kit.pacing import Backoff as PacingBackoff
 from durable_assets.kit.pacing import PacedProvider, RateLimiter
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.kit.sharding import step_of_shard
+from durable_assets.kit.tags import CANCELED_KEY, EFFECT_SCOPE_KEY, LABEL_KEY, STEPS_KEY
 from durable_assets.settings import settings
 
 #: Whole-step retries for transient faults that escape a step (the ledger makes a retried step
@@ -88,7 +93,7 @@ def durable_step(fn: Callable[P, R]) -> Callable[P, R]:
         except TransientProviderError:
             raise
         except DurableError as exc:
-            raise Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
+            raise step_failure(exc) from exc
         crash_point(CrashPoint.STEP_BODY_DONE)
         return output
 
@@ -138,11 +143,26 @@ def durable_asset(
 def _check_step_boundary(context: AssetExecutionContext, runtime: BatchRuntime) -> None:
     run = context.instance.get_run_by_id(context.run_id)
     if run is not None and run.status == DagsterRunStatus.CANCELING:
-        raise Failure(description="BatchCanceledError: the run was asked to stop", allow_retries=False)
+        raise step_failure(BatchCanceledError("the run was asked to stop"))
     try:
         runtime.check_may_continue()
     except DurableError as exc:
-        raise Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
+        raise step_failure(exc) from exc
+
+
+def step_failure(exc: DurableError) -> Failure:
+    """The plain ``Failure`` the UI shows for one of our errors; never retried by a RetryPolicy.
+
+    A step stopped by a cancel carries :data:`~durable_assets.kit.tags.CANCELED_KEY` in the
+    failure's metadata: the status reads that typed marker to show the step as stopped on request
+    rather than failed, instead of searching the error's text for the class name.
+    """
+    canceled = isinstance(exc, BatchCanceledError)
+    return Failure(
+        description=f"{type(exc).__name__}: {exc}",
+        metadata={CANCELED_KEY: True} if canceled else None,
+        allow_retries=False,
+    )
 
 
 def step_progress(context: AssetExecutionContext, done: int, of: int) -> Progress:

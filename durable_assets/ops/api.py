@@ -154,11 +154,13 @@ async def list_runs(request: Request) -> Response:
     job = request.query_params.get("job")
     if job is not None:
         durable_jobs().get(job)  # an unknown job is a 422 naming the registered ones, not an empty list
-    return JSONResponse(await run_in_threadpool(list_batches, _instance(request), job=job))
+    batches = await run_in_threadpool(list_batches, _instance(request), job=job)
+    return JSONResponse([b.as_json() for b in batches])
 
 
 async def get_run(request: Request) -> Response:
-    return JSONResponse(await run_in_threadpool(batch_status, _instance(request), _batch_id(request)))
+    st = await run_in_threadpool(batch_status, _instance(request), _batch_id(request))
+    return JSONResponse(st.as_json())
 
 
 async def cancel_run(request: Request) -> Response:

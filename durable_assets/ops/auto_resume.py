@@ -50,19 +50,27 @@ from dagster import (
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import LeaseHeldError
-from durable_assets.kit.launcher import (
+from durable_assets.kit.leases import DEFAULT_LEASE_TTL_S, LeaseStore, acquire_unless_live_run, process_owner
+from durable_assets.kit.modes import ExecutorKind
+from durable_assets.kit.resources import run_ended
+from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
     AUTO_RESUME_OF_TAG,
     AUTO_RESUMED_BY_TAG,
+    AUTO_RETRY_RUN_ID_TAG,
+    BATCH_TAG,
+    EXECUTOR_TAG,
+    FAILURE_REASON_TAG,
+    PARENT_RUN_ID_TAG,
+    RESUME_RETRY_TAG,
+    RETRY_NUMBER_TAG,
+    ROOT_RUN_ID_TAG,
+    RUN_METRICS_TAG,
+    WILL_RETRY_TAG,
     WORKER_LOST_TAG,
 )
-from durable_assets.kit.leases import DEFAULT_LEASE_TTL_S, LeaseStore, acquire_unless_live_run, process_owner
-from durable_assets.kit.modes import EXECUTOR_TAG, ExecutorKind
-from durable_assets.kit.resources import BATCH_TAG, run_ended
 from durable_assets.ops.reexecution import (
-    PARENT_RUN_ID_TAG,
-    ROOT_RUN_ID_TAG,
     all_steps_committed,
     create_from_failure_run,
     record_run_success,
@@ -71,13 +79,9 @@ from durable_assets.ops.status import batch_runs
 from durable_assets.settings import settings as durable_settings
 
 SENSOR_NAME = "auto_resume_lost_batches"
-#: Dagster's run-retry bookkeeping, spelled out: not public API (checked against Dagster's own by
-#: kit/dagster_internals.py's contract tests). Set on
-#: the lost run, it makes a late run-retry daemon find our re-execution instead of adding its own.
-AUTO_RETRY_RUN_ID_TAG = "dagster/auto_retry_run_id"
 #: Tags a re-execution must not inherit from the run it continues (Dagster's retry bookkeeping,
 #: and our own per-run verdicts).
-_NOT_INHERITED_PREFIXES = ("dagster/will_retry", "dagster/retry_number", "dagster/failure_reason")
+_NOT_INHERITED_PREFIXES = (WILL_RETRY_TAG, RETRY_NUMBER_TAG, FAILURE_REASON_TAG)
 _NOT_INHERITED = {
     WORKER_LOST_TAG,
     AUTO_RESUMED_BY_TAG,
@@ -87,8 +91,8 @@ _NOT_INHERITED = {
     AUTO_RETRY_RUN_ID_TAG,
     PARENT_RUN_ID_TAG,
     ROOT_RUN_ID_TAG,
-    "dagster/is_resume_retry",
-    ".dagster/run_metrics",
+    RESUME_RETRY_TAG,
+    RUN_METRICS_TAG,
 }
 #: Lost runs older than this are left to a human: after a day, resuming is an operator's decision.
 LOOKBACK_S = 24 * 3600.0

@@ -68,7 +68,7 @@ def backfill_days(
             say(f"{where}: {exc}")
             ok = False
             continue
-        state = batch_status(instance, batch_id, include_steps=False)["status"]
+        state = batch_status(instance, batch_id, include_steps=False).status
         say(
             f"{where}: {state} in {time.monotonic() - started:.1f} s"
             + ("" if state == BatchStatus.SUCCEEDED else _why(instance, batch_id))

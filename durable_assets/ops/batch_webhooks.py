@@ -44,8 +44,8 @@ from dagster import (
 
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import LeaseStore
-from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.status_model import BatchStatus
+from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.kit.webhooks import (
     Deliverer,
     FlushReport,
@@ -111,7 +111,7 @@ def terminal_event(instance: DagsterInstance, run_id: str) -> tuple[BatchEvent |
     payload = {
         "type": event_type,
         "timestamp": datetime.fromtimestamp(ended, tz=UTC).isoformat().replace("+00:00", "Z"),
-        "data": batch_status(instance, batch_id),
+        "data": batch_status(instance, batch_id).as_json(),
     }
     return (
         BatchEvent(

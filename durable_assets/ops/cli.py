@@ -15,10 +15,13 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from durable_assets.kit.errors import BatchInterruptedError, DurableError, UsageError
 from durable_assets.kit.modes import DEFAULT_SHARDS, MAX_SHARDS, ExecutorKind
+
+if TYPE_CHECKING:  # imported where used: `job --help` stays fast
+    from durable_assets.kit.status_model import BatchStatusModel
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
 #: The batch succeeded but some of its items wait for a person (status JSON ``needs_review``).
@@ -379,89 +382,85 @@ def _finish(instance: Any, batch_id: str) -> int:
     st = batch_status(instance, batch_id)
     runs = batch_runs(instance, batch_id)
     spec = spec_for(runs[-1].job_name) if runs else None
-    print(batch_summary(instance, batch_id, st["status"], spec).render())
-    provider = provider_line(st.get("provider"))
+    print(batch_summary(instance, batch_id, st.status, spec).render())
+    provider = provider_line(st.provider)
     if provider:
         print(f"  {provider}")
     print(f"  status: job status --id {batch_id}")
-    if st["status"] != BatchStatus.SUCCEEDED:
+    if st.status != BatchStatus.SUCCEEDED:
         _print_failure(instance, batch_id, st)
         return EXIT_FAILED
-    if st["needs_review"]:
-        print(f"exit {EXIT_NEEDS_REVIEW}: finished, {st['held_for_review']} held for review", file=sys.stderr)
+    if st.needs_review:
+        print(f"exit {EXIT_NEEDS_REVIEW}: finished, {st.held_for_review} held for review", file=sys.stderr)
         return EXIT_NEEDS_REVIEW
     return EXIT_OK
 
 
-def _print_failure(instance: Any, batch_id: str, st: dict[str, Any]) -> None:
+def _print_failure(instance: Any, batch_id: str, st: BatchStatusModel) -> None:
     """One line: the step, the reason our code gave, and the log with everything else."""
     from durable_assets.kit.status_model import BatchStatus
     from durable_assets.ops.batch_log import batch_failure, log_path
     from durable_assets.ops.disk import batch_disk_full, full_path_of_reason
 
-    runs = [r for r in (instance.get_run_by_id(run_id) for run_id in st["run_ids"]) if r is not None]
+    runs = [r for r in (instance.get_run_by_id(run_id) for run_id in st.run_ids) if r is not None]
     step_key, reason = batch_failure(instance, runs)
     where = ""
     if step_key:
-        number = next((s["step"] for s in st["steps"] if s["step_name"] == step_key), None)
+        number = next((s.step for s in st.steps or [] if s.step_name == step_key), None)
         where = f" at step {number} ({step_key})" if number else f" at {step_key}"
     log = log_path(instance, batch_id)
     full = full_path_of_reason(reason, log.parent.parent)
     if full is not None:  # the step recorded why it stopped: the disk is full
         raise batch_disk_full(batch_id, full, number if step_key else None)
     print(
-        f"error: batch {batch_id} {st['status']}{where}: {reason.rstrip('.')}; full log: {log}"
+        f"error: batch {batch_id} {st.status}{where}: {reason.rstrip('.')}; full log: {log}"
         + (
             f"; continue with `job resume --id {batch_id}`"
-            if st["status"] == BatchStatus.CANCELED and "job resume" not in reason  # advice once
+            if st.status == BatchStatus.CANCELED and "job resume" not in reason  # advice once
             else ""
         ),
         file=sys.stderr,
     )
 
 
-def _print_status(st: dict[str, Any], as_json: bool) -> None:
-    from durable_assets.kit.status_model import BatchStatus
+def _print_status(st: BatchStatusModel, as_json: bool) -> None:
     from durable_assets.ops.progress_lines import progress_line
     from durable_assets.ops.summary import provider_line
 
     if as_json:
-        print(json.dumps(st, indent=2))
+        print(json.dumps(st.as_json(), indent=2))  # the edge: the model becomes the contract's JSON here
         return
-    print(
-        f"batch {st['id']} ({st['job']}): {st['status']} ({st['percent_complete']}%)  "
-        f"runs: {len(st['run_ids'])}"
-    )
-    provider = provider_line(st.get("provider"))
+    print(f"batch {st.id} ({st.job}): {st.status} ({st.percent_complete}%)  runs: {len(st.run_ids)}")
+    provider = provider_line(st.provider)
     if provider:
         print(f"  {provider}")
-    p = st.get("progress")
-    if p:
-        now = "ended" if BatchStatus(st["status"]).terminal else "now"
+    p = st.progress
+    if p is not None:
+        now = "ended" if st.status.terminal else "now"
         print(f"  {now}: {progress_line(p, tty=False)}")
-    why = next((s["error"] for s in st.get("steps") or [] if s.get("error")), None)
-    if why and BatchStatus(st["status"]).terminal:
+    why = next((s.error for s in st.steps or [] if s.error), None)
+    if why and st.status.terminal:
         print(f"  why: {why}")
-    if st.get("needs_review"):
-        print(f"  needs review: {st['held_for_review']} held for a person")
-    if st.get("guardrails"):
+    if st.needs_review:
+        print(f"  needs review: {st.held_for_review} held for a person")
+    if st.guardrails is not None:
         from durable_assets.ops.guardrails import describe_pinned
 
-        for line in describe_pinned(st["guardrails"]):
+        for line in describe_pinned(st.guardrails):
             print(line)
-    auto = st.get("auto_resume")
-    if auto:
+    auto = st.auto_resume
+    if auto is not None:
         print(
-            f"  automatically resumed (attempt {auto['attempts']} of {auto['max_attempts']}) after its "
-            f"worker was lost: run {auto['run_ids'][-1]}"
+            f"  automatically resumed (attempt {auto.attempts} of {auto.max_attempts}) after its "
+            f"worker was lost: run {auto.run_ids[-1]}"
         )
-    steps = st.get("steps", [])
-    name_width = max([20, *(len(s["step_name"]) for s in steps)])  # a long step name widens the column
+    steps = st.steps or []
+    name_width = max([20, *(len(s.step_name) for s in steps)])  # a long step name widens the column
     number_width = len(str(len(steps)))
     for s in steps:
         print(
-            f"  {s['step']:>{number_width}}. {s['step_name']:<{name_width}} {s['status']:<12} "
-            f"executions={s['executions']}  finished={s['finished_at'] or '-'}"
+            f"  {s.step:>{number_width}}. {s.step_name:<{name_width}} {s.status:<12} "
+            f"executions={s.executions}  finished={s.finished_at or '-'}"
         )
 
 
@@ -590,8 +589,8 @@ def _current_step(instance: Any, batch_id: str) -> int | None:
     from durable_assets.kit.status_model import StepStatus
     from durable_assets.ops.status import batch_status
 
-    steps = batch_status(instance, batch_id)["steps"]
-    return next((s["step"] for s in steps if s["status"] != StepStatus.COMPLETED), None)
+    steps = batch_status(instance, batch_id).steps or []
+    return next((s.step for s in steps if s.status != StepStatus.COMPLETED), None)
 
 
 def _check_before_instance(args: argparse.Namespace) -> None:
@@ -707,7 +706,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             ),
         )
         if run is None:
-            held = status.batch_status(instance, args.id, include_steps=False)["held_for_review"]
+            held = status.batch_status(instance, args.id, include_steps=False).held_for_review
             note = f" ({held} held for review)" if held else ""
             print(f"batch {args.id}: already succeeded{note}; nothing to do")
             return EXIT_OK
@@ -728,13 +727,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "list":
         batches = status.list_batches(instance, job=args.job)
         if args.json:
-            print(json.dumps(batches, indent=2))
+            print(json.dumps([b.as_json() for b in batches], indent=2))
         else:
             for b in batches:
-                review = f"  needs review: {b['held_for_review']}" if b.get("needs_review") else ""
+                review = f"  needs review: {b.held_for_review}" if b.needs_review else ""
                 print(
-                    f"{b['id']:<30} {b['job']:<18} {b['status']:<10} {b['percent_complete']:>5}%  "
-                    f"created {b['created_at']}  updated {b['updated_at']}  runs={len(b['run_ids'])}{review}"
+                    f"{b.id:<30} {b.job:<18} {b.status:<10} {b.percent_complete:>5}%  "
+                    f"created {b.created_at}  updated {b.updated_at}  runs={len(b.run_ids)}{review}"
                 )
         return EXIT_OK
     raise UsageError(f"unknown command {args.command}")

@@ -95,23 +95,23 @@ def guardrails_model(db: DurableDatabase, batch_id: str) -> GuardrailsModel | No
     )
 
 
-def describe_pinned(model: dict[str, Any]) -> list[str]:
+def describe_pinned(model: GuardrailsModel) -> list[str]:
     """`job status`'s lines for the guardrails: the values, and the override if there was one."""
     jobs_guardrails = {g.guardrail_name(): g for j in durable_jobs() for g in job_guardrails(j).values()}
     lines = []
-    for name, values in model["pinned"].items():
+    for name, values in model.pinned.items():
         g = jobs_guardrails.get(name)
         text = describe_values(g, values) if g else ", ".join(f"{k}={v}" for k, v in values.items())
-        lines.append(f"  guardrails ({name}, pinned at {model['pinned_at']}): {text}")
-    if model.get("overridden_at"):
+        lines.append(f"  guardrails ({name}, pinned at {model.pinned_at}): {text}")
+    if model.overridden_at:
         old = "; ".join(
             f"{name}: "
             + ", ".join(
-                f"{k} {v} → {model['pinned'].get(name, {}).get(k)}"
+                f"{k} {v} → {model.pinned.get(name, {}).get(k)}"
                 for k, v in prev.items()
-                if model["pinned"].get(name, {}).get(k) != v
+                if model.pinned.get(name, {}).get(k) != v
             )
-            for name, prev in (model.get("overridden_from") or {}).items()
+            for name, prev in (model.overridden_from or {}).items()
         )
-        lines.append(f"  guardrails overridden at {model['overridden_at']} ({OVERRIDE_OPTION}): {old}")
+        lines.append(f"  guardrails overridden at {model.overridden_at} ({OVERRIDE_OPTION}): {old}")
     return lines

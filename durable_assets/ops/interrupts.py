@@ -114,10 +114,10 @@ def _stopped_at(instance: Any, batch_id: str) -> int | None:
     from durable_assets.ops.status import batch_status
 
     try:
-        steps = batch_status(instance, batch_id)["steps"]
+        steps = batch_status(instance, batch_id).steps or []
     except UnknownBatchError:
         return 1  # interrupted before the run existed: nothing ran, step 1 is next
-    return next((int(s["step"]) for s in steps if s["status"] != StepStatus.COMPLETED), None)
+    return next((s.step for s in steps if s.status != StepStatus.COMPLETED), None)
 
 
 def _stop_now(instance: Any, batch_id: str, received: signal.Signals, err_fd: int) -> None:
@@ -144,8 +144,9 @@ def _fail_own_run(instance: Any, batch_id: str, received: signal.Signals) -> Non
     lease another process holds is left alone."""
     from durable_assets.kit.db import DurableDatabase
     from durable_assets.kit.leases import LeaseStore, process_owner
+    from durable_assets.kit.tags import MAX_RETRIES_TAG
     from durable_assets.ops.reexecution import LIVE
-    from durable_assets.ops.runner import MAX_RETRIES_TAG, lease_ttl_s
+    from durable_assets.ops.runner import lease_ttl_s
     from durable_assets.ops.status import batch_runs
 
     leases = LeaseStore(DurableDatabase.for_instance(instance), ttl_s=lease_ttl_s())

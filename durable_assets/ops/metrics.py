@@ -17,16 +17,15 @@ from dagster import DagsterInstance, DagsterRun
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from durable_assets.kit.db import DurableDatabase, cancel_requests
-from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.ledger import FINISHED, REVIEW
 from durable_assets.kit.metrics import RunDigest, RunDigests, histogram, ledger_counts, render
-from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.status_model import BatchStatus
+from durable_assets.kit.tags import BATCH_TAG, HELD_FOR_REVIEW_KEY, WORKER_LOST_TAG
 from durable_assets.kit.webhooks import DELIVERED, FAILED, PENDING, Outbox
 from durable_assets.ops.registry import durable_jobs
-from durable_assets.ops.status import HELD_FOR_REVIEW_KEY, held_for_review, is_auto_resume, run_status_label
+from durable_assets.ops.status import held_for_review, is_auto_resume, run_status_label
 
-__all__ = ["WORKER_LOST_TAG", "DurableMetrics", "render_metrics"]
+__all__ = ["DurableMetrics", "render_metrics"]
 
 #: The metadata key by which a mutating step reports intents it found settled and did not send again.
 REPLAYED_KEY = "reused_from_ledger"

@@ -11,21 +11,22 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TextIO
+from typing import Protocol, TextIO
 
 from durable_assets.kit.progress import Progress
+from durable_assets.kit.status_model import ProgressModel
 
 
 class ProgressFeed(Protocol):
     def poll(self) -> list[Progress]: ...
 
 
-def progress_line(p: dict[str, Any], tty: bool) -> str:
+def progress_line(p: Progress | ProgressModel, tty: bool) -> str:
     """``step 4/7 Issuing refunds 450/1000`` (a bar on a terminal); a step without a count shows none."""
-    line = f"step {p['step']}/{p['total']} {p['label']}"
-    if p["of"]:
-        bar = "#" * int(p["done"] / p["of"] * 30)
-        line += f" [{bar:<30}] {p['done']}/{p['of']}" if tty else f" {p['done']}/{p['of']}"
+    line = f"step {p.step}/{p.total} {p.label}"
+    if p.of:
+        bar = "#" * int(p.done / p.of * 30)
+        line += f" [{bar:<30}] {p.done}/{p.of}" if tty else f" {p.done}/{p.of}"
     return line
 
 
@@ -68,7 +69,7 @@ def watch(feed: ProgressFeed, stop: threading.Event, out: TextIO, log_interval_s
         except Exception:  # progress display must never break the batch
             continue
         for p in reports:
-            line = progress_line(p.as_dict(), tty)
+            line = progress_line(p, tty)
             if line == last:
                 continue
             last = line

@@ -19,17 +19,16 @@ from dagster import (
     JobDefinition,
 )
 
-from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.status_model import StepStatus
+from durable_assets.kit.tags import (
+    BATCH_TAG,
+    PARENT_RUN_ID_TAG,
+    PARTITION_TAG,
+    RESUME_RETRY_TAG,
+    ROOT_RUN_ID_TAG,
+)
 from durable_assets.ops.status import step_states
 
-PARTITION_TAG = "dagster/partition"
-#: Dagster's lineage tags, spelled out: not public API (kit/dagster_internals.py's contract tests
-#: check that they still match Dagster's own). The UI groups a run with its parent and root by
-#: them, as for a re-execution started from the UI.
-PARENT_RUN_ID_TAG = "dagster/parent_run_id"
-ROOT_RUN_ID_TAG = "dagster/root_run_id"
-RESUME_RETRY_TAG = "dagster/is_resume_retry"
 #: Run statuses whose worker may still be alive (or not started yet).
 LIVE = frozenset(
     {

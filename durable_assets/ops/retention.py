@@ -23,8 +23,8 @@ from dagster import (
     op,
 )
 
-from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.retention import PruneReport, RetentionPolicy, prune
+from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.settings import settings
 
@@ -65,7 +65,7 @@ def prune_batches(
         archive_dir_for(instance, archive_dir),
         batch_tag=BATCH_TAG,
         partitions_def_names=sorted({job.partitions_name for job in durable_jobs()}),
-        status_fn=lambda batch_id: batch_status(instance, batch_id),
+        status_fn=lambda batch_id: batch_status(instance, batch_id).as_json(),
         dry_run=dry_run,
     )
 

@@ -34,23 +34,28 @@ from durable_assets.kit.errors import (
     ProviderAccountMismatchError,
     UnknownBatchError,
 )
-from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
-from durable_assets.kit.modes import DEFAULT_SHARDS, EXECUTOR_TAG, SHARDS_TAG, ExecutorKind
-from durable_assets.kit.resources import BATCH_TAG, run_ended
+from durable_assets.kit.modes import DEFAULT_SHARDS, ExecutorKind
+from durable_assets.kit.resources import run_ended
 from durable_assets.kit.status_model import StepStatus
+from durable_assets.kit.tags import (
+    BATCH_TAG,
+    EXECUTOR_TAG,
+    MAX_RETRIES_TAG,
+    SHARDS_TAG,
+    WORKER_LOST_CANCELED,
+    WORKER_LOST_LEASE_EXPIRED,
+    WORKER_LOST_TAG,
+)
 from durable_assets.ops import batch_webhooks
 from durable_assets.ops.batch_log import batch_output
 from durable_assets.ops.guardrails import pin_at_run, reconcile_on_resume
 from durable_assets.ops.instance import ensure_instance_config
 from durable_assets.ops.reexecution import LIVE, batch_tags, record_run_success
 from durable_assets.ops.registry import durable_jobs, job_of_runs, reconstructable_job, shards_of_runs
-from durable_assets.ops.status import CANCELED_LOST, batch_runs, check_batch_id, step_states, worker_lost
+from durable_assets.ops.status import batch_runs, check_batch_id, step_states, worker_lost
 from durable_assets.settings import settings
 
-#: Dagster's run-retries tag, spelled out: not public API (checked against Dagster's MAX_RETRIES_TAG
-#: by kit/dagster_internals.py's contract tests).
-MAX_RETRIES_TAG = "dagster/max_retries"
 #: Dagster's console logger prints every event at DEBUG; the CLI shows its own progress instead.
 QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -195,7 +200,9 @@ def resume_batch(
             previous = leases.get(batch_id)
             # max_retries=0 on the dead run only: this resume re-executes it, so the daemon's run
             # retries (which would see a failure with no reason and retry it too) must not.
-            instance.add_run_tags(newest.run_id, {WORKER_LOST_TAG: "lease_expired", MAX_RETRIES_TAG: "0"})
+            instance.add_run_tags(
+                newest.run_id, {WORKER_LOST_TAG: WORKER_LOST_LEASE_EXPIRED, MAX_RETRIES_TAG: "0"}
+            )
             instance.report_run_failed(
                 newest,
                 message=(
@@ -328,7 +335,7 @@ def cancel_batch(instance: DagsterInstance, batch_id: str) -> str:
     # Recorded first in every case: a worker that was only frozen (SIGSTOP) stops at its next check.
     CancelStore(db).request(batch_id)
     if worker_lost(instance, newest, LeaseStore(db).get(batch_id), lease_ttl_s()):
-        instance.add_run_tags(newest.run_id, {WORKER_LOST_TAG: CANCELED_LOST})
+        instance.add_run_tags(newest.run_id, {WORKER_LOST_TAG: WORKER_LOST_CANCELED})
         instance.report_run_canceled(
             newest,
             message=(

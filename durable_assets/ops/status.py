@@ -20,15 +20,8 @@ from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import InvalidBatchIdError, UnknownBatchError
-from durable_assets.kit.launcher import (
-    AUTO_RESUME_ATTEMPT_TAG,
-    AUTO_RESUME_MAX_TAG,
-    AUTO_RESUME_OF_TAG,
-    WORKER_LOST_TAG,
-)
 from durable_assets.kit.leases import Lease, LeaseStore, holder_is_gone, owner_pid
 from durable_assets.kit.progress import Progress, ProgressStore
-from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.kit.sharding import step_of_shard
 from durable_assets.kit.status_model import (
     BATCH_ID_REGEX,
@@ -40,21 +33,27 @@ from durable_assets.kit.status_model import (
     StepModel,
     StepStatus,
 )
+from durable_assets.kit.tags import (
+    AUTO_RESUME_ATTEMPT_TAG,
+    AUTO_RESUME_MAX_TAG,
+    AUTO_RESUME_OF_TAG,
+    BATCH_TAG,
+    CANCELED_KEY,
+    HELD_FOR_REVIEW_KEY,
+    INPUT_DATA_VERSION_TAG_PREFIX,
+    WORKER_LOST_CANCELED,
+    WORKER_LOST_TAG,
+)
 from durable_assets.ops.batch_log import blocks, describe_failed_checks, step_failure_reason
 from durable_assets.ops.guardrails import guardrails_model
 from durable_assets.ops.registry import durable_jobs, job_of_runs
 from durable_assets.settings import settings
 
 BATCH_ID_PATTERN = re.compile(BATCH_ID_REGEX)
-INPUT_VERSION_TAG_PREFIX = "dagster/input_data_version/"
-#: Materialization metadata key by which any step says how many of the batch's items it left for a
-#: person (refunds whose provider answer did not match, for the refund job). The batch's figure is
-#: that of the last step, in step order, that reports the key: a later step's count includes what
-#: earlier steps held (the refund job's report repeats the refund step's count).
-HELD_FOR_REVIEW_KEY = "held_for_review"
-#: The error a step raises when it stops because the batch was canceled (kit/cancel.py); a step that
-#: ends with it was stopped on request, not failed.
-CANCELED_ERROR = "BatchCanceledError"
+#: The name of the error a step stops with when its batch was canceled (kit/cancel.py). Only for runs
+#: recorded before the kit marked such a failure with ``CANCELED_KEY`` metadata: their failures carry
+#: nothing but the text, and their batches must still show canceled steps as skipped.
+_LEGACY_CANCELED_ERROR = "BatchCanceledError"
 #: Dagster run statuses whose worker may still be alive (or not started yet); ops/reexecution.py's
 #: ``LIVE``, which imports this module.
 _MAY_BE_LIVE = frozenset(
@@ -137,7 +136,7 @@ def _iso(ts: float | None) -> str | None:
 
 
 def _input_hash(tags: dict[str, str]) -> str | None:
-    inputs = sorted((k, v) for k, v in tags.items() if k.startswith(INPUT_VERSION_TAG_PREFIX))
+    inputs = sorted((k, v) for k, v in tags.items() if k.startswith(INPUT_DATA_VERSION_TAG_PREFIX))
     if not inputs:
         return None
     return hashlib.sha256(repr(inputs).encode()).hexdigest()[:32]
@@ -152,10 +151,16 @@ def _plain(value: Any) -> Any:
 
 
 def _stopped_by_cancel(event: Any) -> bool:
+    """Whether a step failure is the kit's stop on a cancel (``CANCELED_KEY``), not a failure."""
     data = getattr(event.event_specific_data, "user_failure_data", None)
+    marker = (getattr(data, "metadata", None) or {}).get(CANCELED_KEY)
+    if getattr(marker, "value", marker) is True:
+        return True
+    # Fallback for failures recorded before the marker existed (older batches still in storage):
+    # the error's text names the exception. Never needed for a failure the kit records now.
     error = getattr(event.event_specific_data, "error", None)
     text = f"{getattr(data, 'description', '') or ''} {getattr(error, 'message', '') or ''}"
-    return CANCELED_ERROR in text
+    return _LEGACY_CANCELED_ERROR in text
 
 
 def _check_steps(runs: Sequence[DagsterRun]) -> dict[str, str]:
@@ -303,10 +308,6 @@ def _check_names(step: _Step) -> list[str]:
     return [key[len(prefix) :] if key.startswith(prefix) else key for key in step.check_failures]
 
 
-#: The ``durable/worker_lost`` tag of a run that `job cancel` ended because its worker was lost.
-CANCELED_LOST = "canceled_after_lease_expired"
-
-
 def worker_lost(instance: DagsterInstance, run: DagsterRun, lease: Lease | None, ttl_s: float) -> bool:
     """Whether ``run`` looks alive in Dagster while its worker is dead: `job resume`'s takeover rule.
 
@@ -402,11 +403,13 @@ def _provider(db: DurableDatabase, batch_id: str) -> ProviderModel | None:
     )
 
 
-def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> dict[str, Any]:
-    """The status JSON of docs/contract.md, as a plain dict for the CLI, the API and webhooks.
+def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> BatchStatusModel:
+    """The status of docs/contract.md, typed: what the CLI, the API, webhooks and the summary read.
 
-    Built as a :class:`BatchStatusModel`, the model ``/openapi.json`` is generated from: a value
-    outside what the document promises fails here, not in a client.
+    A :class:`BatchStatusModel`, the model ``/openapi.json`` is generated from: a value outside
+    what the document promises fails here, not in a client. It becomes JSON only at the edges
+    (``job status --json``, the HTTP API, a webhook's ``data``, a prune archive) through
+    :meth:`BatchStatusModel.as_json`, so every reader in between names fields, not string keys.
     """
     check_batch_id(batch_id)
     runs = batch_runs(instance, batch_id)
@@ -424,7 +427,9 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         status = BatchStatus.CANCELED if status == BatchStatus.CANCELING else BatchStatus.FAILED
     # `job cancel` of a lost worker's batch records the run canceled (runner.cancel_batch); it
     # still reads as a lost worker's end, with the step it stopped at and the resume advice.
-    lost = lost or (status == BatchStatus.CANCELED and runs[-1].tags.get(WORKER_LOST_TAG) == CANCELED_LOST)
+    lost = lost or (
+        status == BatchStatus.CANCELED and runs[-1].tags.get(WORKER_LOST_TAG) == WORKER_LOST_CANCELED
+    )
     # Progress before steps: an older report with newer step states can only undercount the running
     # step, so percent_complete never goes backwards between two polls (the other order could pair a
     # finished step's report with a snapshot taken before it finished, and drop a step's worth).
@@ -482,7 +487,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         if include_steps
         else None,
     )
-    return model.as_json()
+    return model
 
 
 def _end_lost_run(steps: list[_Step], run_id: str, status: BatchStatus, reason: str) -> None:
@@ -495,7 +500,7 @@ def _end_lost_run(steps: list[_Step], run_id: str, status: BatchStatus, reason: 
     steps[_ended_at(steps) - 1].error = reason
 
 
-def list_batches(instance: DagsterInstance, *, job: str | None = None) -> list[dict[str, Any]]:
+def list_batches(instance: DagsterInstance, *, job: str | None = None) -> list[BatchStatusModel]:
     """Every batch (of durable job ``job``, or of all), newest first (by its newest run).
 
     Batches of jobs this code location does not register (an instance shared with another

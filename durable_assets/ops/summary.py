@@ -17,7 +17,7 @@ from dagster import DagsterInstance, DagsterRun
 from durable_assets.kit import SummarySpec
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.ledger import Ledger
-from durable_assets.kit.status_model import BatchStatus, StepStatus
+from durable_assets.kit.status_model import BatchStatus, ProviderModel, StepStatus
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.status import batch_runs, batch_status, held_for_review, step_metadata
 
@@ -73,14 +73,14 @@ class Summary:
         return "\n".join(out)
 
 
-def provider_line(provider: Mapping[str, Any] | None) -> str | None:
+def provider_line(provider: ProviderModel | None) -> str | None:
     """Which account the batch's effects went to, and whether that was real money."""
-    if not provider:
+    if provider is None:
         return None
-    where = f"{provider['kind']} account {provider['account']}"
-    if provider["kind"] == "embedded":
+    where = f"{provider.kind} account {provider.account}"
+    if provider.kind == "embedded":
         return f"provider: {where} (inside this instance: no real money moved)"
-    return f"provider: {where} ({'LIVE mode: real money' if provider['livemode'] else 'test mode'})"
+    return f"provider: {where} ({'LIVE mode: real money' if provider.livemode else 'test mode'})"
 
 
 def _wrap_items(first: str, items: list[str]) -> list[str]:
@@ -219,14 +219,14 @@ def _stopped_rows(instance: DagsterInstance, batch_id: str, status: str) -> list
         return []
     st = batch_status(instance, batch_id)
     rows = []
-    p = st.get("progress")
-    if p and p["step"] is not None:
-        label = str(p["label"]).removeprefix("Canceled: ").removeprefix("Failed: ")
-        rows.append(("stopped in step", f"{p['step']}/{p['total']}", label))
-    job = durable_jobs().owning(st["job"])
-    unfinished = {s["step_name"] for s in st["steps"] if s["status"] != StepStatus.COMPLETED}
+    p = st.progress
+    if p is not None:
+        label = p.label.removeprefix("Canceled: ").removeprefix("Failed: ")
+        rows.append(("stopped in step", f"{p.step}/{p.total}", label))
+    job = durable_jobs().owning(st.job)
+    unfinished = {s.step_name for s in st.steps or [] if s.status != StepStatus.COMPLETED}
     scopes = {s.effect_scope for s in (job.steps if job else []) if s.mutates and s.key in unfinished}
-    done = Ledger(DurableDatabase.for_instance(instance)).finished_by_runs(st["run_ids"])
+    done = Ledger(DurableDatabase.for_instance(instance)).finished_by_runs(st.run_ids)
     done = {scope: n for scope, n in done.items() if scope in scopes}
     if done:
         rows.append(("done before the stop", format_count(sum(done.values())), format_breakdown(done)))

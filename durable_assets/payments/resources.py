@@ -18,7 +18,7 @@ from durable_assets.kit.errors import (
     ProviderResponseMismatchError,
     ProviderUnavailableError,
 )
-from durable_assets.kit.modes import EXECUTOR_TAG, ExecutorKind
+from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.pacing import (
     Backoff,
     RateLimiter,
@@ -26,6 +26,7 @@ from durable_assets.kit.pacing import (
     call_with_retries,
     shared_limiter,
 )
+from durable_assets.kit.tags import EXECUTOR_TAG
 from durable_assets.payments.gateway import (
     CustomerGateway,
     EmbeddedGateway,

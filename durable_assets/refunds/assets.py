@@ -19,6 +19,7 @@ from dagster import (
 )
 
 from durable_assets.kit import (
+    HELD_FOR_REVIEW_KEY,
     BatchInput,
     BatchRuntime,
     EffectReport,
@@ -241,7 +242,7 @@ def issued_refunds(
         {
             "refunds_issued": len(refunded),
             "refunded_cents": int(refunded["amount_cents"].sum()),
-            "held_for_review": int((out["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
+            HELD_FOR_REVIEW_KEY: int((out["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
             "already_refunded_for_charge": report.subject_taken,
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
@@ -424,7 +425,7 @@ def batch_report(
             **written,
             "valid_invoices": len(validated_invoices),
             "refunds": len(refunded),
-            "held_for_review": int((report["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
+            HELD_FOR_REVIEW_KEY: int((report["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
             "notices_sent": int(report["notice_sent"].sum()),
             "refunded_by_currency_cents": MetadataValue.json({str(k): int(v) for k, v in totals.items()}),
         },

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue
 
-from durable_assets.kit import batch_check, call_with_retries, check_examples
+from durable_assets.kit import HELD_FOR_REVIEW_KEY, batch_check, call_with_retries, check_examples
 from durable_assets.payments.resources import PaymentGateway
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.assets import BATCHES, issued_refunds, reconciled_refunds
@@ -54,7 +54,7 @@ def refunds_match_candidates(
         "refunded": len(refunded),
         "approved_cents": int(want["amount_cents"].sum()),
         "refunded_cents": int(refunded["amount_cents"].sum()),
-        "held_for_review": len(held),
+        HELD_FOR_REVIEW_KEY: len(held),
         "missing": len(missing),
         "unexpected": len(unexpected),
         "duplicated": len(duplicated),

@@ -7,7 +7,14 @@ the last one that did wins (a re-run step or the report repeats an earlier figur
 
 from __future__ import annotations
 
-from durable_assets.kit import SummaryLine, SummarySpec, quarantine_file, quarantine_line, report_file
+from durable_assets.kit import (
+    HELD_FOR_REVIEW_KEY,
+    SummaryLine,
+    SummarySpec,
+    quarantine_file,
+    quarantine_line,
+    report_file,
+)
 
 REFUND_SUMMARY = SummarySpec(
     lines=(
@@ -21,7 +28,8 @@ REFUND_SUMMARY = SummarySpec(
             money_detail=True,
         ),
         SummaryLine(
-            "held for review", (("issued_refunds", "held_for_review"), ("batch_report", "held_for_review"))
+            "held for review",
+            (("issued_refunds", HELD_FOR_REVIEW_KEY), ("batch_report", HELD_FOR_REVIEW_KEY)),
         ),
         SummaryLine("mismatched at provider", (("reconciled_refunds", "mismatched"),)),
         SummaryLine("notices sent", (("customer_notices", "notices_sent"), ("batch_report", "notices_sent"))),

@@ -136,7 +136,7 @@ class InstanceReader(Closing):
         from durable_assets.ops.status import batch_status
 
         try:
-            return batch_status(self.instance, batch_id)
+            return batch_status(self.instance, batch_id).as_json()
         except UnknownBatchError:
             return None
 

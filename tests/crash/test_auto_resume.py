@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from dagster import DagsterRun, RunsFilter
 
-from durable_assets.kit.launcher import (
+from durable_assets.kit.leases import owner_pid
+from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
     AUTO_RESUME_OF_TAG,
     AUTO_RESUMED_BY_TAG,
+    BATCH_TAG,
     WORKER_LOST_TAG,
 )
-from durable_assets.kit.leases import owner_pid
-from durable_assets.kit.resources import BATCH_TAG
 from tests.conftest import job_cli
 from tests.support.dagster_dev import CodeServer, DagsterDev
 from tests.support.polling import wait_until

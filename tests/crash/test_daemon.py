@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 from dagster import DagsterRunStatus, RunsFilter
 
-from durable_assets.kit.launcher import WORKER_LOST_TAG
 from durable_assets.kit.leases import owner_pid
-from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.tags import BATCH_TAG, WORKER_LOST_TAG
 from tests.support.dagster_dev import DagsterDev
 from tests.support.polling import wait_until
 

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from dagster import DagsterRun, RunsFilter
 
-from durable_assets.kit.launcher import (
+from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_OF_TAG,
     AUTO_RESUMED_BY_TAG,
+    BATCH_TAG,
     WORKER_LOST_TAG,
 )
-from durable_assets.kit.resources import BATCH_TAG
 from durable_assets.ops import registry
 from tests.support.dagster_dev import CodeServer, DagsterDev, LaunchedJob
 from tests.support.polling import wait_until

@@ -27,7 +27,7 @@ from durable_assets.definitions import defs
 from durable_assets.kit.db import DurableDatabase, idempotency
 from durable_assets.kit.errors import DurableError
 from durable_assets.kit.guardrails import PinnedGuardrails
-from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.payments.gateway import EmbeddedGateway
 from durable_assets.payments.store import PaymentStore
 from tests.support.credits import ProviderCredits, Target, assert_credits_exact, expected_balances

@@ -17,7 +17,7 @@ from durable_assets.credit_migration.assets import CREDIT_BATCHES
 from durable_assets.credit_migration.job import CREDIT_JOB
 from durable_assets.credit_migration.schedules import EXPORT_TEMPLATE_ENV, NIGHTLY_CREDITS, NIGHTLY_SCHEDULE
 from durable_assets.definitions import defs
-from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.runner import start_batch
 from durable_assets.refunds.schedules import DAILY_SCHEDULE
 

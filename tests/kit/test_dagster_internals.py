@@ -17,7 +17,8 @@ import pytest
 from dagster import AssetSelection, DagsterInstance, DefaultRunLauncher, Executor, asset, define_asset_job
 
 from durable_assets.kit import dagster_internals as di
-from durable_assets.ops import auto_resume, reexecution, runner
+from durable_assets.kit import tags
+from durable_assets.ops import auto_resume
 
 #: What the module exports besides Dagster's names.
 OWN = {"INSTALLED_DAGSTER_VERSION", "REASONS", "VERIFIED_DAGSTER_VERSION", "Reason", "is_verified_version"}
@@ -226,12 +227,13 @@ def test_retries_config_cursor_and_error_info_round_trip() -> None:
     assert di.unpack_value(packed, as_type=di.SerializableErrorInfo).cls_name == "StepTaskLostError"
 
 
-def test_the_tags_ops_spells_out_are_dagsters() -> None:
-    assert reexecution.PARENT_RUN_ID_TAG == di.PARENT_RUN_ID_TAG
-    assert reexecution.ROOT_RUN_ID_TAG == di.ROOT_RUN_ID_TAG
-    assert reexecution.RESUME_RETRY_TAG == di.RESUME_RETRY_TAG
-    assert runner.MAX_RETRIES_TAG == di.MAX_RETRIES_TAG
-    assert auto_resume.AUTO_RETRY_RUN_ID_TAG == di.AUTO_RETRY_RUN_ID_TAG
+def test_the_tags_we_spell_out_are_dagsters() -> None:
+    assert tags.PARENT_RUN_ID_TAG == di.PARENT_RUN_ID_TAG
+    assert tags.ROOT_RUN_ID_TAG == di.ROOT_RUN_ID_TAG
+    assert tags.RESUME_RETRY_TAG == di.RESUME_RETRY_TAG
+    assert tags.MAX_RETRIES_TAG == di.MAX_RETRIES_TAG
+    assert tags.AUTO_RETRY_RUN_ID_TAG == di.AUTO_RETRY_RUN_ID_TAG
     retry_bookkeeping = (di.WILL_RETRY_TAG, di.RETRY_NUMBER_TAG, di.RUN_FAILURE_REASON_TAG)
+    assert retry_bookkeeping == (tags.WILL_RETRY_TAG, tags.RETRY_NUMBER_TAG, tags.FAILURE_REASON_TAG)
     assert retry_bookkeeping == auto_resume._NOT_INHERITED_PREFIXES
     assert di.RESUME_RETRY_TAG in auto_resume._NOT_INHERITED

@@ -9,7 +9,7 @@ import pandas as pd
 from dagster import DagsterInstance, materialize
 
 from durable_assets.definitions import defs
-from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.payments.store import PaymentStore
 from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
 from durable_assets.refunds.checks import ALL_CHECKS

@@ -13,7 +13,7 @@ from durable_assets.definitions import defs, refund_batch_job
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.errors import WebhookConfigError
 from durable_assets.kit.leases import LeaseStore
-from durable_assets.kit.resources import BATCH_TAG
+from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.kit.webhooks import DELIVERED, FAILED, Outbox
 from durable_assets.ops import batch_webhooks, runner
 from durable_assets.ops.status import batch_status
@@ -49,7 +49,7 @@ def test_succeeded_batch_two_urls_one_flaky_each_gets_exactly_one(
     with DagsterInstance.get() as instance:
         run = runner.start_batch(instance, "wh-ok", size=SIZE)
         assert run.status == DagsterRunStatus.SUCCESS
-        final = batch_status(instance, "wh-ok")
+        final = batch_status(instance, "wh-ok").as_json()
         # A repeated flush (e.g. `job resume` of the succeeded batch) sends nothing new.
         assert runner.resume_batch(instance, "wh-ok") is None
     assert [x.answered for x in r.on("/a")] == [500, 429, 200]
