@@ -41,9 +41,9 @@ from dagster._core.storage.runs.schema import RunsTable  # noqa: E402
 from dagster._core.utils import make_new_run_id  # noqa: E402
 
 from durable_assets.kit import db as kit_db  # noqa: E402
-from durable_assets.kit.retention import DAY_S, RetentionPolicy  # noqa: E402
 from durable_assets.kit.tags import BATCH_TAG  # noqa: E402
 from durable_assets.ops.retention import prune_batches  # noqa: E402
+from durable_assets.ops.retention.pruning import DAY_S, RetentionPolicy  # noqa: E402
 
 RUNS_PER_BATCH = 2
 _CHUNK = 500

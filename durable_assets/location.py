@@ -24,10 +24,10 @@ from dagster import Definitions
 
 from durable_assets.kit import DurableJobs
 from durable_assets.ops.auto_resume import AutoResumeSettings, auto_resume_sensor
-from durable_assets.ops.batch_webhooks import webhook_sensors
 from durable_assets.ops.registry import CODE_LOCATION_ENV
 from durable_assets.ops.retention import retention as retention_job
 from durable_assets.ops.retention import retention_schedule
+from durable_assets.ops.webhooks.batch import webhook_sensors
 from durable_assets.settings import Settings, settings
 
 __all__ = ["definitions"]

@@ -12,7 +12,7 @@ test's ``monkeypatch.setenv`` and a process that sets ``DAGSTER_HOME`` or
 ``DURABLE_CODE_LOCATION`` itself are seen at once) and parses only when one of them changed.
 
 This module is below both the kit and the operations layer: it imports nothing from durable_assets
-but :mod:`durable_assets.kit.errors`. The per-feature settings (``ApiSettings``,
+but :mod:`durable_assets.errors`. The per-feature settings (``ApiSettings``,
 ``WebhookSettings``, ``AutoResumeSettings``, ``RetentionPolicy``) are built from it and keep their
 cross-field checks (a webhook URL needs a secret, a CORS origin must be an origin).
 
@@ -34,7 +34,7 @@ import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
-from durable_assets.kit.errors import UsageError
+from durable_assets.errors import UsageError
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 

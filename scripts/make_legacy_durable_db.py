@@ -47,7 +47,7 @@ def populate(url: str) -> None:
     ProgressStore(db).write(BATCH, RUN, Progress(4, 7, "Issuing refunds", 1, 2))
     CancelStore(db).request("legacy-canceled-batch")
     if hasattr(kit_db, "webhook_outbox"):
-        from durable_assets.kit.webhooks import Outbox
+        from durable_assets.ops.webhooks.outbox import Outbox
 
         Outbox(db).enqueue(
             batch_id=BATCH,

@@ -3,8 +3,11 @@
 Read from the source (``ast``), not from ``sys.modules``, so a lazy import inside a function counts
 too. The rules:
 
-- ``kit`` imports only the kit, ``durable_assets.settings`` (the environment, read in one place;
-  it imports only the kit's errors) and third-party code: it is the library users build on.
+- ``errors`` (the one exception hierarchy) imports nothing of ours: every layer can raise and
+  catch by type, and a usage error at the CLI needs neither Dagster nor the kit.
+- ``kit`` imports only the kit, ``durable_assets.errors``, ``durable_assets.settings`` (the
+  environment, read in one place; it imports only the errors) and third-party code: it is the
+  library users build on.
 - ``ops`` (CLI, HTTP API, webhooks, metrics, retention) imports the kit and the provider adapter,
   never a pipeline: it finds jobs through the registry, so it serves any registered job.
 - a pipeline imports the kit only through its public API (``from durable_assets.kit import X``
@@ -60,23 +63,28 @@ def _violations(layer: str, allowed: set[str]) -> list[str]:
 
 def test_the_kit_imports_only_itself() -> None:
     assert _modules("kit")
-    assert _violations("kit", {"kit", "settings"}) == []
+    assert _violations("kit", {"kit", "settings", "errors"}) == []
+
+
+def test_errors_and_settings_are_at_the_bottom() -> None:
+    assert _violations("errors", set()) == []
+    assert _violations("settings", {"errors"}) == []
 
 
 def test_the_operations_layer_never_imports_a_pipeline() -> None:
     assert _modules("ops")
-    assert _violations("ops", {"kit", "ops", "payments", "settings"}) == []
+    assert _violations("ops", {"kit", "ops", "payments", "settings", "errors"}) == []
 
 
 def test_the_provider_imports_no_pipeline_and_no_operations() -> None:
-    assert _violations("payments", {"kit", "payments", "settings"}) == []
+    assert _violations("payments", {"kit", "payments", "settings", "errors"}) == []
 
 
 def test_the_location_is_above_the_kit_and_the_operations_layer() -> None:
-    assert _violations("location", {"kit", "ops", "settings"}) == []
+    assert _violations("location", {"kit", "ops", "settings", "errors"}) == []
     importers = [
         f"{path.relative_to(PACKAGE.parent)}"
-        for layer in ("kit", "ops", "payments", "settings", *PIPELINES)
+        for layer in ("kit", "ops", "payments", "settings", "errors", *PIPELINES)
         for path in _modules(layer)
         for module, _names in _imports(path)
         if _layer_of(module) == "location"
@@ -94,7 +102,7 @@ def test_a_pipeline_uses_only_the_kits_public_api(pipeline: str) -> None:
             layer = _layer_of(module)
             if layer == "kit" and (module != "durable_assets.kit" or not set(names) <= public):
                 wrong.append(f"{where} {sorted(set(names) - public) or '(a private module)'}")
-            elif layer not in ("kit", "payments", "settings", pipeline):
+            elif layer not in ("kit", "payments", "settings", "errors", pipeline):
                 wrong.append(where)
     assert wrong == []
 
@@ -104,3 +112,25 @@ def test_the_public_api_is_importable_and_documented() -> None:
         value = getattr(durable_assets.kit, name)
         if callable(value) and not isinstance(value, str):
             assert (value.__doc__ or "").strip(), f"durable_assets.kit.{name} has no docstring"
+
+
+#: Kit modules that no kit module or pipeline imports and that still serve a job author: Dagster
+#: loads them by name from the instance's dagster.yaml (the launcher) or the job's executor config.
+_LOADED_BY_DAGSTER = {"launcher"}
+
+
+def test_every_kit_module_serves_a_job_author() -> None:
+    """Operator infrastructure lives in ``ops/``: a kit module used only by the operations layer
+    (or by nobody) belongs there, so a job author can read the kit as what is theirs."""
+    used: set[str] = set()
+    for layer in ("kit", *PIPELINES):
+        for path in _modules(layer):
+            for module, names in _imports(path):
+                if module.startswith("durable_assets.kit."):
+                    used.add(module.split(".")[2])
+                elif module == "durable_assets.kit":
+                    used.update(names)
+    kit = PACKAGE / "kit"
+    modules = {p.stem for p in kit.glob("*.py") if p.stem != "__init__"}
+    unused = sorted(modules - used - _LOADED_BY_DAGSTER)
+    assert unused == [], f"kit modules no job author reaches (move them to ops/): {unused}"

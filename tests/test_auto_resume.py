@@ -16,9 +16,9 @@ import pytest
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter, reconstructable
 
 from durable_assets.definitions import refund_batch_job
+from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.errors import LeaseHeldError
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,

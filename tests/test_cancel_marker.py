@@ -15,7 +15,7 @@ from typing import Any
 from dagster import MetadataValue
 from dagster._core.execution.plan.objects import StepFailureData, UserFailureData
 
-from durable_assets.kit.errors import BatchCanceledError, FencedOutError
+from durable_assets.errors import BatchCanceledError, FencedOutError
 from durable_assets.kit.steps import step_failure
 from durable_assets.kit.tags import CANCELED_KEY
 from durable_assets.ops.status import _stopped_by_cancel

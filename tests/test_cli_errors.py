@@ -268,9 +268,9 @@ def test_ceiling_errors_name_the_variable_to_raise() -> None:
 
 
 def test_settings_errors_name_the_option_or_variable() -> None:
-    from durable_assets.kit.errors import UsageError, WebhookConfigError
-    from durable_assets.kit.retention import RetentionPolicy
-    from durable_assets.kit.webhooks import WebhookSettings
+    from durable_assets.errors import UsageError, WebhookConfigError
+    from durable_assets.ops.retention.pruning import RetentionPolicy
+    from durable_assets.ops.webhooks.outbox import WebhookSettings
 
     with pytest.raises(UsageError, match=r"--failed-days / DURABLE_RETENTION_FAILED_DAYS"):
         RetentionPolicy(failed_days=-1)

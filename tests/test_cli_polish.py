@@ -133,8 +133,8 @@ def test_review_note_in_the_report_is_readable_text(dagster_home: Path, tmp_path
 
 
 def test_status_columns_stay_aligned_with_long_step_names(capsys: pytest.CaptureFixture[str]) -> None:
-    from durable_assets.kit.status_model import BatchStatusModel
     from durable_assets.ops.cli import _print_status
+    from durable_assets.ops.status_model import BatchStatusModel
 
     names = ["load", "a_step_name_well_past_twenty_characters", *[f"s{n}" for n in range(3, 11)]]
     unset = dict.fromkeys(["input_hash", "output_ref", "started_at", "error"])

@@ -15,14 +15,14 @@ import json
 import re
 import signal
 
-from durable_assets.kit.status_model import (
+from durable_assets.ops import cli
+from durable_assets.ops.status_model import (
     BatchStatus,
     BatchStatusModel,
     ProgressModel,
     StepModel,
     StepStatus,
 )
-from durable_assets.ops import cli
 from tests.support.processes import REPO
 
 DOC = REPO / "docs" / "contract.md"

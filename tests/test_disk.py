@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from durable_assets.kit.errors import DiskFullError, UnknownBatchError
+from durable_assets.errors import DiskFullError, UnknownBatchError
 from durable_assets.ops import disk
 
 

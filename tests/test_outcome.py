@@ -12,10 +12,10 @@ from pathlib import Path
 from dagster import DagsterInstance
 from prometheus_client.parser import text_string_to_metric_families
 
-from durable_assets.ops.batch_webhooks import terminal_event
 from durable_assets.ops.metrics import render_metrics
 from durable_assets.ops.status import batch_runs, held_for_review
 from durable_assets.ops.summary import SummarySpec, batch_summary, format_money, format_seconds
+from durable_assets.ops.webhooks.batch import terminal_event
 
 from .conftest import job_cli
 

@@ -16,10 +16,10 @@ from dagster import DagsterEventType
 
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.progress import Progress, ProgressStore
-from durable_assets.kit.status_model import ProgressModel
 from durable_assets.kit.tags import CANCELED_KEY
 from durable_assets.ops.progress_lines import progress_line
 from durable_assets.ops.runner import cancel_batch
+from durable_assets.ops.status_model import ProgressModel
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
 

@@ -36,17 +36,16 @@ from dagster._core.storage.runs.schema import RunsTable
 from dagster._core.utils import make_new_run_id
 from dagster_shared.serdes import deserialize_value
 
+from durable_assets.errors import PruneInProgressError, UsageError
 from durable_assets.kit import dagster_internals
 from durable_assets.kit import db as kit_db
-from durable_assets.kit import retention as kit_retention
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.errors import PruneInProgressError, UsageError
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.progress import Progress, ProgressStore
-from durable_assets.kit.retention import DAY_S, RetentionPolicy, read_archive
 from durable_assets.kit.tags import BATCH_TAG
-from durable_assets.ops.retention import policy_from_env, prune_batches
+from durable_assets.ops.retention import policy_from_env, prune_batches, pruning
+from durable_assets.ops.retention.pruning import DAY_S, RetentionPolicy, read_archive
 
 from .conftest import REPO, job_cli
 
@@ -233,7 +232,7 @@ def test_prunes_exactly_per_policy_and_archives_everything(
 ) -> None:
     """The same outcome on the verified Dagster release (bulk SQL on Dagster's tables) and on any
     other (the public API, run by run), but for the emptied SQLite shard files Dagster leaves."""
-    monkeypatch.setattr(kit_retention, "EVENT_PAGE", 2)  # every run's events span several pages
+    monkeypatch.setattr(pruning, "EVENT_PAGE", 2)  # every run's events span several pages
     if not bulk:
         monkeypatch.setattr(dagster_internals, "is_verified_version", lambda: False)
     for batch_id, (runs, _) in AGES.items():
@@ -441,11 +440,11 @@ _DRIVER = textwrap.dedent(
     """
     import os, signal, sys
     from dagster import DagsterInstance
-    import durable_assets.kit.retention as kit_retention
+    import durable_assets.ops.retention.pruning as pruning
     from durable_assets.ops.retention import prune_batches
 
-    point, nth, kit_retention.CHUNK_SIZE = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    real, calls = getattr(kit_retention, point), [0]
+    point, nth, pruning.CHUNK_SIZE = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    real, calls = getattr(pruning, point), [0]
 
     def crash(*args, **kwargs):
         calls[0] += 1
@@ -453,7 +452,7 @@ _DRIVER = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGKILL)
         return real(*args, **kwargs)
 
-    setattr(kit_retention, point, crash)
+    setattr(pruning, point, crash)
     with DagsterInstance.get() as instance:
         prune_batches(instance)
     sys.exit(7)  # the crash point was never reached

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from durable_assets import settings as settings_module
-from durable_assets.kit.errors import UsageError
+from durable_assets.errors import UsageError
 from durable_assets.settings import Settings, default_text, markdown_table, settings, variable
 
 REPO = Path(__file__).resolve().parent.parent
@@ -191,4 +191,4 @@ def test_settings_imports_nothing_of_ours_but_the_errors() -> None:
         for alias in node.names
         if alias.name.startswith("durable_assets")
     }
-    assert ours == {"durable_assets.kit.errors"}
+    assert ours == {"durable_assets.errors"}

@@ -24,6 +24,17 @@
 ``docs/your-own-job.md`` walks through a whole job.
 """
 
+from durable_assets.errors import (
+    DurableError,
+    GuardrailError,
+    InputFileError,
+    ProviderAccountMismatchError,
+    ProviderConfigError,
+    ProviderRejectedError,
+    ProviderResponseMismatchError,
+    TransientProviderError,
+    UsageError,
+)
 from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.batch_files import (
@@ -35,17 +46,6 @@ from durable_assets.kit.batch_files import (
 )
 from durable_assets.kit.checks import batch_check, check_examples, check_result
 from durable_assets.kit.effects import EffectReport, EffectRunner, answer_mismatches, review_note
-from durable_assets.kit.errors import (
-    DurableError,
-    GuardrailError,
-    InputFileError,
-    ProviderAccountMismatchError,
-    ProviderConfigError,
-    ProviderRejectedError,
-    ProviderResponseMismatchError,
-    TransientProviderError,
-    UsageError,
-)
 from durable_assets.kit.frames import typed, write_csv_atomically
 from durable_assets.kit.guardrails import Guardrails, amount_ceiling, count_ceiling
 from durable_assets.kit.job import (

@@ -12,9 +12,9 @@ import logging
 
 import sqlalchemy as sa
 
+from durable_assets.errors import ProviderAccountMismatchError
 from durable_assets.kit.accounts import UNBOUND_NAMESPACE, ProviderAccount
 from durable_assets.kit.db import DurableDatabase, batch_accounts, effect_subjects, idempotency, now
-from durable_assets.kit.errors import ProviderAccountMismatchError
 
 log = logging.getLogger(__name__)
 

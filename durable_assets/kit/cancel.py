@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from durable_assets.errors import BatchCanceledError
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, cancel_requests, now
-from durable_assets.kit.errors import BatchCanceledError
 
 
 class CancelStore:

@@ -16,9 +16,7 @@ makes the process append, at its exit, one JSON line with how often it passed ea
 suite learns from an uncrashed run which hits exist (first, middle, last) instead of guessing.
 
 Unarmed (the normal case) a call costs one module-level ``None`` check: the environment is read
-once, on the first call, after which ``_armed`` is None for good. Settings are imported lazily in
-:func:`arm` because the kit's modules import this one while ``durable_assets.settings`` (which
-imports the kit's errors, and so the kit's ``__init__``) may still be initialising.
+once, on the first call, after which ``_armed`` is None for good.
 """
 
 from __future__ import annotations
@@ -32,7 +30,8 @@ from collections import Counter
 from enum import StrEnum
 from pathlib import Path
 
-from durable_assets.kit.errors import UsageError
+from durable_assets.errors import UsageError
+from durable_assets.settings import settings
 
 __all__ = ["CrashPoint", "CrashSpec", "arm", "crash_point", "disarm", "parse_spec"]
 
@@ -58,11 +57,11 @@ class CrashPoint(StrEnum):
     STEP_BODY_DONE = "step_body_done"  # the body returned; Dagster has not recorded the output
     ALL_STEPS_DONE = "all_steps_done"  # the run's steps are over; Dagster has not recorded its end
     RUN_END = "run_end"  # the run's end is recorded; the CLI's bookkeeping (webhooks, lease) is not
-    # the webhook outbox (kit/webhooks.py)
+    # the webhook outbox (ops/webhooks/outbox.py)
     WEBHOOK_CLAIMED = "webhook_claimed"
     WEBHOOK_SENT = "webhook_sent"  # the receiver answered; the answer is not recorded yet
     WEBHOOK_RECORDED = "webhook_recorded"
-    # retention (kit/retention.py)
+    # retention (ops/retention/pruning.py)
     ARCHIVE_WRITTEN = "archive_written"  # fsynced under its temporary name
     ARCHIVE_RENAMED = "archive_renamed"
     BATCH_DELETED = "batch_deleted"  # a chunk of lineages is gone from storage
@@ -184,8 +183,6 @@ def arm(spec: CrashSpec | str | None = None, counts_path: str | Path | None = No
     """
     global _armed
     if spec is None and counts_path is None:
-        from durable_assets.settings import settings  # lazily: see the module docstring
-
         current = settings()
         spec, counts_path = current.crash_at, current.crash_counts
     parsed = parse_spec(spec) if isinstance(spec, str) else spec

@@ -142,7 +142,7 @@ REASONS: dict[str, Reason] = {
         "The payload of the engine events we write (step sent, worker, progress metadata).",
         "none: instance.report_engine_event is public but needs this payload for metadata",
     ),
-    # --- reading the event log (kit/runlog.py) ---------------------------------------------------
+    # --- reading the event log (ops/runlog.py) ---------------------------------------------------
     "EventLogCursor": Reason(
         "Starts get_records_for_run after a storage id we kept.",
         "none: the cursor string format is private; only cursors Dagster returned are public",
@@ -159,7 +159,7 @@ REASONS: dict[str, Reason] = {
     ),
     "WorkerStatus": Reason("The status inside CheckRunHealthResult.", "none"),
     "LaunchRunContext": Reason("What RunLauncher.launch_run receives.", "none"),
-    # --- retention's bulk delete (kit/retention.py), only on the verified version ----------------
+    # --- retention's bulk delete (ops/retention/pruning.py), only on the verified version ----------------
     "SqlEventLogStorage": Reason(
         "Retention reads and deletes event rows in bulk when the event log is SQL.",
         "instance.get_records_for_run and instance.delete_run, one run at a time",

@@ -23,8 +23,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from durable_assets.errors import LeaseHeldError, ProviderRejectedError, ProviderResponseMismatchError
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
-from durable_assets.kit.errors import LeaseHeldError, ProviderRejectedError, ProviderResponseMismatchError
 from durable_assets.kit.group_commit import (
     COMMIT_MAX_KEYS,
     COMMIT_WINDOW_S,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from durable_assets.kit.errors import BatchInterruptedError
+from durable_assets.errors import BatchInterruptedError
 
 __all__ = ["clear_stop", "raise_if_stop_requested", "request_stop", "stop_requested"]
 

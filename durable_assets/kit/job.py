@@ -33,9 +33,9 @@ from dagster import (
 )
 from pydantic import Field
 
+from durable_assets.errors import StepWiringError, UnknownJobError
 from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.dagster_internals import UnresolvedAssetJobDefinition
-from durable_assets.kit.errors import StepWiringError, UnknownJobError
 from durable_assets.kit.schedules import DailyBatches
 from durable_assets.kit.tags import EFFECT_SCOPE_KEY, EXECUTOR_TAG, LABEL_KEY, SHARDS_TAG, STEPS_KEY
 

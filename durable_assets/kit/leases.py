@@ -25,9 +25,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from durable_assets.errors import FencedOutError, LeaseHeldError
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, leases, now
-from durable_assets.kit.errors import FencedOutError, LeaseHeldError
 from durable_assets.settings import Settings, settings
 
 #: Declared once, in the settings (``DURABLE_LEASE_TTL_S``); named here for the lease's readers.

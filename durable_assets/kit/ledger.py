@@ -28,10 +28,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from durable_assets.errors import IdempotencyKeyMismatchError
 from durable_assets.kit.accounts import DEFAULT_NAMESPACE
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, effect_subjects, idempotency, now
-from durable_assets.kit.errors import IdempotencyKeyMismatchError
 
 STARTED = "started"
 FINISHED = "finished"

@@ -8,7 +8,7 @@ backs off as one instead of sixteen threads retrying on their own. ``Retry-After
 
 A 429 is the provider pacing us, never a fault: it is not an attempt and never makes a request give
 up. Faults (5xx, connection errors, timeouts) are retried with backoff until the provider has given
-no successful answer for the down budget; then :class:`~durable_assets.kit.errors.ProviderUnavailableError`
+no successful answer for the down budget; then :class:`~durable_assets.errors.ProviderUnavailableError`
 names the setting that controls it. A budget in seconds, unlike a count of attempts, bounds how long
 a batch waits for a dead provider whatever the concurrency, the chunking or the request timeout.
 """
@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from durable_assets.kit.db import DurableDatabase, rate_limits
-from durable_assets.kit.db import now as db_now
-from durable_assets.kit.errors import (
+from durable_assets.errors import (
     IdempotencyKeyInFlightError,
     ProviderUnavailableError,
     TransientProviderError,
 )
+from durable_assets.kit.db import DurableDatabase, rate_limits
+from durable_assets.kit.db import now as db_now
 from durable_assets.settings import settings
 
 if TYPE_CHECKING:

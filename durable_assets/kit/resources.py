@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dagster import ConfigurableResource, DagsterInstance, InitResourceContext
 from pydantic import Field, PrivateAttr
 
+from durable_assets.errors import FencedOutError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.errors import FencedOutError
 from durable_assets.kit.interrupts import raise_if_stop_requested
 from durable_assets.kit.leases import (
     Heartbeat,

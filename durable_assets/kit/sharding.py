@@ -35,7 +35,7 @@ from dagster import (
     asset,
 )
 
-from durable_assets.kit.errors import DurableError
+from durable_assets.errors import DurableError
 from durable_assets.kit.frames import frame_digest
 from durable_assets.kit.modes import MAX_SHARDS
 from durable_assets.kit.tags import SHARD_OF_KEY

@@ -30,16 +30,16 @@ from dagster import (
     asset,
 )
 
-from durable_assets.kit.account_bindings import AccountBindings
-from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.kit.crashpoints import CrashPoint, crash_point
-from durable_assets.kit.effects import EffectRunner
-from durable_assets.kit.errors import (
+from durable_assets.errors import (
     BatchCanceledError,
     DurableError,
     StepWiringError,
     TransientProviderError,
 )
+from durable_assets.kit.account_bindings import AccountBindings
+from durable_assets.kit.accounts import ProviderAccount
+from durable_assets.kit.crashpoints import CrashPoint, crash_point
+from durable_assets.kit.effects import EffectRunner
 from durable_assets.kit.frames import frame_digest
 from durable_assets.kit.ledger import Intent, LedgerEntry
 from durable_assets.kit.pacing import Backoff as PacingBackoff

@@ -24,7 +24,7 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
-from durable_assets.kit.errors import InputFileError
+from durable_assets.errors import InputFileError
 
 CSV_SUFFIXES: Final = frozenset({".csv"})
 PARQUET_SUFFIXES: Final = frozenset({".parquet", ".pq"})

@@ -34,17 +34,17 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from durable_assets.kit.errors import BatchConflictError, InvalidBatchIdError, UnknownBatchError, UsageError
-from durable_assets.kit.http_guard import (
+from durable_assets.errors import BatchConflictError, InvalidBatchIdError, UnknownBatchError, UsageError
+from durable_assets.ops import openapi, runner
+from durable_assets.ops.events import BatchEventFeed
+from durable_assets.ops.http_guard import (
     RETRY_AFTER_S,
     ConnectionLimits,
     guarded_protocol,
     over_capacity_body,
 )
-from durable_assets.kit.sse import SharedFeeds, event_stream, parse_last_event_id
-from durable_assets.ops import openapi, runner
-from durable_assets.ops.events import BatchEventFeed
 from durable_assets.ops.registry import durable_jobs
+from durable_assets.ops.sse import SharedFeeds, event_stream, parse_last_event_id
 from durable_assets.ops.status import batch_status, list_batches
 from durable_assets.settings import Settings
 from durable_assets.settings import settings as durable_settings
@@ -497,7 +497,7 @@ def serve(
         log_level="info",
         timeout_graceful_shutdown=2,
         lifespan="off",
-        # h11, not httptools: h11 bounds what it buffers, and the guard (kit/http_guard.py) is a
+        # h11, not httptools: h11 bounds what it buffers, and the guard (ops/http_guard.py) is a
         # subclass of uvicorn's h11 protocol that adds the header size, header time and
         # connection caps that neither enforces.
         http=guarded_protocol(limits),  # type: ignore[arg-type]

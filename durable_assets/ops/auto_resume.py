@@ -47,9 +47,9 @@ from dagster import (
     sensor,
 )
 
+from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.errors import LeaseHeldError
 from durable_assets.kit.leases import DEFAULT_LEASE_TTL_S, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.resources import run_ended

@@ -14,12 +14,12 @@ from datetime import date, timedelta
 
 from dagster import DagsterInstance, DagsterRunStatus
 
-from durable_assets.kit.errors import DurableError, UsageError
-from durable_assets.kit.status_model import BatchStatus
+from durable_assets.errors import DurableError, UsageError
 from durable_assets.ops.batch_log import batch_failure
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.runner import resume_batch, start_batch
 from durable_assets.ops.status import batch_runs, batch_status
+from durable_assets.ops.status_model import BatchStatus
 
 #: A longer range is almost certainly a typo in a year; split it deliberately if it is not.
 MAX_DAYS = 366

@@ -17,11 +17,11 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from durable_assets.kit.errors import BatchInterruptedError, DurableError, UsageError
+from durable_assets.errors import BatchInterruptedError, DurableError, UsageError
 from durable_assets.kit.modes import DEFAULT_SHARDS, MAX_SHARDS, ExecutorKind
 
 if TYPE_CHECKING:  # imported where used: `job --help` stays fast
-    from durable_assets.kit.status_model import BatchStatusModel
+    from durable_assets.ops.status_model import BatchStatusModel
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
 #: The batch succeeded but some of its items wait for a person (status JSON ``needs_review``).
@@ -350,7 +350,7 @@ def _instance(verbose: bool) -> Any:
 
 
 def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
-    from durable_assets.kit.console import ClosedPipeSafe, user_stream
+    from durable_assets.ops.console import ClosedPipeSafe, user_stream
 
     # Opened before the run: it keeps reaching the terminal while Dagster's output goes to the log.
     out = ClosedPipeSafe(user_stream())
@@ -375,8 +375,8 @@ def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
 
 def _finish(instance: Any, batch_id: str) -> int:
     """The end-of-batch summary (summary.py) and the exit code it means."""
-    from durable_assets.kit.status_model import BatchStatus
     from durable_assets.ops.status import batch_runs, batch_status
+    from durable_assets.ops.status_model import BatchStatus
     from durable_assets.ops.summary import batch_summary, provider_line, spec_for
 
     st = batch_status(instance, batch_id)
@@ -398,9 +398,9 @@ def _finish(instance: Any, batch_id: str) -> int:
 
 def _print_failure(instance: Any, batch_id: str, st: BatchStatusModel) -> None:
     """One line: the step, the reason our code gave, and the log with everything else."""
-    from durable_assets.kit.status_model import BatchStatus
     from durable_assets.ops.batch_log import batch_failure, log_path
     from durable_assets.ops.disk import batch_disk_full, full_path_of_reason
+    from durable_assets.ops.status_model import BatchStatus
 
     runs = [r for r in (instance.get_run_by_id(run_id) for run_id in st.run_ids) if r is not None]
     step_key, reason = batch_failure(instance, runs)
@@ -532,7 +532,7 @@ def _prune(instance: Any, args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from durable_assets.kit.console import ClosedPipeSafe, echo_worker_output
+    from durable_assets.ops.console import ClosedPipeSafe, echo_worker_output
 
     ClosedPipeSafe.install()  # `job list | head -3`: stop writing quietly, finish, keep the exit code
     args = build_parser(_default_job_name(sys.argv[1:] if argv is None else argv)).parse_args(argv)
@@ -586,8 +586,8 @@ def _home() -> Any:
 
 def _current_step(instance: Any, batch_id: str) -> int | None:
     """The step a batch stopped in: the first one not completed (UnknownBatchError before it existed)."""
-    from durable_assets.kit.status_model import StepStatus
     from durable_assets.ops.status import batch_status
+    from durable_assets.ops.status_model import StepStatus
 
     steps = batch_status(instance, batch_id).steps or []
     return next((s.step for s in steps if s.status != StepStatus.COMPLETED), None)

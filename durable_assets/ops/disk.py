@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import sqlalchemy as sa
 
-from durable_assets.kit.errors import DiskFullError, UnknownBatchError
+from durable_assets.errors import DiskFullError, UnknownBatchError
 
 T = TypeVar("T")
 

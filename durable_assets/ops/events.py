@@ -1,6 +1,6 @@
 """What a batch's event stream carries: ``progress``, ``step`` and ``status`` events.
 
-Every event is read from the batch's Dagster event logs (kit/runlog.py): step and run status
+Every event is read from the batch's Dagster event logs (ops/runlog.py): step and run status
 changes are Dagster's own events and progress reports are engine events the durable steps write
 there (kit/progress.py). One source in one id sequence is what makes the ids increase, the
 interleaving true, and a resume with ``Last-Event-ID`` exact: the same storage always yields the
@@ -15,13 +15,13 @@ from typing import Any
 
 from dagster import DagsterEventType, DagsterInstance
 
-from durable_assets.kit.errors import UnknownBatchError
+from durable_assets.errors import UnknownBatchError
 from durable_assets.kit.progress import Progress, progress_from_event
-from durable_assets.kit.runlog import LineageFeed, LineageRecord, encode_id
-from durable_assets.kit.sse import ServerSentEvent
-from durable_assets.kit.status_model import BatchStatus, StepEventStatus
 from durable_assets.ops.registry import durable_jobs
+from durable_assets.ops.runlog import LineageFeed, LineageRecord, encode_id
+from durable_assets.ops.sse import ServerSentEvent
 from durable_assets.ops.status import batch_runs, check_batch_id
+from durable_assets.ops.status_model import BatchStatus, StepEventStatus
 
 STEP_EVENT_STATUS = {
     DagsterEventType.STEP_START: StepEventStatus.IN_PROGRESS,

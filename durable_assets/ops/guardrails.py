@@ -15,8 +15,8 @@ from typing import Any
 from durable_assets.kit import DurableJob, Guardrails
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.guardrails import GuardrailPin, PinnedGuardrails, describe_values
-from durable_assets.kit.status_model import GuardrailsModel
 from durable_assets.ops.registry import durable_jobs
+from durable_assets.ops.status_model import GuardrailsModel
 
 OVERRIDE_OPTION = "--override-guardrails"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from durable_assets.kit.errors import InstanceConfigError
+from durable_assets.errors import InstanceConfigError
 
 LAUNCHER_MODULE, LAUNCHER_CLASS = "durable_assets.kit.launcher", "LeaseAwareRunLauncher"
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
 
-from durable_assets.kit.errors import BatchInterruptedError
+from durable_assets.errors import BatchInterruptedError
 from durable_assets.kit.interrupts import clear_stop, request_stop, stop_requested
 
 T = TypeVar("T")
@@ -109,9 +109,9 @@ def _line(batch_id: str, step: int | None) -> str:
 
 def _stopped_at(instance: Any, batch_id: str) -> int | None:
     """The step the batch stopped at (its first step not completed); None when all completed."""
-    from durable_assets.kit.errors import UnknownBatchError
-    from durable_assets.kit.status_model import StepStatus
+    from durable_assets.errors import UnknownBatchError
     from durable_assets.ops.status import batch_status
+    from durable_assets.ops.status_model import StepStatus
 
     try:
         steps = batch_status(instance, batch_id).steps or []

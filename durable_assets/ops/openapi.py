@@ -2,7 +2,7 @@
 
 Why the schemas are generated: the status JSON is a contract (docs/contract.md), and a second,
 hand-kept description of it drifts from the code that writes it. The component schemas are now the
-JSON Schema of the pydantic models that produce the bodies (kit/status_model.py for the status JSON
+JSON Schema of the pydantic models that produce the bodies (ops/status_model.py for the status JSON
 and the event stream's payloads, the small models below for the API's own answers), so a field
 added to a model is documented by being added. What stays written out here is per route: its
 summary, parameters and the answers it gives, which are facts about the handlers, not the data.
@@ -17,8 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from pydantic.json_schema import models_json_schema
 
-from durable_assets.kit.runlog import RUN_STRIDE
-from durable_assets.kit.status_model import (
+from durable_assets.ops.runlog import RUN_STRIDE
+from durable_assets.ops.status_model import (
     BATCH_ID_REGEX,
     STATUS_MODELS,
     BatchStatusModel,
@@ -40,7 +40,7 @@ class ErrorModel(BaseModel):
 class OverCapacityModel(BaseModel):
     """503: a cap of the server is full. `setting` is the variable that raises it."""
 
-    # Written by kit/http_guard.py's ``over_capacity_body`` (also below the ASGI app); described here.
+    # Written by ops/http_guard.py's ``over_capacity_body`` (also below the ASGI app); described here.
     error: Literal["over_capacity"]
     message: str
     cap: Literal["connections", "event_streams"]
@@ -51,7 +51,7 @@ class OverCapacityModel(BaseModel):
 class LimitExceededModel(BaseModel):
     """431 / 408 written before any route runs; the connection is then closed."""
 
-    # Written by kit/http_guard.py's protocol before any route runs; described here.
+    # Written by ops/http_guard.py's protocol before any route runs; described here.
     error: Literal["header_too_large", "header_timeout"]
     message: str
     setting: str = Field(description="e.g. DURABLE_API_MAX_HEADER_BYTES")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TextIO
 
 from durable_assets.kit.progress import Progress
-from durable_assets.kit.status_model import ProgressModel
+from durable_assets.ops.status_model import ProgressModel
 
 
 class ProgressFeed(Protocol):

@@ -19,7 +19,6 @@ from dagster import (
     JobDefinition,
 )
 
-from durable_assets.kit.status_model import StepStatus
 from durable_assets.kit.tags import (
     BATCH_TAG,
     PARENT_RUN_ID_TAG,
@@ -28,6 +27,7 @@ from durable_assets.kit.tags import (
     ROOT_RUN_ID_TAG,
 )
 from durable_assets.ops.status import step_states
+from durable_assets.ops.status_model import StepStatus
 
 #: Run statuses whose worker may still be alive (or not started yet).
 LIVE = frozenset(

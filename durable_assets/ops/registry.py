@@ -17,9 +17,9 @@ from functools import cache
 
 from dagster import DagsterRun, JobDefinition, build_reconstructable_job
 
+from durable_assets.errors import UnknownJobError, UsageError
 from durable_assets.kit import BATCH_TAG, DurableJob, DurableJobs
 from durable_assets.kit.dagster_internals import ReconstructableJob
-from durable_assets.kit.errors import UnknownJobError, UsageError
 from durable_assets.kit.modes import DEFAULT_SHARDS, ExecutorKind
 from durable_assets.kit.tags import EXECUTOR_TAG, SHARDS_TAG
 from durable_assets.settings import settings

@@ -23,21 +23,20 @@ from dagster import (
     execute_job,
 )
 
-from durable_assets.kit.account_bindings import AccountBindings, mismatch_message
-from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.kit.cancel import CancelStore
-from durable_assets.kit.crashpoints import CrashPoint, crash_point
-from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.errors import (
+from durable_assets.errors import (
     BatchExistsError,
     LeaseHeldError,
     ProviderAccountMismatchError,
     UnknownBatchError,
 )
+from durable_assets.kit.account_bindings import AccountBindings, mismatch_message
+from durable_assets.kit.accounts import ProviderAccount
+from durable_assets.kit.cancel import CancelStore
+from durable_assets.kit.crashpoints import CrashPoint, crash_point
+from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.modes import DEFAULT_SHARDS, ExecutorKind
 from durable_assets.kit.resources import run_ended
-from durable_assets.kit.status_model import StepStatus
 from durable_assets.kit.tags import (
     BATCH_TAG,
     EXECUTOR_TAG,
@@ -47,13 +46,14 @@ from durable_assets.kit.tags import (
     WORKER_LOST_LEASE_EXPIRED,
     WORKER_LOST_TAG,
 )
-from durable_assets.ops import batch_webhooks
 from durable_assets.ops.batch_log import batch_output
 from durable_assets.ops.guardrails import pin_at_run, reconcile_on_resume
 from durable_assets.ops.instance import ensure_instance_config
 from durable_assets.ops.reexecution import LIVE, batch_tags, record_run_success
 from durable_assets.ops.registry import durable_jobs, job_of_runs, reconstructable_job, shards_of_runs
 from durable_assets.ops.status import batch_runs, check_batch_id, step_states, worker_lost
+from durable_assets.ops.status_model import StepStatus
+from durable_assets.ops.webhooks import batch as batch_webhooks
 from durable_assets.settings import settings
 
 #: Dagster's console logger prints every event at DEBUG; the CLI shows its own progress instead.

@@ -21,7 +21,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from durable_assets.kit.errors import DatabaseLockedError
+from durable_assets.errors import DatabaseLockedError
 
 #: How long a file may stay write-locked before the holder counts as stuck: far beyond any healthy
 #: transaction of ours (a group commit of 200 answers takes milliseconds), far below the minutes a

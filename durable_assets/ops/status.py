@@ -16,23 +16,13 @@ from typing import Any
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
+from durable_assets.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.leases import Lease, LeaseStore, holder_is_gone, owner_pid
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.sharding import step_of_shard
-from durable_assets.kit.status_model import (
-    BATCH_ID_REGEX,
-    AutoResumeModel,
-    BatchStatus,
-    BatchStatusModel,
-    ProgressModel,
-    ProviderModel,
-    StepModel,
-    StepStatus,
-)
 from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
@@ -47,6 +37,16 @@ from durable_assets.kit.tags import (
 from durable_assets.ops.batch_log import blocks, describe_failed_checks, step_failure_reason
 from durable_assets.ops.guardrails import guardrails_model
 from durable_assets.ops.registry import durable_jobs, job_of_runs
+from durable_assets.ops.status_model import (
+    BATCH_ID_REGEX,
+    AutoResumeModel,
+    BatchStatus,
+    BatchStatusModel,
+    ProgressModel,
+    ProviderModel,
+    StepModel,
+    StepStatus,
+)
 from durable_assets.settings import settings
 
 BATCH_ID_PATTERN = re.compile(BATCH_ID_REGEX)

@@ -3,12 +3,12 @@ implementations.
 
 The refund step must not care whether refunds go to the embedded provider or over HTTP to a
 Stripe-compatible API: both gateways share one template (:class:`_GatewayBase`) that builds the
-request, validates the answer and maps failures onto :mod:`durable_assets.kit.errors`. Only the
+request, validates the answer and maps failures onto :mod:`durable_assets.errors`. Only the
 transport differs, so a retry policy written against one behaves identically against the other.
 
 Everything the provider answers is checked against what was asked (amount, currency, charge,
 idempotency key) and anything that does not match raises
-:class:`~durable_assets.kit.errors.ProviderResponseMismatchError`: for money, failing closed is the
+:class:`~durable_assets.errors.ProviderResponseMismatchError`: for money, failing closed is the
 only safe reaction to an answer we do not understand.
 
 Customers (:class:`CustomerGateway`, for the credit migration) are deliberately thinner: each
@@ -36,8 +36,7 @@ from stripe.params import (
     CustomerListParams,
 )
 
-from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.kit.errors import (
+from durable_assets.errors import (
     DurableError,
     IdempotencyKeyInFlightError,
     IdempotencyKeyMismatchError,
@@ -47,6 +46,7 @@ from durable_assets.kit.errors import (
     TransientProviderError,
     UsageError,
 )
+from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.payments.embedded import EmbeddedProvider
 from durable_assets.payments.store import JsonObject, PaymentStore, StripeApiError
 

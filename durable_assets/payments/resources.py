@@ -9,15 +9,15 @@ from pathlib import Path
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
-from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.errors import (
+from durable_assets.errors import (
     ProviderConfigError,
     ProviderError,
     ProviderRejectedError,
     ProviderResponseMismatchError,
     ProviderUnavailableError,
 )
+from durable_assets.kit.accounts import ProviderAccount
+from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.pacing import (
     Backoff,

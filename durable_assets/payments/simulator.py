@@ -69,7 +69,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from durable_assets.kit.errors import UsageError
+from durable_assets.errors import UsageError
 from durable_assets.payments.store import (
     JsonObject,
     PaymentStore,

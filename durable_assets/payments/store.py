@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from durable_assets.kit.errors import UsageError
+from durable_assets.errors import UsageError
 
 JsonObject = dict[str, Any]
 

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from durable_assets.kit.errors import UsageError
+from durable_assets.errors import UsageError
 from durable_assets.ops.api import ApiSettings
 from tests.api.helpers import TOKEN, ApiServer, read_stream
 from tests.crash.helpers import job, job_env

@@ -16,8 +16,8 @@ import httpx
 import jsonschema_rs
 import pytest
 
-from durable_assets.kit.status_model import BatchStatus, StepEventStatus, StepStatus
 from durable_assets.ops import openapi
+from durable_assets.ops.status_model import BatchStatus, StepEventStatus, StepStatus
 from tests.api.conftest import FINISHED_BY_JOB, Served
 from tests.api.helpers import read_stream
 from tests.crash.helpers import instance_reader

@@ -132,7 +132,7 @@ class InstanceReader(Closing):
 
     def status(self, batch_id: str) -> dict[str, Any] | None:
         """``job status --json``'s object, or None while the batch has no run yet."""
-        from durable_assets.kit.errors import UnknownBatchError
+        from durable_assets.errors import UnknownBatchError
         from durable_assets.ops.status import batch_status
 
         try:

@@ -434,7 +434,7 @@ def test_a_prune_killed_at_a_named_point_is_finished_by_the_next_prune(
 
 
 def _assert_archive_complete(path: Path, reference: Reference) -> None:
-    from durable_assets.kit.retention import read_archive
+    from durable_assets.ops.retention.pruning import read_archive
 
     records = list(read_archive(path))
     kinds = [r["kind"] for r in records]

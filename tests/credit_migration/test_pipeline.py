@@ -24,8 +24,8 @@ from durable_assets.credit_migration.resources import CreditLimits
 from durable_assets.credit_migration.synthetic import synthetic_accounts
 from durable_assets.credit_migration.validation import validate_accounts
 from durable_assets.definitions import defs
+from durable_assets.errors import DurableError
 from durable_assets.kit.db import DurableDatabase, idempotency
-from durable_assets.kit.errors import DurableError
 from durable_assets.kit.guardrails import PinnedGuardrails
 from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.payments.gateway import EmbeddedGateway

@@ -18,7 +18,7 @@ from durable_assets.credit_migration.synthetic import (
     synthetic_mix,
 )
 from durable_assets.credit_migration.validation import read_legacy_file, validate_accounts
-from durable_assets.kit.errors import UsageError
+from durable_assets.errors import UsageError
 
 ATTRIBUTES = [s.LEGACY_ACCOUNT_ID, s.EMAIL, s.NAME, s.CURRENCY]
 

@@ -13,7 +13,7 @@ import pytest
 from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.schema import QuarantineReason as R
 from durable_assets.credit_migration.validation import read_legacy_file, validate_accounts
-from durable_assets.kit.errors import InputFileError
+from durable_assets.errors import InputFileError
 
 GOOD: dict[str, str] = {
     s.LEGACY_ACCOUNT_ID: "LEG-1",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from durable_assets.errors import ProviderAccountMismatchError, UsageError
 from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.errors import ProviderAccountMismatchError, UsageError
 from durable_assets.kit.ledger import Intent, Ledger
 
 A = ProviderAccount("stripe", "acct_A")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from durable_assets.errors import UsageError
 from durable_assets.kit import crashpoints
 from durable_assets.kit.crashpoints import CrashPoint, CrashSpec, arm, crash_point, disarm, parse_spec
-from durable_assets.kit.errors import UsageError
 from durable_assets.settings import Settings
 from tests.support.processes import REPO
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.errors import LeaseHeldError
 from durable_assets.kit.leases import LeaseStore, holder_is_gone, owner_of, owner_pid, process_owner
 from tests.support.polling import wait_until
 

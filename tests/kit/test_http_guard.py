@@ -1,4 +1,4 @@
-"""The header-size count of kit/http_guard.py, fed byte strings directly (no sockets)."""
+"""The header-size count of ops/http_guard.py, fed byte strings directly (no sockets)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from durable_assets.kit.http_guard import ConnectionLimits, guarded_protocol
+from durable_assets.ops.http_guard import ConnectionLimits, guarded_protocol
 
 LIMIT = 1024
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
+from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.errors import LeaseHeldError
 from durable_assets.kit.leases import LeaseStore, acquire_unless_live_run
 from durable_assets.kit.resources import run_ended
 

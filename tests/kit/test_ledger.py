@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from durable_assets.errors import IdempotencyKeyMismatchError
 from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.errors import IdempotencyKeyMismatchError
 from durable_assets.kit.ledger import FINISHED, Intent, Ledger
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from durable_assets.kit.errors import ProviderUnavailableError, TransientProviderError
+from durable_assets.errors import ProviderUnavailableError, TransientProviderError
 from durable_assets.kit.pacing import (
     DECREASE,
     FAIL_FAST_S,

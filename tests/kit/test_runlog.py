@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from durable_assets.kit.runlog import RUN_STRIDE, LineageFeed, decode_id, encode_id
+from durable_assets.ops.runlog import RUN_STRIDE, LineageFeed, decode_id, encode_id
 
 
 class FakeLog:

@@ -7,7 +7,7 @@ import json
 import anyio
 import pytest
 
-from durable_assets.kit.sse import KEEPALIVE, ServerSentEvent, SharedFeeds, event_stream, parse_last_event_id
+from durable_assets.ops.sse import KEEPALIVE, ServerSentEvent, SharedFeeds, event_stream, parse_last_event_id
 
 
 def test_an_event_is_one_block_with_id_event_and_one_data_line() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from durable_assets.kit.errors import InputFileError
+from durable_assets.errors import InputFileError
 from durable_assets.kit.tables import read_text_table
 
 COLUMNS = ["a", "b"]

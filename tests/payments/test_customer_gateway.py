@@ -15,7 +15,7 @@ import httpx
 import pytest
 import stripe
 
-from durable_assets.kit.errors import (
+from durable_assets.errors import (
     IdempotencyKeyInFlightError,
     IdempotencyKeyMismatchError,
     ProviderRejectedError,

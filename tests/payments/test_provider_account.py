@@ -19,12 +19,12 @@ import pytest
 import stripe
 from dagster import build_init_resource_context, instance_for_test
 
-from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.kit.errors import (
+from durable_assets.errors import (
     ProviderConfigError,
     ProviderRejectedError,
     ProviderResponseMismatchError,
 )
+from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.payments import store as store_module
 from durable_assets.payments.gateway import (
     EmbeddedGateway,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from durable_assets.kit.errors import UsageError
+from durable_assets.errors import UsageError
 from durable_assets.payments import store as store_module
 from durable_assets.payments.store import PaymentStore, StripeApiError
 

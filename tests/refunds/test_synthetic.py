@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from durable_assets.kit.errors import UsageError
+from durable_assets.errors import UsageError
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.policy import compute_refund_candidates
 from durable_assets.refunds.synthetic import batch_prefix, synthetic_invoices, synthetic_mix

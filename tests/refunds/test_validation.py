@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from durable_assets.kit.errors import InputFileError
+from durable_assets.errors import InputFileError
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.validation import parse_money_cents, read_invoice_file, validate_invoices
 

@@ -2,7 +2,7 @@
 
 It verifies every request the way the Standard Webhooks spec tells receivers to (HMAC-SHA256 over
 ``id.timestamp.body`` with the base64-decoded ``whsec_`` secret, constant-time comparison, a
-5-minute timestamp window), written here independently of ``durable_assets.kit.webhooks``, and
+5-minute timestamp window), written here independently of ``durable_assets.ops.webhooks.outbox``, and
 cross-checks each request with the reference ``standardwebhooks`` library. It answers from a script
 per path (e.g. 500, then 429 with Retry-After, then 200) and deduplicates on ``webhook-id``.
 """

@@ -10,13 +10,14 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus, build_run_status_sensor_context, build_sensor_context
 
 from durable_assets.definitions import defs, refund_batch_job
+from durable_assets.errors import WebhookConfigError
 from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.errors import WebhookConfigError
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.tags import BATCH_TAG
-from durable_assets.kit.webhooks import DELIVERED, FAILED, Outbox
-from durable_assets.ops import batch_webhooks, runner
+from durable_assets.ops import runner
 from durable_assets.ops.status import batch_status
+from durable_assets.ops.webhooks import batch as batch_webhooks
+from durable_assets.ops.webhooks.outbox import DELIVERED, FAILED, Outbox
 from tests.support.polling import wait_until
 
 from .receiver import Receiver

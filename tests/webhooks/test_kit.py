@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import pytest
 import standardwebhooks
 
+from durable_assets.errors import WebhookConfigError, WebhookVerificationError
 from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.errors import WebhookConfigError, WebhookVerificationError
-from durable_assets.kit.webhooks import (
+from durable_assets.ops.webhooks.outbox import (
     DELIVERED,
     FAILED,
     PENDING,

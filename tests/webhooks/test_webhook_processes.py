@@ -14,8 +14,8 @@ import pytest
 
 from durable_assets.kit.crashpoints import CrashPoint
 from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.webhooks import DELIVERED, PENDING, Outbox
 from durable_assets.ops import runner
+from durable_assets.ops.webhooks.outbox import DELIVERED, PENDING, Outbox
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
 

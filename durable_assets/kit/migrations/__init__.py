@@ -26,7 +26,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
-from durable_assets.kit.errors import DurableError
+from durable_assets.errors import DurableError
 
 VERSION_TABLE = "durable_alembic_version"
 #: Our tables' common prefix: what autogenerate may look at in a database shared with Dagster.

@@ -47,6 +47,7 @@ import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, RunRecord, RunsFilter
 from dagster_shared.serdes import serialize_value
 
+from durable_assets.errors import ArchiveError, BatchConflictError, PruneInProgressError, UsageError
 from durable_assets.kit import dagster_internals
 from durable_assets.kit import db as kit_db
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
@@ -62,10 +63,9 @@ from durable_assets.kit.dagster_internals import (
     SqlRunStorage,
 )
 from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.errors import ArchiveError, BatchConflictError, PruneInProgressError, UsageError
 from durable_assets.kit.leases import Lease, LeaseStore
 from durable_assets.kit.ledger import STARTED
-from durable_assets.kit.status_model import BatchStatus
+from durable_assets.ops.status_model import BatchStatus
 
 DAY_S = 86_400.0
 ARCHIVE_FORMAT = 1

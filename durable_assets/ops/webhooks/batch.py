@@ -44,9 +44,10 @@ from dagster import (
 
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import LeaseStore
-from durable_assets.kit.status_model import BatchStatus
 from durable_assets.kit.tags import BATCH_TAG
-from durable_assets.kit.webhooks import (
+from durable_assets.ops.status import batch_runs, batch_status
+from durable_assets.ops.status_model import BatchStatus
+from durable_assets.ops.webhooks.outbox import (
     Deliverer,
     FlushReport,
     Outbox,
@@ -55,7 +56,6 @@ from durable_assets.kit.webhooks import (
     describe_pending,
     message_id,
 )
-from durable_assets.ops.status import batch_runs, batch_status
 from durable_assets.settings import settings as durable_settings
 
 #: The webhook ``type`` of each run status that ends a batch: ``batch.`` + the status word.

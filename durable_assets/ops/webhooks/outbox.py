@@ -37,9 +37,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from durable_assets.errors import UsageError, WebhookConfigError, WebhookVerificationError
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, now, webhook_outbox
-from durable_assets.kit.errors import UsageError, WebhookConfigError, WebhookVerificationError
 from durable_assets.settings import Settings, settings
 
 SECRET_PREFIX = "whsec_"

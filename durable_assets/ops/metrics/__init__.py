@@ -18,12 +18,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from durable_assets.kit.db import DurableDatabase, cancel_requests
 from durable_assets.kit.ledger import FINISHED, REVIEW
-from durable_assets.kit.metrics import RunDigest, RunDigests, histogram, ledger_counts, render
-from durable_assets.kit.status_model import BatchStatus
 from durable_assets.kit.tags import BATCH_TAG, HELD_FOR_REVIEW_KEY, WORKER_LOST_TAG
-from durable_assets.kit.webhooks import DELIVERED, FAILED, PENDING, Outbox
+from durable_assets.ops.metrics.digests import RunDigest, RunDigests, histogram, ledger_counts, render
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.status import held_for_review, is_auto_resume, run_status_label
+from durable_assets.ops.status_model import BatchStatus
+from durable_assets.ops.webhooks.outbox import DELIVERED, FAILED, PENDING, Outbox
 
 __all__ = ["DurableMetrics", "render_metrics"]
 

@@ -1,4 +1,4 @@
-"""Retention for every durable job's batches: the kit's prune, for the CLI and Dagster.
+"""Retention for every durable job's batches, for the CLI and Dagster (:mod:`.pruning` does the work).
 
 ``job prune`` and the daily ``retention`` schedule call the same :func:`prune_batches`, so a
 batch's fate never depends on which one ran. Configuration comes from the environment
@@ -23,9 +23,9 @@ from dagster import (
     op,
 )
 
-from durable_assets.kit.retention import PruneReport, RetentionPolicy, prune
 from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.registry import durable_jobs
+from durable_assets.ops.retention.pruning import PruneReport, RetentionPolicy, prune
 from durable_assets.settings import settings
 
 
@@ -106,7 +106,7 @@ def prune_old_batches(context: OpExecutionContext, config: PruneConfig) -> None:
     )
 
 
-@job(executor_def=in_process_executor, description="Retention: see durable_assets/ops/retention.py")
+@job(executor_def=in_process_executor, description="Retention: see durable_assets/ops/retention/__init__.py")
 def retention() -> None:
     prune_old_batches()
 
