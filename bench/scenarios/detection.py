@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from bench.harness import InstanceView, Result, Size, instance_view, job_env
+from durable_assets.kit.leases import owner_pid
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
 from tests.support.processes import JOB, REPO, VENV_BIN, Process
@@ -187,8 +188,9 @@ def _kill_and_watch(
     view.instance.add_dynamic_partitions("batches", [batch])
     run_id = _submit_like_the_ui(ui, batch)
     owner = wait_until(lambda: _lease_of(view, batch, run_id), timeout=180, what="the worker's lease")
-    host, pid_text = owner.rsplit(":", 1)
-    worker = int(pid_text)
+    host, worker = owner.split(":", 1)[0], owner_pid(owner)
+    if worker is None:
+        raise RuntimeError(f"lease owner {owner} names no process")
     parent = _parent_pid(worker)
     # Only ever kill processes of the daemon we started (its process group), never anything else.
     if host != socket.gethostname() or os.getpgid(worker) != daemon.pid or os.getpgid(parent) != daemon.pid:

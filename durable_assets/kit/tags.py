@@ -49,8 +49,8 @@ WORKER_LOST_CANCELED: Final = "canceled_after_lease_expired"
 
 # --- Dagster's run tags ---------------------------------------------------------------------------
 # Dagster's own tags, read and written by the kit and the operations layer. Spelled out here because
-# their constants live in ``dagster._core.storage.tags``, which is not public API; if Dagster renames
-# one, this is the one place to change.
+# their constants live in a private module of Dagster (its storage tags), not public API; if Dagster
+# renames one, this is the one place to change (kit/dagster_internals.py's contract tests compare).
 
 #: The partition of a partitioned run: written by ops/reexecution.py (so the UI shows the batch as a
 #: partition) and by Dagster for a partition launched in the UI; read by the launcher, the runtime

@@ -31,6 +31,9 @@ from tests.support.processes import JOB, PYTHON, Process
 from tests.support.simulator import ThreadedSimulator
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
+#: What the step a SIGKILL interrupted reads as right after it: still running while the lease is
+#: live and the holder's death unknown, failed (worker lost) once it is known, at once on this host.
+INTERRUPTED = ("in_progress", "failed")
 API_KEY = "sk_test_crash_tier"
 
 

@@ -57,6 +57,7 @@ from tests.webhooks.receiver import Receiver
 from .helpers import (
     EXIT_CONFLICT,
     EXIT_OK,
+    INTERRUPTED,
     EmbeddedProvider,
     Expected,
     InstanceReader,
@@ -305,7 +306,7 @@ def _kill_state(reader: InstanceReader, batch: str, process: JobProcess) -> Kill
         died=rc == KILLED,
         # in progress only: a step a kill left in flight shows `failed` at a later kill, once its run
         # was marked failed, and must not count twice
-        in_flight=[s["step_name"] for s in steps if s["status"] == "in_progress"] if rc == KILLED else [],
+        in_flight=[s["step_name"] for s in steps if s["status"] in INTERRUPTED] if rc == KILLED else [],
         completed=[s["step_name"] for s in steps if s["status"] == "completed"],
     )
 
