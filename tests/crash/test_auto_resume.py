@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from durable_assets.kit.leases import owner_pid
 from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
@@ -24,7 +23,6 @@ from durable_assets.kit.tags import (
 )
 from tests.conftest import job_cli
 from tests.support.dagster_dev import CodeServer, DagsterDev
-from tests.support.polling import wait_until
 
 from .helpers import (
     Expected,
@@ -35,7 +33,7 @@ from .helpers import (
     job_env,
     notices_for,
 )
-from .lost_host import diagnose, parent_pid, recover_lost_host, run_of
+from .lost_host import LostHost
 
 pytestmark = pytest.mark.slow
 
@@ -63,31 +61,13 @@ def test_lost_host_is_resumed_without_a_human(home: Path, tmp_path: Path, repeat
     started = time.monotonic()
     try:
         with instance_reader(home) as reader:
-            instance = reader.instance
-            code.start()
-            dev.start()
-            instance.add_dynamic_partitions("batches", [batch])
-            first_run = dev.launch(batch, size)
-
-            def story() -> str:
-                return f"{diagnose(instance, first_run)}\n{dev.proc.tail()}\n{code.tail()}"
-
-            def worker_mid_refunds() -> object:
-                run = run_of(instance, first_run)
-                assert not run.is_finished, f"run ended before the kill: {run}"
-                lease = reader.lease(batch)
-                mine = lease is not None and lease.run_id == first_run
-                return lease if mine and sim.stats()["refunds_created"] else None
-
-            lease = wait_until(worker_mid_refunds, timeout=180, interval=0.02, what="refunds from the worker")
-            worker = owner_pid(lease.owner)
-            assert parent_pid(worker) == code.pid, "the run worker is a child of the code server"
+            host = LostHost(reader, dev, code, batch)
+            host.launch("batches", size)
+            host.wait_mid_effects(lambda: bool(sim.stats()["refunds_created"]), "refunds from the worker")
             at_kill = reader.status(batch)
-            code.kill_host()  # the worker and its code server, together
-            killed_at = time.monotonic()
-            back = recover_lost_host(
-                reader, code, batch=batch, first_run=first_run, killed_at=killed_at, detail=story
-            )
+            host.kill()
+            back = host.recover()
+        first_run = host.first_run
         print(f"\n{back.timeline()}; case {time.monotonic() - started:.1f} s")
         status, failed, resumed = back.status, back.failed, back.resumed
         assert at_kill is not None and at_kill["steps"][3]["status"] == "in_progress", at_kill["steps"]

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from durable_assets.kit.leases import owner_pid
 from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_OF_TAG,
@@ -29,11 +28,10 @@ from durable_assets.kit.tags import (
 )
 from durable_assets.ops import registry
 from tests.support.dagster_dev import CodeServer, DagsterDev, LaunchedJob
-from tests.support.polling import wait_until
 from tests.support.tutorial import shop_count, tutorial_folder
 
 from .helpers import EXIT_OK, INTERRUPTED, instance_reader, job, job_env
-from .lost_host import diagnose, parent_pid, recover_lost_host, run_of
+from .lost_host import LostHost
 
 pytestmark = pytest.mark.slow
 
@@ -84,44 +82,18 @@ def test_a_users_job_launched_from_the_ui_is_resumed_by_the_daemon(
     started = time.monotonic()
     try:
         with instance_reader(home) as reader:
-            instance = reader.instance
-            code.start()
-            dev.start()
-            instance.add_dynamic_partitions("postcard_batches", [batch])
-            first_run = dev.launch(batch, size)
-
-            def story() -> str:
-                return f"{diagnose(instance, first_run)}\n{dev.proc.tail()}\n{code.tail()}"
-
-            def worker_mid_sending() -> object:
-                run = run_of(instance, first_run)
-                assert not run.is_finished, f"run ended before the kill: {run}"
-                lease = reader.lease(batch)
-                mine = lease is not None and lease.run_id == first_run
-                return lease if mine and shop_count(shop, CARDS) >= 10 else None
-
-            lease = wait_until(
-                worker_mid_sending, timeout=180, interval=0.02, what="cards from the worker", detail=story
-            )
-            worker = owner_pid(lease.owner)
-            assert parent_pid(worker) == code.pid, "the run worker is a child of the user's code server"
-            code.kill_host()  # the worker and its code server, together
-            killed_at = time.monotonic()
+            host = LostHost(reader, dev, code, batch)
+            host.launch("postcard_batches", size)
+            host.wait_mid_effects(lambda: shop_count(shop, CARDS) >= 10, "cards from the worker")
+            host.kill()
             at_kill = shop_count(shop, CARDS)  # final for the first run: every writer is dead
             at_kill_status = reader.status(batch)
 
             def nothing_sent() -> None:
                 assert shop_count(shop, CARDS) == at_kill, "nothing sends while the location is down"
 
-            back = recover_lost_host(
-                reader,
-                code,
-                batch=batch,
-                first_run=first_run,
-                killed_at=killed_at,
-                detail=story,
-                while_down=nothing_sent,
-            )
+            back = host.recover(while_down=nothing_sent)
+        first_run = host.first_run
         print(
             f"\n{back.timeline()}; {at_kill} of {size} cards at the kill; "
             f"case {time.monotonic() - started:.1f} s"

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from dagster import DagsterInstance, DagsterRun, RunsFilter
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 from dagster._core.scheduler.instigation import InstigatorTick, TickStatus
 from dagster._core.test_utils import create_test_daemon_workspace_context, freeze_time, load_remote_repo
 from dagster._core.workspace.load_target import ModuleTarget
@@ -39,8 +39,18 @@ class TickStory:
     runs: list[DagsterRun]
     ticks: list[InstigatorTick]
 
-    def tick_recorded_nothing(self) -> bool:
-        return self.interrupted.status == TickStatus.FAILURE and not self.interrupted.run_ids
+    def one_queued_run(self, batch: str) -> DagsterRun:
+        """The promise: the crashed tick recorded nothing, yet the re-evaluations launched no second
+        run; the one run is the day's batch, queued as in production, and the tick is done."""
+        assert self.interrupted.status == TickStatus.FAILURE and not self.interrupted.run_ids
+        assert self.runs_after_crash == 1
+        assert len(self.runs) == 1, [r.tags for r in self.runs]
+        [run] = self.runs
+        assert run.tags[BATCH_TAG] == batch and run.tags["dagster/partition"] == batch
+        assert run.tags["dagster/run_key"] == batch
+        assert run.status == DagsterRunStatus.QUEUED  # submitted to the run queue, as in production
+        assert len(self.ticks) == 1 and self.ticks[0].status in (TickStatus.SUCCESS, TickStatus.SKIPPED)
+        return run
 
 
 def crash_mid_tick_then_tick_again(
