@@ -56,9 +56,12 @@ class Recovery:
     dropped_s: float
     resumed_s: float
     succeeded_s: float
+    #: `job status --json` once the batch succeeded.
     status: dict[str, Any]
+    #: The run the host took down, and the sensor's re-execution of it.
     failed: DagsterRun
     resumed: DagsterRun
+    #: Every run of the batch, newest first.
     lineage: list[DagsterRun]
     lineage_story: str
 
