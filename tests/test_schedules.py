@@ -3,48 +3,26 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter, build_schedule_context
-from dagster._core.scheduler.instigation import TickStatus
-from dagster._core.test_utils import create_test_daemon_workspace_context, freeze_time, load_remote_repo
-from dagster._core.workspace.load_target import ModuleTarget
-from dagster._scheduler.scheduler import launch_scheduled_runs
 
 from durable_assets.definitions import defs
 from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.runner import start_batch
 from durable_assets.refunds.schedules import DAILY_REFUNDS, DAILY_SCHEDULE
+from tests.support.schedule_ticks import crash_mid_tick_then_tick_again
 
-from .conftest import REPO, job_cli
+from .conftest import job_cli
 
 daily_batch_id = DAILY_REFUNDS.batch_id
 
 TICK = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
 BATCH = "daily-2026-11-29"
-
-
-class SimulatedDaemonCrash(Exception):
-    pass
-
-
-def _tick_once(context: object, at: datetime, crash_after_launch: bool = False) -> None:
-    flags = {DAILY_SCHEDULE: {"RUN_LAUNCHED": SimulatedDaemonCrash("daemon died mid-tick")}}
-    list(
-        launch_scheduled_runs(
-            context,  # type: ignore[arg-type]
-            logging.getLogger("test-scheduler"),
-            at,
-            {},
-            max_tick_retries=1,  # a tick that failed mid-way is evaluated again, as the daemon does
-            debug_crash_flags=flags if crash_after_launch else None,  # type: ignore[arg-type]
-        )
-    )
 
 
 def test_schedule_ships_stopped_and_names_the_batch_after_the_day() -> None:
@@ -56,38 +34,11 @@ def test_schedule_ships_stopped_and_names_the_batch_after_the_day() -> None:
 
 def test_tick_evaluated_twice_by_the_daemon_creates_one_batch(dagster_home: Path) -> None:
     """The scheduler's own tick logic: the daemon dies after launching the run, then re-does the tick."""
-    target = ModuleTarget(
-        module_name="durable_assets.definitions",
-        attribute="defs",
-        working_directory=str(REPO),
-        location_name="durable_assets",
-    )
-    with (
-        DagsterInstance.get() as instance,
-        create_test_daemon_workspace_context(target, instance) as context,
-    ):
-        remote = load_remote_repo(context, "__repository__").get_schedule(DAILY_SCHEDULE)
-        with freeze_time(TICK - timedelta(hours=1)):
-            instance.start_schedule(remote)
-        at = TICK + timedelta(seconds=30)
-        with freeze_time(at):
-            _tick_once(context, at, crash_after_launch=True)
-            [interrupted] = instance.get_ticks(remote.get_remote_origin_id(), remote.selector_id)
-            # The run was launched, but the tick never recorded it: exactly the state a re-do must handle.
-            assert interrupted.status == TickStatus.FAILURE and not interrupted.run_ids
-            assert len(instance.get_runs(RunsFilter(tags={BATCH_TAG: BATCH}))) == 1
-            _tick_once(context, at)  # the daemon evaluates the same tick again
-            _tick_once(context, at)  # and a later iteration finds nothing left to do
-
-        runs = instance.get_runs(RunsFilter(tags={"dagster/schedule_name": DAILY_SCHEDULE}))
-        assert len(runs) == 1, [r.tags for r in runs]
-        run = runs[0]
-        assert run.tags[BATCH_TAG] == BATCH and run.tags["dagster/partition"] == BATCH
-        assert run.tags["dagster/run_key"] == BATCH
-        assert run.status == DagsterRunStatus.QUEUED  # submitted to the run queue, as in production
+    with DagsterInstance.get() as instance:
+        story = crash_mid_tick_then_tick_again(instance, DAILY_SCHEDULE, TICK, BATCH)
+        # The run was launched, but the tick never recorded it: exactly the state a re-do must handle.
+        run = story.one_queued_run(BATCH)
         assert instance.get_dynamic_partitions("batches") == [BATCH]
-        ticks = instance.get_ticks(remote.get_remote_origin_id(), remote.selector_id)
-        assert len(ticks) == 1 and ticks[0].status in (TickStatus.SUCCESS, TickStatus.SKIPPED)
 
     # The CLI sees the scheduled batch like any other.
     status = job_cli("status", "--id", BATCH, "--json")

@@ -9,7 +9,6 @@ running a page's fetch and EventSource, from an allowed origin and from one that
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -25,14 +24,11 @@ from durable_assets.errors import UsageError
 from durable_assets.ops.api import ApiSettings
 from tests.api.helpers import TOKEN, ApiServer, read_stream
 from tests.crash.helpers import job, job_env
+from tests.support.browser import headless_chromium
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
 
 BATCH = "cors-1"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
-#: Debian's chromium may still be installing when the suite starts.
-CHROMIUM_WAIT_S = 300
 
 PAGE = """<!doctype html>
 <meta charset="utf-8"><title>dashboard</title>
@@ -241,17 +237,8 @@ def test_the_event_stream_takes_the_token_from_the_query_and_no_other_route_does
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    wait_until(
-        lambda: os.access(CHROMIUM, os.X_OK), CHROMIUM_WAIT_S, interval=2, what=f"{CHROMIUM} to be installed"
-    )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
+    with headless_chromium() as b:
+        yield b
 
 
 def _dashboard(browser: Any, page_origin: Origin, setup: Setup) -> tuple[dict[str, Any], list[str]]:

@@ -198,6 +198,41 @@ def resume_until_accepted(
         assert time.monotonic() < deadline, f"still conflicting after {timeout} s\n{p.tail()}"
 
 
+def kill_at_then_finish(
+    worker: JobProcess,
+    delay: float,
+    batch_id: str,
+    env: Mapping[str, str],
+    log_dir: Path,
+    reader: InstanceReader,
+    *,
+    size: int,
+    job_name: str | None = None,
+) -> tuple[str, JobProcess]:
+    """SIGKILL ``worker`` ``delay`` s after its start (unless it finished first) and finish the batch
+    the way a user would: `job resume`, or `job run` again if the kill came before the run existed.
+
+    Returns where the kill landed ("finished", "no run yet", "after step N" or the batch's status)
+    and the process that finished the batch. A batch that finished before the kill must answer a
+    resume with "nothing to do".
+    """
+    if worker.exited_within(delay):
+        assert worker.proc.returncode == EXIT_OK, worker.tail()
+        again = job(["resume", "--id", batch_id], env, log_dir)
+        assert again.proc.returncode == EXIT_OK and "nothing to do" in again.stdout, again.tail()
+        return "finished", again
+    worker.sigkill()
+    st = reader.status(batch_id)
+    if st is None:
+        phase = "no run yet"
+    else:
+        done = sum(s["status"] == "completed" for s in st["steps"])
+        alive_or_lost = st["status"] in ("running", "failed")  # the lease may have lapsed
+        phase = f"after step {done}" if alive_or_lost else st["status"]
+    attempts = resume_until_accepted(batch_id, env, log_dir, reader, size=size, job_name=job_name)
+    return phase, attempts[-1]
+
+
 def holds_no_write_lock(home: Path) -> bool:
     """True when no other process is inside a transaction on the instance's databases."""
     import sqlite3

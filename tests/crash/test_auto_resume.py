@@ -12,9 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dagster import DagsterRun, RunsFilter
 
-from durable_assets.kit.leases import owner_pid
 from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
@@ -25,7 +23,6 @@ from durable_assets.kit.tags import (
 )
 from tests.conftest import job_cli
 from tests.support.dagster_dev import CodeServer, DagsterDev
-from tests.support.polling import wait_until
 
 from .helpers import (
     Expected,
@@ -36,11 +33,10 @@ from .helpers import (
     job_env,
     notices_for,
 )
-from .test_daemon import _diagnose, _parent
+from .lost_host import LostHost
 
 pytestmark = pytest.mark.slow
 
-WILL_RETRY_TAG = "dagster/will_retry"
 #: DURABLE_TEST_REPEAT=10 runs the case 10 times in one session (the issue's "10 in a row").
 REPEAT = int(os.environ.get("DURABLE_TEST_REPEAT", "1"))
 
@@ -65,74 +61,17 @@ def test_lost_host_is_resumed_without_a_human(home: Path, tmp_path: Path, repeat
     started = time.monotonic()
     try:
         with instance_reader(home) as reader:
-            instance = reader.instance
-            code.start()
-            dev.start()
-            instance.add_dynamic_partitions("batches", [batch])
-            first_run = dev.launch(batch, size)
-
-            def run(run_id: str) -> DagsterRun:
-                found = instance.get_run_by_id(run_id)
-                assert found is not None
-                return found
-
-            def worker_mid_refunds() -> object:
-                assert not run(first_run).is_finished, f"run ended before the kill: {run(first_run)}"
-                lease = reader.lease(batch)
-                mine = lease is not None and lease.run_id == first_run
-                return lease if mine and sim.stats()["refunds_created"] else None
-
-            def why(exc: AssertionError) -> AssertionError:
-                story = _diagnose(instance, first_run)
-                return AssertionError(f"{exc}\n{story}\n{dev.proc.tail()}\n{code.tail()}")
-
-            lease = wait_until(worker_mid_refunds, timeout=180, interval=0.02, what="refunds from the worker")
-            worker = owner_pid(lease.owner)
-            assert _parent(worker) == code.pid, "the run worker is a child of the code server"
+            host = LostHost(reader, dev, code, batch)
+            host.launch("batches", size)
+            host.wait_mid_effects(lambda: bool(sim.stats()["refunds_created"]), "refunds from the worker")
             at_kill = reader.status(batch)
-            code.kill_host()  # the worker and its code server, together
-            killed_at = time.monotonic()
-            try:
-                # Run monitoring fails the run from the lease; Dagster's run retry then cannot reach
-                # the code location and drops the retry. Nobody restarts anything until it has.
-                wait_until(
-                    lambda: run(first_run).tags.get(WILL_RETRY_TAG) == "false",
-                    timeout=90,
-                    what="Dagster's run retry to be dropped",
-                )
-            except AssertionError as exc:
-                raise why(exc) from None
-            dropped = time.monotonic() - killed_at
-            assert run(first_run).tags.get(WORKER_LOST_TAG) == "lease_expired"
-            assert not instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": first_run}))
-            code.start()  # the host is back: its supervisor restarts the code server, nothing else
-            try:
-                resumed = wait_until(
-                    lambda: instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": first_run})),
-                    timeout=150,
-                    what="the automatic resume",
-                )[0]
-            except AssertionError as exc:
-                raise why(exc) from None
-            resumed_after = time.monotonic() - killed_at
-            wait_until(
-                lambda: (st := reader.status(batch)) is not None and st["status"] == "succeeded",
-                timeout=240,
-                interval=0.25,
-                what="the resumed batch to succeed",
-            )
-            succeeded_after = time.monotonic() - killed_at
-            status = reader.status(batch)
-            failed = run(first_run)
-            resumed = run(resumed.run_id)
-            lineage = instance.get_runs(RunsFilter(tags={BATCH_TAG: batch}))
-            lineage_story = "\n".join(_diagnose(instance, r.run_id) for r in reversed(lineage))
-        print(
-            f"\nretry dropped {dropped:.1f} s after the kill, automatic resume at {resumed_after:.1f} s, "
-            f"succeeded at {succeeded_after:.1f} s; case {time.monotonic() - started:.1f} s"
-        )
+            host.kill()
+            back = host.recover()
+        first_run = host.first_run
+        print(f"\n{back.timeline()}; case {time.monotonic() - started:.1f} s")
+        status, failed, resumed = back.status, back.failed, back.resumed
         assert at_kill is not None and at_kill["steps"][3]["status"] == "in_progress", at_kill["steps"]
-        assert len(lineage) == 2, lineage_story
+        assert len(back.lineage) == 2, back.lineage_story
         assert resumed.tags[AUTO_RESUME_ATTEMPT_TAG] == "1" and resumed.tags[AUTO_RESUME_MAX_TAG] == "3"
         assert resumed.tags[AUTO_RESUME_OF_TAG] == first_run and resumed.tags[BATCH_TAG] == batch
         assert WORKER_LOST_TAG not in resumed.tags

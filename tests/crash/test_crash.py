@@ -41,6 +41,7 @@ from .helpers import (
     job,
     job_env,
     job_killed_in_teardown,
+    kill_at_then_finish,
     notices_for,
     resume_until_accepted,
 )
@@ -73,15 +74,12 @@ def test_resume_after_kill(home: Path, tmp_path: Path) -> None:
     slow = job_env(home, DURABLE_STEP_DELAY_S=1.0)  # embedded provider (payments.db in the instance)
     with instance_reader(home) as reader:
         worker = JobProcess(["run", "--id", batch, "--size", str(size)], slow, tmp_path)
-        wait_until(
-            lambda: reader.step_completed(batch, 2) or not _alive(worker),
+        worker.kill_when(
+            lambda: reader.step_completed(batch, 2),
             timeout=120,
             interval=0.1,
             what="step 2 to complete",
         )
-        assert _alive(worker), f"the batch ended before the kill\n{worker.tail()}"
-        worker.sigkill()
-        assert worker.proc.returncode == -signal.SIGKILL
         at_kill = reader.status(batch)
         # A dead worker's run looks alive until its lease lapses, then reads failed (worker lost).
         assert at_kill is not None and at_kill["status"] in ("running", "failed"), at_kill
@@ -113,14 +111,12 @@ def test_kill_inside_refund_step(home: Path, tmp_path: Path, simulator: Callable
     env = job_env(home, payments_url=sim.url, DURABLE_CONCURRENCY=4)
     with instance_reader(home) as reader:
         worker = JobProcess(["run", "--id", batch, "--size", str(size)], env, tmp_path)
-        wait_until(
-            lambda: sim.stats()["refunds_created"] >= k or not _alive(worker),
+        worker.kill_when(
+            lambda: sim.stats()["refunds_created"] >= k,
             timeout=180,
             interval=0.01,
             what=f"{k} refunds at the provider",
         )
-        worker.sigkill()
-        assert worker.proc.returncode == -signal.SIGKILL, f"the batch ended before the kill\n{worker.tail()}"
         before = sim.quiet()  # the dead worker's in-flight requests have committed or failed
         assert k <= before["refunds_created"] < n, (before, n)
         at_kill = reader.status(batch)
@@ -185,25 +181,12 @@ def test_random_kill_points(home: Path, tmp_path: Path, simulator: Callable[...,
             expected = Expected.of(batch, size)
             delay = rng.uniform(0.0, horizon)
             worker = JobProcess(["run", "--id", batch, "--size", str(size)], env, tmp_path)
-            if worker.exited_within(delay):
-                assert worker.proc.returncode == EXIT_OK, worker.tail()
-                again = job(["resume", "--id", batch], env, tmp_path)
-                assert again.proc.returncode == EXIT_OK and "nothing to do" in again.stdout, again.tail()
-                phases.append("finished")
-            else:
-                worker.sigkill()
-                st = reader.status(batch)
-                if st is None:
-                    phases.append("no run yet")
-                else:
-                    done = sum(s["status"] == "completed" for s in st["steps"])
-                    alive_or_lost = st["status"] in ("running", "failed")  # the lease may have lapsed
-                    phases.append(f"after step {done}" if alive_or_lost else st["status"])
-                attempts = resume_until_accepted(batch, env, tmp_path, reader, size=size)
-                pinned = phases[-1] == "after step 7"  # the bug test_kill_after_last_step_... pins
-                assert attempts[-1].proc.returncode == EXIT_OK, (
-                    f"{batch} killed {phases[-1]}{' (known bug)' if pinned else ''}\n{attempts[-1].tail()}"
-                )
+            phase, finisher = kill_at_then_finish(worker, delay, batch, env, tmp_path, reader, size=size)
+            phases.append(phase)
+            pinned = phase == "after step 7"  # the bug test_kill_after_last_step_... pins
+            assert finisher.proc.returncode == EXIT_OK, (
+                f"{batch} killed {phase}{' (known bug)' if pinned else ''}\n{finisher.tail()}"
+            )
             total_refunds += expected.n
             check(reader, expected)
     print(f"\nT={horizon:.2f} s; kill points: {phases}")

@@ -47,6 +47,7 @@ from .helpers import (
     instance_reader,
     job,
     job_env,
+    kill_at_then_finish,
     resume_until_accepted,
 )
 
@@ -112,15 +113,12 @@ def test_resume_after_kill_after_step_2(home: Path, tmp_path: Path) -> None:
     slow = job_env(home, DURABLE_STEP_DELAY_S=1.0)  # embedded provider (payments.db in the instance)
     with instance_reader(home) as reader:
         worker = JobProcess(_run_args(batch, size), slow, tmp_path)
-        wait_until(
-            lambda: reader.step_completed(batch, 2) or not _alive(worker),
+        worker.kill_when(
+            lambda: reader.step_completed(batch, 2),
             timeout=120,
             interval=0.1,
             what="step 2 to complete",
         )
-        assert _alive(worker), f"the batch ended before the kill\n{worker.tail()}"
-        worker.sigkill()
-        assert worker.proc.returncode == -signal.SIGKILL
         at_kill = reader.status(batch)
         assert at_kill is not None and at_kill["status"] in ("running", "failed"), at_kill  # lease lapsed?
         assert [s["status"] for s in at_kill["steps"][:2]] == ["completed", "completed"], at_kill
@@ -152,14 +150,12 @@ def test_kill_inside_apply_step(home: Path, tmp_path: Path, simulator: Callable[
     env = job_env(home, payments_url=sim.url, DURABLE_CONCURRENCY=4)
     with instance_reader(home) as reader:
         worker = JobProcess(_run_args(batch, size), env, tmp_path)
-        wait_until(
-            lambda: sim.stats()["balance_transactions_created"] >= k or not _alive(worker),
+        worker.kill_when(
+            lambda: sim.stats()["balance_transactions_created"] >= k,
             timeout=180,
             interval=0.01,
             what=f"{k} balance transactions at the provider",
         )
-        worker.sigkill()
-        assert worker.proc.returncode == -signal.SIGKILL, f"the batch ended before the kill\n{worker.tail()}"
         before = sim.quiet()  # the dead worker's in-flight requests have committed or failed
         assert k <= before["balance_transactions_created"] < n, (before, n)
         assert before["customers_created"] == len(expected), before
@@ -246,24 +242,11 @@ def test_random_kill_points(home: Path, tmp_path: Path, simulator: Callable[...,
             batch = f"credit-crash-{i:02d}"
             delay = rng.uniform(0.0, startup) if rng.random() < 0.2 else rng.uniform(startup, horizon)
             worker = JobProcess(_run_args(batch, size), env, tmp_path)
-            if worker.exited_within(delay):
-                assert worker.proc.returncode == EXIT_OK, worker.tail()
-                again = job(["resume", "--id", batch], env, tmp_path)
-                assert again.proc.returncode == EXIT_OK and "nothing to do" in again.stdout, again.tail()
-                phases.append("finished")
-            else:
-                worker.sigkill()
-                st = reader.status(batch)
-                if st is None:
-                    phases.append("no run yet")
-                else:
-                    done = sum(s["status"] == "completed" for s in st["steps"])
-                    alive_or_lost = st["status"] in ("running", "failed")  # the lease may have lapsed
-                    phases.append(f"after step {done}" if alive_or_lost else st["status"])
-                attempts = resume_until_accepted(batch, env, tmp_path, reader, size=size, job_name=JOB_NAME)
-                assert attempts[-1].proc.returncode == EXIT_OK, (
-                    f"{batch} killed {phases[-1]}\n{attempts[-1].tail()}"
-                )
+            phase, finisher = kill_at_then_finish(
+                worker, delay, batch, env, tmp_path, reader, size=size, job_name=JOB_NAME
+            )
+            phases.append(phase)
+            assert finisher.proc.returncode == EXIT_OK, f"{batch} killed {phase}\n{finisher.tail()}"
             check(reader, batch)
     print(
         f"\nT={horizon:.2f} s (run exists at {startup:.2f} s); seed {CRASH_SEED}; {transactions} "
@@ -397,14 +380,12 @@ def test_kill_inside_customers_step(home: Path, tmp_path: Path, simulator: Calla
     env = job_env(home, payments_url=sim.url, DURABLE_CONCURRENCY=4)
     with instance_reader(home) as reader:
         worker = JobProcess(_run_args(batch, size), env, tmp_path)
-        wait_until(
-            lambda: sim.stats()["customers_created"] >= k or not _alive(worker),
+        worker.kill_when(
+            lambda: sim.stats()["customers_created"] >= k,
             timeout=180,
             interval=0.01,
             what=f"{k} customers at the provider",
         )
-        worker.sigkill()
-        assert worker.proc.returncode == -signal.SIGKILL, f"the batch ended before the kill\n{worker.tail()}"
         before = sim.quiet()
         assert k <= before["customers_created"] < n, (before, n)
         assert before["balance_transactions_created"] == 0, before

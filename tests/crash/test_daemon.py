@@ -9,7 +9,6 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from dagster import DagsterRunStatus, RunsFilter
@@ -28,26 +27,9 @@ from .helpers import (
     job_env,
     notices_for,
 )
+from .lost_host import diagnose, parent_pid
 
 pytestmark = pytest.mark.slow
-
-
-def _diagnose(instance: Any, run_id: str) -> str:
-    """What the run's tags and engine events say, for a failure message."""
-    from dagster import DagsterEventType
-
-    run = instance.get_run_by_id(run_id)
-    events = instance.all_logs(run_id, of_type={DagsterEventType.ENGINE_EVENT, DagsterEventType.RUN_FAILURE})
-    lines = [f"run {run_id}: {run.status if run else None} tags={dict(run.tags) if run else None}"]
-    for e in events:
-        kind = e.dagster_event.event_type_value if e.dagster_event else ""
-        lines.append(f"  {kind}: {e.message[:300]}")
-    return "\n".join(lines)
-
-
-def _parent(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def test_daemon_fails_dead_worker_and_retries_from_failure(home: Path, tmp_path: Path) -> None:
@@ -83,7 +65,7 @@ def test_daemon_fails_dead_worker_and_retries_from_failure(home: Path, tmp_path:
             # child's SIGKILL and fails the run itself, a dead host reports nothing. Freeze the
             # code server (as if its host were gone) so that only the lease can tell; thaw it
             # once the run is failed, so the retry can load the code again.
-            code_server = _parent(worker)
+            code_server = parent_pid(worker)
             os.kill(code_server, signal.SIGSTOP)
             try:
                 at_kill = reader.status(batch)
@@ -97,7 +79,7 @@ def test_daemon_fails_dead_worker_and_retries_from_failure(home: Path, tmp_path:
                     )
                 except AssertionError as exc:
                     raise AssertionError(
-                        f"{exc}\n{_diagnose(instance, first_run)}\n{dev.proc.tail()}"
+                        f"{exc}\n{diagnose(instance, first_run)}\n{dev.proc.tail()}"
                     ) from None
                 detected = time.monotonic() - killed_at
             finally:
@@ -109,7 +91,7 @@ def test_daemon_fails_dead_worker_and_retries_from_failure(home: Path, tmp_path:
                     what="run retries to re-execute the run",
                 )
             except AssertionError as exc:
-                raise AssertionError(f"{exc}\n{_diagnose(instance, first_run)}\n{dev.proc.tail()}") from None
+                raise AssertionError(f"{exc}\n{diagnose(instance, first_run)}\n{dev.proc.tail()}") from None
             retried = time.monotonic() - killed_at
             wait_until(
                 lambda: (st := reader.status(batch)) is not None and st["status"] == "succeeded",

@@ -19,28 +19,23 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from dagster import DagsterRun, RunsFilter
 
-from durable_assets.kit.leases import owner_pid
 from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_OF_TAG,
     AUTO_RESUMED_BY_TAG,
     BATCH_TAG,
-    WORKER_LOST_TAG,
 )
 from durable_assets.ops import registry
 from tests.support.dagster_dev import CodeServer, DagsterDev, LaunchedJob
-from tests.support.polling import wait_until
 from tests.support.tutorial import shop_count, tutorial_folder
 
 from .helpers import EXIT_OK, INTERRUPTED, instance_reader, job, job_env
-from .test_daemon import _diagnose, _parent
+from .lost_host import LostHost
 
 pytestmark = pytest.mark.slow
 
 POSTCARDS = LaunchedJob("postcards", "recipients")
-WILL_RETRY_TAG = "dagster/will_retry"
 CARDS = "SELECT count(*) FROM cards"
 #: DURABLE_TEST_REPEAT=10 runs the case 10 times in one session (the issue's "10 in a row").
 REPEAT = int(os.environ.get("DURABLE_TEST_REPEAT", "1"))
@@ -87,81 +82,26 @@ def test_a_users_job_launched_from_the_ui_is_resumed_by_the_daemon(
     started = time.monotonic()
     try:
         with instance_reader(home) as reader:
-            instance = reader.instance
-            code.start()
-            dev.start()
-            instance.add_dynamic_partitions("postcard_batches", [batch])
-            first_run = dev.launch(batch, size)
-
-            def run(run_id: str) -> DagsterRun:
-                found = instance.get_run_by_id(run_id)
-                assert found is not None
-                return found
-
-            def worker_mid_sending() -> object:
-                assert not run(first_run).is_finished, f"run ended before the kill: {run(first_run)}"
-                lease = reader.lease(batch)
-                mine = lease is not None and lease.run_id == first_run
-                return lease if mine and shop_count(shop, CARDS) >= 10 else None
-
-            def why(exc: AssertionError) -> AssertionError:
-                story = _diagnose(instance, first_run)
-                return AssertionError(f"{exc}\n{story}\n{dev.proc.tail()}\n{code.tail()}")
-
-            try:
-                lease = wait_until(
-                    worker_mid_sending, timeout=180, interval=0.02, what="cards from the worker"
-                )
-            except AssertionError as exc:
-                raise why(exc) from None
-            worker = owner_pid(lease.owner)
-            assert _parent(worker) == code.pid, "the run worker is a child of the user's code server"
-            code.kill_host()  # the worker and its code server, together
-            killed_at = time.monotonic()
+            host = LostHost(reader, dev, code, batch)
+            host.launch("postcard_batches", size)
+            host.wait_mid_effects(lambda: shop_count(shop, CARDS) >= 10, "cards from the worker")
+            host.kill()
             at_kill = shop_count(shop, CARDS)  # final for the first run: every writer is dead
             at_kill_status = reader.status(batch)
-            try:
-                wait_until(
-                    lambda: run(first_run).tags.get(WILL_RETRY_TAG) == "false",
-                    timeout=90,
-                    what="Dagster's run retry to be dropped",
-                )
-            except AssertionError as exc:
-                raise why(exc) from None
-            dropped = time.monotonic() - killed_at
-            assert run(first_run).tags.get(WORKER_LOST_TAG) == "lease_expired"
-            assert not instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": first_run}))
-            assert shop_count(shop, CARDS) == at_kill, "nothing sends while the location is down"
-            code.start()  # the host is back: its supervisor restarts the code server, nothing else
-            try:
-                resumed = wait_until(
-                    lambda: instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": first_run})),
-                    timeout=150,
-                    what="the automatic resume",
-                )[0]
-            except AssertionError as exc:
-                raise why(exc) from None
-            resumed_after = time.monotonic() - killed_at
-            wait_until(
-                lambda: (st := reader.status(batch)) is not None and st["status"] == "succeeded",
-                timeout=240,
-                interval=0.25,
-                what="the resumed batch to succeed",
-            )
-            succeeded_after = time.monotonic() - killed_at
-            status = reader.status(batch)
-            failed = run(first_run)
-            resumed = run(resumed.run_id)
-            lineage = instance.get_runs(RunsFilter(tags={BATCH_TAG: batch}))
-            lineage_story = "\n".join(_diagnose(instance, r.run_id) for r in reversed(lineage))
+
+            def nothing_sent() -> None:
+                assert shop_count(shop, CARDS) == at_kill, "nothing sends while the location is down"
+
+            back = host.recover(while_down=nothing_sent)
+        first_run = host.first_run
         print(
-            f"\nretry dropped {dropped:.1f} s after the kill, automatic resume at {resumed_after:.1f} s, "
-            f"succeeded at {succeeded_after:.1f} s; {at_kill} of {size} cards at the kill; "
+            f"\n{back.timeline()}; {at_kill} of {size} cards at the kill; "
             f"case {time.monotonic() - started:.1f} s"
         )
+        status, failed, resumed = back.status, back.failed, back.resumed
         assert 0 < at_kill < size, at_kill
         assert at_kill_status is not None and at_kill_status["steps"][1]["status"] in INTERRUPTED
-        assert len(lineage) == 2, lineage_story
+        assert len(back.lineage) == 2, back.lineage_story
         assert resumed.job_name == "postcards" and resumed.tags[AUTO_RESUME_ATTEMPT_TAG] == "1"
         assert resumed.tags[AUTO_RESUME_OF_TAG] == first_run and resumed.tags[BATCH_TAG] == batch
         assert failed.tags[AUTO_RESUMED_BY_TAG] == resumed.run_id

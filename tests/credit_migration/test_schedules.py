@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import logging
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, RunRequest, RunsFilter, build_schedule_context
-from dagster._core.scheduler.instigation import TickStatus
-from dagster._core.test_utils import create_test_daemon_workspace_context, freeze_time, load_remote_repo
-from dagster._core.workspace.load_target import ModuleTarget
+from dagster import DagsterInstance, DagsterRunStatus, RunRequest, build_schedule_context
 
 from durable_assets.credit_migration.assets import CREDIT_BATCHES
 from durable_assets.credit_migration.job import CREDIT_JOB
@@ -20,16 +16,13 @@ from durable_assets.definitions import defs
 from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.runner import start_batch
 from durable_assets.refunds.schedules import DAILY_SCHEDULE
+from tests.support.schedule_ticks import crash_mid_tick_then_tick_again
 
-from ..conftest import REPO, job_cli
+from ..conftest import job_cli
 
 TICK = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
 BATCH = "credits-2026-11-29"
 PARTITIONS = CREDIT_BATCHES.name or "credit_batches"
-
-
-class SimulatedDaemonCrash(Exception):
-    pass
 
 
 def _evaluate(instance: DagsterInstance, at: datetime = TICK) -> RunRequest | None:
@@ -117,56 +110,14 @@ def test_an_id_taken_by_the_other_job_is_not_reused(dagster_home: Path) -> None:
         assert instance.get_dynamic_partitions(PARTITIONS) == []
 
 
-def _tick_once(context: object, at: datetime, crash_after_launch: bool = False) -> None:
-    flags = {NIGHTLY_SCHEDULE: {"RUN_LAUNCHED": SimulatedDaemonCrash("daemon died mid-tick")}}
-    from dagster._scheduler.scheduler import launch_scheduled_runs
-
-    list(
-        launch_scheduled_runs(
-            context,  # type: ignore[arg-type]
-            logging.getLogger("test-scheduler"),
-            at,
-            {},
-            max_tick_retries=1,  # a tick that failed mid-way is evaluated again, as the daemon does
-            debug_crash_flags=flags if crash_after_launch else None,  # type: ignore[arg-type]
-        )
-    )
-
-
 def test_tick_evaluated_twice_by_the_daemon_creates_one_batch(dagster_home: Path) -> None:
     """The scheduler's own tick logic: the daemon dies after launching the run, then re-does the tick."""
-    target = ModuleTarget(
-        module_name="durable_assets.definitions",
-        attribute="defs",
-        working_directory=str(REPO),
-        location_name="durable_assets",
-    )
-    with (
-        DagsterInstance.get() as instance,
-        create_test_daemon_workspace_context(target, instance) as context,
-    ):
-        remote = load_remote_repo(context, "__repository__").get_schedule(NIGHTLY_SCHEDULE)
-        with freeze_time(TICK - timedelta(hours=1)):
-            instance.start_schedule(remote)
-        at = TICK + timedelta(seconds=30)
-        with freeze_time(at):
-            _tick_once(context, at, crash_after_launch=True)
-            [interrupted] = instance.get_ticks(remote.get_remote_origin_id(), remote.selector_id)
-            assert interrupted.status == TickStatus.FAILURE and not interrupted.run_ids
-            assert len(instance.get_runs(RunsFilter(tags={BATCH_TAG: BATCH}))) == 1
-            _tick_once(context, at)  # the daemon evaluates the same tick again
-            _tick_once(context, at)  # and a later iteration finds nothing left to do
-
-        runs = instance.get_runs(RunsFilter(tags={"dagster/schedule_name": NIGHTLY_SCHEDULE}))
-        assert len(runs) == 1, [r.tags for r in runs]
-        run = runs[0]
+    with DagsterInstance.get() as instance:
+        story = crash_mid_tick_then_tick_again(instance, NIGHTLY_SCHEDULE, TICK, BATCH)
+        # The run was launched, but the tick never recorded it: exactly the state a re-do must handle.
+        run = story.one_queued_run(BATCH)
         assert run.job_name == CREDIT_JOB
-        assert run.tags[BATCH_TAG] == BATCH and run.tags["dagster/partition"] == BATCH
-        assert run.tags["dagster/run_key"] == BATCH
-        assert run.status == DagsterRunStatus.QUEUED  # submitted to the run queue, as in production
         assert instance.get_dynamic_partitions(PARTITIONS) == [BATCH]
-        ticks = instance.get_ticks(remote.get_remote_origin_id(), remote.selector_id)
-        assert len(ticks) == 1 and ticks[0].status in (TickStatus.SUCCESS, TickStatus.SKIPPED)
 
     status = job_cli("status", "--id", BATCH, "--json")
     assert status.returncode == 0, status.stderr

@@ -18,7 +18,7 @@ from durable_assets.credit_migration.synthetic import (
     synthetic_mix,
 )
 from durable_assets.credit_migration.validation import read_legacy_file, validate_accounts
-from durable_assets.errors import UsageError
+from tests.support.generators import assert_file_roundtrip, assert_sizes_checked
 
 ATTRIBUTES = [s.LEGACY_ACCOUNT_ID, s.EMAIL, s.NAME, s.CURRENCY]
 
@@ -150,15 +150,8 @@ def test_which_rows_are_broken_depends_on_the_batch() -> None:
 
 
 def test_survives_a_csv_and_parquet_roundtrip(batch: pd.DataFrame, tmp_path: Path) -> None:
-    batch.to_csv(tmp_path / "b.csv", index=False)
-    batch.to_parquet(tmp_path / "b.parquet", index=False)
-    pd.testing.assert_frame_equal(read_legacy_file(tmp_path / "b.csv"), batch)
-    pd.testing.assert_frame_equal(read_legacy_file(tmp_path / "b.parquet"), batch)
+    assert_file_roundtrip(batch, read_legacy_file, tmp_path)
 
 
 def test_size_zero_and_negative() -> None:
-    empty = synthetic_accounts("b", 0)
-    assert list(empty.columns) == list(s.INPUT_COLUMNS)
-    assert empty.empty
-    with pytest.raises(UsageError, match="size must be >= 0"):
-        synthetic_accounts("b", -1)
+    assert_sizes_checked(synthetic_accounts, s.INPUT_COLUMNS)

@@ -26,6 +26,11 @@ def ledger(durable_db_url: str) -> Iterator[Ledger]:
     db.engine.dispose()
 
 
+def _first_run(ledger: Ledger, **options: Any) -> EffectRunner:
+    """The runner of run-a, the batch's first run, with the grouping under test in ``options``."""
+    return EffectRunner(ledger=ledger, scope=SCOPE, owner="run-a", **options)
+
+
 def _points(ledger: Ledger) -> dict[str, str]:
     return {e.key: e.recovery_point for e in ledger.entries(SCOPE)}
 
@@ -59,10 +64,8 @@ def _blocking_last(ledger: Ledger, last: str, recorded: set[str]) -> Callable[[I
 def test_a_window_flush_records_answers_while_the_chunk_is_still_in_flight(ledger: Ledger) -> None:
     intents = _intents(10)
     others = {i.key for i in intents} - {"k5"}
-    runner = EffectRunner(
-        ledger=ledger,
-        scope=SCOPE,
-        owner="run-a",
+    runner = _first_run(
+        ledger,
         perform=_blocking_last(ledger, "k5", others),
         concurrency=2,
         commit_window_s=0.05,
@@ -76,10 +79,8 @@ def test_a_window_flush_records_answers_while_the_chunk_is_still_in_flight(ledge
 
 def test_a_count_flush_records_every_max_keys_answers(ledger: Ledger) -> None:
     intents = _intents(7)
-    runner = EffectRunner(
-        ledger=ledger,
-        scope=SCOPE,
-        owner="run-a",
+    runner = _first_run(
+        ledger,
         perform=_blocking_last(ledger, "k6", {f"k{i}" for i in range(6)}),
         concurrency=1,  # one at a time, in order: k0..k5 answered before k6 is sent
         commit_window_s=3600.0,  # the window never triggers: only the count can
@@ -100,10 +101,8 @@ def test_an_error_stops_the_step_but_every_answer_before_it_is_recorded(ledger: 
             raise RuntimeError("the provider client broke")
         return _answer(intent)
 
-    runner = EffectRunner(
-        ledger=ledger,
-        scope=SCOPE,
-        owner="run-a",
+    runner = _first_run(
+        ledger,
         perform=perform,
         concurrency=1,
         commit_window_s=3600.0,
@@ -146,10 +145,8 @@ def test_results_and_review_commit_in_one_transaction(ledger: Ledger, durable_db
 
 def test_a_mismatched_answer_goes_to_review_through_the_same_commit(ledger: Ledger) -> None:
     intents = _intents(4)
-    runner = EffectRunner(
-        ledger=ledger,
-        scope=SCOPE,
-        owner="run-a",
+    runner = _first_run(
+        ledger,
         perform=_answer,
         verify=lambda i, _r: "amount differs" if i.key == "k2" else None,
         concurrency=4,
@@ -172,10 +169,8 @@ def test_answers_arriving_together_from_many_threads_are_all_recorded(ledger: Le
             barrier.wait(timeout=20)  # the first 16 answer at the same instant
         return _answer(intent)
 
-    runner = EffectRunner(
-        ledger=ledger,
-        scope=SCOPE,
-        owner="run-a",
+    runner = _first_run(
+        ledger,
         perform=perform,
         concurrency=16,
         commit_window_s=0.005,

@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from durable_assets.errors import UsageError
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.policy import compute_refund_candidates
 from durable_assets.refunds.synthetic import batch_prefix, synthetic_invoices, synthetic_mix
 from durable_assets.refunds.validation import read_invoice_file, validate_invoices
+from tests.support.generators import assert_file_roundtrip, assert_sizes_checked
 
 
 @pytest.fixture(scope="module")
@@ -111,18 +111,11 @@ def test_amounts_and_currencies_are_in_range(batch: pd.DataFrame) -> None:
 
 
 def test_survives_a_csv_and_parquet_roundtrip(batch: pd.DataFrame, tmp_path: Path) -> None:
-    batch.to_csv(tmp_path / "b.csv", index=False)
-    batch.to_parquet(tmp_path / "b.parquet", index=False)
-    pd.testing.assert_frame_equal(read_invoice_file(tmp_path / "b.csv"), batch)
-    pd.testing.assert_frame_equal(read_invoice_file(tmp_path / "b.parquet"), batch)
+    assert_file_roundtrip(batch, read_invoice_file, tmp_path)
 
 
 def test_size_zero_and_negative() -> None:
-    empty = synthetic_invoices("b", 0)
-    assert list(empty.columns) == list(s.INPUT_COLUMNS)
-    assert empty.empty
-    with pytest.raises(UsageError, match="size must be >= 0"):
-        synthetic_invoices("b", -1)
+    assert_sizes_checked(synthetic_invoices, s.INPUT_COLUMNS)
 
 
 @pytest.mark.parametrize("size", [1, 2, 5, 13, 101])

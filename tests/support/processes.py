@@ -14,10 +14,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
+
+from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -127,6 +129,16 @@ class Process:
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
         self.ended = self.ended or at
+        return at
+
+    def kill_when(
+        self, condition: Callable[[], object], *, what: str, timeout: float = 180, interval: float = 0.01
+    ) -> float:
+        """SIGKILL the process as soon as ``condition`` holds; it must still be running then (a
+        process that ended first fails the test: the kill would have tested nothing)."""
+        wait_until(lambda: condition() or not self.alive(), timeout=timeout, interval=interval, what=what)
+        at = self.sigkill()
+        assert self.proc.returncode == -signal.SIGKILL, f"`{self.label}` ended before the kill\n{self.tail()}"
         return at
 
     def terminate(self, timeout: float = 20) -> None:

@@ -11,8 +11,6 @@ tests/artifacts/ (gitignored); paths are printed.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import signal
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ from typing import Any
 import pytest
 
 from durable_assets.payments.store import PaymentStore
+from tests.support.browser import chromium_binary, headless_chromium
 from tests.support.dagster_dev import UiProcess, graphql
 from tests.support.homes import shipped_home
 from tests.support.polling import wait_until
@@ -31,16 +30,6 @@ from ..conftest import REPO
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ARTIFACTS = REPO / "tests" / "artifacts"
 LOCATION = "durable_assets"
 JOB = "refund_batch"
@@ -54,7 +43,6 @@ JOB_GRAPH = (
 ASSETS = ("invoices", "validated_invoices", "refund_candidates", "issued_refunds")
 ASSETS += ("reconciled_refunds", "customer_notices", "batch_report")
 #: apt installing chromium on a fresh machine, on a slow mirror.
-CHROMIUM_INSTALL_DEADLINE_S = 600.0
 
 
 @dataclass
@@ -101,32 +89,9 @@ class DagsterUi:
         return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
 
 
-def _chromium() -> Path:
-    """Debian's chromium; setup.sh installs it for the test command, and a fresh machine may still
-    be unpacking it (apt or dpkg running) when the tests start: wait for that, never download."""
-
-    def installing() -> bool:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            with contextlib.suppress(OSError):
-                name = Path(f"/proc/{pid}/comm").read_text().strip()
-                if name in ("apt", "apt-get", "dpkg"):
-                    return True
-        return False
-
-    wait_until(
-        lambda: Path(CHROMIUM).exists() or not installing(),
-        CHROMIUM_INSTALL_DEADLINE_S,
-        interval=2,
-        what=f"apt to finish installing {CHROMIUM}",
-    )
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing; scripts/setup.sh --with-browser installs Debian's chromium")
-    return Path(CHROMIUM)
-
-
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagsterUi]:
-    _chromium()
+    chromium_binary()  # before the UI starts: apt may still be installing it
     root = tmp_path_factory.mktemp("ui")
     home = shipped_home(root)  # the config we ship
     log = root / "ui.log"
@@ -142,14 +107,8 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagsterUi]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
+    with headless_chromium() as b:
+        yield b
 
 
 @pytest.fixture

@@ -1,0 +1,162 @@
+"""The story both daemon tests tell after a host dies: what Dagster does, then what our sensor does.
+
+A worker and its code server are SIGKILLed together. Run monitoring fails the run from the lease;
+Dagster's run retry cannot reach the code location and drops the retry; nothing restarts until the
+code server is back; then the auto-resume sensor re-executes the batch from failure and it succeeds.
+The refund job (tests/crash/test_auto_resume.py) and a user's own job
+(tests/crash/test_user_job_auto_resume.py) assert the same story, so it is told once, here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dagster import DagsterEventType, DagsterInstance, DagsterRun, RunsFilter
+
+from durable_assets.kit.leases import Lease, owner_pid
+from durable_assets.kit.tags import BATCH_TAG, WORKER_LOST_TAG
+from tests.support.dagster_dev import CodeServer, DagsterDev
+from tests.support.polling import wait_until
+
+from .helpers import InstanceReader
+
+WILL_RETRY_TAG = "dagster/will_retry"
+
+
+def diagnose(instance: DagsterInstance, run_id: str) -> str:
+    """What the run's tags and engine events say, for a failure message."""
+    run = instance.get_run_by_id(run_id)
+    events = instance.all_logs(run_id, of_type={DagsterEventType.ENGINE_EVENT, DagsterEventType.RUN_FAILURE})
+    lines = [f"run {run_id}: {run.status if run else None} tags={dict(run.tags) if run else None}"]
+    for e in events:
+        kind = e.dagster_event.event_type_value if e.dagster_event else ""
+        lines.append(f"  {kind}: {e.message[:300]}")
+    return "\n".join(lines)
+
+
+def parent_pid(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def run_of(instance: DagsterInstance, run_id: str) -> DagsterRun:
+    found = instance.get_run_by_id(run_id)
+    assert found is not None, f"no run {run_id}"
+    return found
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """How the batch came back, with the seconds since the kill at each stage."""
+
+    dropped_s: float
+    resumed_s: float
+    succeeded_s: float
+    #: `job status --json` once the batch succeeded.
+    status: dict[str, Any]
+    #: The run the host took down, and the sensor's re-execution of it.
+    failed: DagsterRun
+    resumed: DagsterRun
+    #: Every run of the batch, newest first.
+    lineage: list[DagsterRun]
+    lineage_story: str
+
+    def timeline(self) -> str:
+        return (
+            f"retry dropped {self.dropped_s:.1f} s after the kill, automatic resume at "
+            f"{self.resumed_s:.1f} s, succeeded at {self.succeeded_s:.1f} s"
+        )
+
+
+@dataclass
+class LostHost:
+    """One batch launched as the UI launches it, on a code server whose host is then lost."""
+
+    reader: InstanceReader
+    dev: DagsterDev
+    code: CodeServer
+    batch: str
+    first_run: str = ""
+    killed_at: float = 0.0
+
+    def launch(self, partitions: str, size: int) -> None:
+        self.code.start()
+        self.dev.start()
+        self.reader.instance.add_dynamic_partitions(partitions, [self.batch])
+        self.first_run = self.dev.launch(self.batch, size)
+
+    def story(self) -> str:
+        """The run's tags and events and both processes' logs, for a failure message."""
+        return f"{diagnose(self.reader.instance, self.first_run)}\n{self.dev.proc.tail()}\n{self.code.tail()}"
+
+    def wait_mid_effects(self, effects_started: Callable[[], bool], what: str) -> None:
+        """Until the first run's worker holds the lease and ``effects_started``; the worker must be a
+        child of the code server, so that killing the host kills it."""
+
+        def worker_mid_effects() -> Lease | None:
+            run = run_of(self.reader.instance, self.first_run)
+            assert not run.is_finished, f"run ended before the kill: {run}"
+            lease = self.reader.lease(self.batch)
+            mine = lease is not None and lease.run_id == self.first_run
+            return lease if mine and effects_started() else None
+
+        lease = wait_until(worker_mid_effects, timeout=180, interval=0.02, what=what, detail=self.story)
+        assert parent_pid(owner_pid(lease.owner)) == self.code.pid, (
+            "the run worker is a child of the code server"
+        )
+
+    def kill(self) -> None:
+        self.code.kill_host()  # the worker and its code server, together
+        self.killed_at = time.monotonic()
+
+    def recover(self, while_down: Callable[[], None] = lambda: None) -> Recovery:
+        """Wait through the story in this module's docstring and return what it ended with.
+
+        ``while_down`` asserts what must hold while the location is unreachable (e.g. nothing sent).
+        """
+        instance, first_run, code = self.reader.instance, self.first_run, self.code
+        # Run monitoring fails the run from the lease; Dagster's run retry then cannot reach the code
+        # location and drops the retry. Nobody restarts anything until it has.
+        wait_until(
+            lambda: run_of(instance, first_run).tags.get(WILL_RETRY_TAG) == "false",
+            timeout=90,
+            what="Dagster's run retry to be dropped",
+            detail=self.story,
+        )
+        dropped = time.monotonic() - self.killed_at
+        assert run_of(instance, first_run).tags.get(WORKER_LOST_TAG) == "lease_expired"
+        assert not instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": first_run}))
+        while_down()
+        code.start()  # the host is back: its supervisor restarts the code server, nothing else
+        resumed = wait_until(
+            lambda: instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": first_run})),
+            timeout=150,
+            what="the automatic resume",
+            detail=self.story,
+        )[0]
+        resumed_after = time.monotonic() - self.killed_at
+        status = wait_until(
+            lambda: (
+                st
+                if (st := self.reader.status(self.batch)) is not None and st["status"] == "succeeded"
+                else None
+            ),
+            timeout=240,
+            interval=0.25,
+            what="the resumed batch to succeed",
+        )
+        lineage = instance.get_runs(RunsFilter(tags={BATCH_TAG: self.batch}))
+        return Recovery(
+            dropped_s=dropped,
+            resumed_s=resumed_after,
+            succeeded_s=time.monotonic() - self.killed_at,
+            status=status,
+            failed=run_of(instance, first_run),
+            resumed=run_of(instance, resumed.run_id),
+            lineage=lineage,
+            lineage_story="\n".join(diagnose(instance, r.run_id) for r in reversed(lineage)),
+        )
