@@ -21,6 +21,8 @@ too. The rules:
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,6 +114,33 @@ def test_the_public_api_is_importable_and_documented() -> None:
         value = getattr(durable_assets.kit, name)
         if callable(value) and not isinstance(value, str):
             assert (value.__doc__ or "").strip(), f"durable_assets.kit.{name} has no docstring"
+
+
+def test_the_kits_lazy_names_are_exactly_its_public_api() -> None:
+    """The kit imports its names on first use (kit/__init__.py): every name in ``__all__`` has a
+    source in the ``TYPE_CHECKING`` imports and nothing else is exported that way."""
+    sources = durable_assets.kit._sources()
+    assert set(sources) == set(durable_assets.kit.__all__)
+    assert "Nope" not in dir(durable_assets.kit)
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        durable_assets.kit.Nope  # noqa: B018
+
+
+def test_a_usage_error_imports_neither_dagster_nor_pandas() -> None:
+    """Issue #25: `job` answers a usage error at once; importing Dagster alone takes seconds."""
+    probe = (
+        "import sys\n"
+        "from durable_assets.ops import cli\n"
+        "try:\n"
+        "    cli.main(['run'])\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code == cli.EXIT_USAGE, exc.code\n"
+        "heavy = sorted(m for m in ('dagster', 'pandas', 'sqlalchemy') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "error: the following arguments are required" in done.stderr
 
 
 #: Kit modules that no kit module or pipeline imports and that still serve a job author: Dagster

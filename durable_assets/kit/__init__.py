@@ -24,74 +24,117 @@
 ``docs/your-own-job.md`` walks through a whole job.
 """
 
-from durable_assets.errors import (
-    DurableError,
-    GuardrailError,
-    InputFileError,
-    ProviderAccountMismatchError,
-    ProviderConfigError,
-    ProviderRejectedError,
-    ProviderResponseMismatchError,
-    TransientProviderError,
-    UsageError,
-)
-from durable_assets.kit.account_bindings import AccountBindings
-from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.kit.batch_files import (
-    quarantine_file,
-    quarantine_line,
-    report_file,
-    write_quarantine,
-    write_report,
-)
-from durable_assets.kit.checks import batch_check, check_examples, check_result
-from durable_assets.kit.effects import EffectReport, EffectRunner, answer_mismatches, review_note
-from durable_assets.kit.frames import typed, write_csv_atomically
-from durable_assets.kit.guardrails import Guardrails, amount_ceiling, count_ceiling
-from durable_assets.kit.job import (
-    BatchInput,
-    DurableJob,
-    DurableJobs,
-    DurableStep,
-    SummaryLine,
-    SummarySpec,
-    path_and_size,
-)
-from durable_assets.kit.ledger import Intent, LedgerEntry
-from durable_assets.kit.pacing import (
-    Backoff,
-    PacedProvider,
-    RateLimiter,
-    call_with_retries,
-    paced_map,
-    shared_limiter,
-)
-from durable_assets.kit.progress import Progress
-from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
-from durable_assets.kit.schedules import DailyBatches
-from durable_assets.kit.steps import (
-    TRANSIENT_RETRY,
-    batch_dir,
-    durable_asset,
-    durable_step,
-    effect_runner,
-    frame_result,
-    step_progress,
-)
-from durable_assets.kit.tables import (
-    EMAIL_PATTERN,
-    REASONS,
-    ROW_NUMBER,
-    RowChecks,
-    Validated,
-    as_mask,
-    bad_encoding,
-    clean_strings,
-    read_text_table,
-    reason_counts,
-    require_columns,
-)
-from durable_assets.kit.tags import BATCH_TAG, HELD_FOR_REVIEW_KEY
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what mypy and readers see; at run time each name is imported on first use
+    from durable_assets.errors import (
+        DurableError,
+        GuardrailError,
+        InputFileError,
+        ProviderAccountMismatchError,
+        ProviderConfigError,
+        ProviderRejectedError,
+        ProviderResponseMismatchError,
+        TransientProviderError,
+        UsageError,
+    )
+    from durable_assets.kit.account_bindings import AccountBindings
+    from durable_assets.kit.accounts import ProviderAccount
+    from durable_assets.kit.batch_files import (
+        quarantine_file,
+        quarantine_line,
+        report_file,
+        write_quarantine,
+        write_report,
+    )
+    from durable_assets.kit.checks import batch_check, check_examples, check_result
+    from durable_assets.kit.effects import EffectReport, EffectRunner, answer_mismatches, review_note
+    from durable_assets.kit.frames import typed, write_csv_atomically
+    from durable_assets.kit.guardrails import Guardrails, amount_ceiling, count_ceiling
+    from durable_assets.kit.job import (
+        BatchInput,
+        DurableJob,
+        DurableJobs,
+        DurableStep,
+        SummaryLine,
+        SummarySpec,
+        path_and_size,
+    )
+    from durable_assets.kit.ledger import Intent, LedgerEntry
+    from durable_assets.kit.pacing import (
+        Backoff,
+        PacedProvider,
+        RateLimiter,
+        call_with_retries,
+        paced_map,
+        shared_limiter,
+    )
+    from durable_assets.kit.progress import Progress
+    from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
+    from durable_assets.kit.schedules import DailyBatches
+    from durable_assets.kit.steps import (
+        TRANSIENT_RETRY,
+        batch_dir,
+        durable_asset,
+        durable_step,
+        effect_runner,
+        frame_result,
+        step_progress,
+    )
+    from durable_assets.kit.tables import (
+        EMAIL_PATTERN,
+        REASONS,
+        ROW_NUMBER,
+        RowChecks,
+        Validated,
+        as_mask,
+        bad_encoding,
+        clean_strings,
+        read_text_table,
+        reason_counts,
+        require_columns,
+    )
+    from durable_assets.kit.tags import BATCH_TAG, HELD_FOR_REVIEW_KEY
+
+
+@functools.cache
+def _sources() -> dict[str, str]:
+    """Which module each public name comes from, read from the ``TYPE_CHECKING`` imports above.
+
+    Importing the kit costs nothing until a name is used, so a process that needs one small module
+    (the CLI's ``kit.modes`` for ``--executor``) does not pay for Dagster and pandas (issue #25: a
+    usage error answers at once). The imports above stay the one list of where names live, for
+    mypy, for readers and for this table, as scientific Python's SPEC 1 (``lazy_loader``) does
+    with a stub file.
+    """
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    guard = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    return {
+        alias.name: node.module
+        for node in guard.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+
+
+def __getattr__(name: str) -> Any:
+    module = _sources().get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is an ordinary attribute read
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "BATCH_TAG",
