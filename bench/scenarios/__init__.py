@@ -23,4 +23,5 @@ def registry() -> dict[int, tuple[str, str]]:
         8: ("adaptive_pacing", "provider limit learned with no client setting"),
         9: ("credit_migration", "credit migration at the provider's limit, and the next night"),
         10: ("distributed", "distributed refunds: 1, 2, 4 workers, a shared limit, task overhead"),
+        11: ("cli_latency", "`job` commands against the import floor"),
     }
