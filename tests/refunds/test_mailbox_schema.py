@@ -58,3 +58,7 @@ def test_a_mailbox_at_head_opens_without_running_alembic(tmp_path: Path) -> None
     assert _stamped(at_head) == [(MAILBOX.head,)]
     assert [n for n in fast if n.startswith("alembic")] == []
     assert "alembic" in upgrading  # the probe sees Alembic when an upgrade runs
+
+
+def test_head_is_the_newest_revision() -> None:
+    assert MAILBOX.script.get_heads() == [MAILBOX.head]
