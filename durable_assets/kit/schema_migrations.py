@@ -7,13 +7,14 @@ therefore versioned by Alembic, each history with its own version table, so seve
 kit's ``env.py`` and revision template: a history is only its folder of revisions.
 
 Opening a database already at head happens at every process start, so it stays cheap: the version
-row is read with plain SQL (``sqlite3`` for a file) and compared with the declared head, and Alembic
-is imported only when there is something to upgrade.
+row is read with plain SQL (``sqlite3`` for a file, which loads neither SQLAlchemy nor Alembic) and
+compared with the declared head; Alembic is imported only when there is something to upgrade.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sqlite3
 import threading
 import zlib
@@ -22,15 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.pool import NullPool
-
 from durable_assets.errors import DurableError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # loaded only to upgrade: a database at head needs neither
+    import sqlalchemy as sa
     from alembic.config import Config
     from alembic.script import ScriptDirectory
+    from sqlalchemy.engine import Connection, Engine
 
 #: The kit's migrations folder: the ``env.py`` and ``script.py.mako`` every history runs with.
 _SHARED_ENV = Path(__file__).resolve().parent / "migrations"
@@ -68,10 +67,10 @@ class Migrations:
         on SQLite ``BEGIN IMMEDIATE`` (the file's write lock, taken before any DDL). Both roll DDL
         back with the transaction, so a crash mid-upgrade leaves the database as it was.
         """
-        if isinstance(target, Engine):
+        if not isinstance(target, str | os.PathLike):
             self._upgrade_engine(target)
             return
-        url = str(target)
+        url = os.fspath(target)
         if "://" not in url:
             if self._file_at_head(Path(url)):
                 return
@@ -84,6 +83,8 @@ class Migrations:
 
     def current(self, connection: Connection) -> str | None:
         """The revision the database is at; None when this history never ran on it."""
+        import sqlalchemy as sa
+
         if not sa.inspect(connection).has_table(self.version_table):
             return None
         found = connection.execute(sa.text(f"SELECT version_num FROM {self.version_table}")).scalar()
@@ -125,6 +126,8 @@ class Migrations:
         return row is not None and row[0] == self.head
 
     def _upgrade_engine(self, engine: Engine) -> None:
+        import sqlalchemy as sa
+
         with _env_lock, engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 key = self.lock_key if self.lock_key is not None else zlib.crc32(self.version_table.encode())
@@ -154,6 +157,9 @@ class Migrations:
 
 def _engine(url: str) -> Engine:
     """A one-off engine for the upgrade; on SQLite its transactions take the write lock first."""
+    import sqlalchemy as sa
+    from sqlalchemy.pool import NullPool
+
     if not url.startswith("sqlite"):
         # dagster-postgres ships psycopg2; SQLAlchemy 2.1 would otherwise pick psycopg 3.
         return sa.create_engine(url.replace("postgresql://", "postgresql+psycopg2://", 1), poolclass=NullPool)

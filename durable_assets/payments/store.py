@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_assets.errors import UsageError
-from durable_assets.payments import migrations
+from durable_assets.payments.migrations import STORE_SCHEMA
 
 JsonObject = dict[str, Any]
 
@@ -537,7 +537,7 @@ class PaymentStore:
 
     def _migrate(self) -> None:
         """Brings the file to the newest schema (``payments/migrations``) before any query runs."""
-        migrations.upgrade(self._conn, self.path)
+        STORE_SCHEMA.upgrade(self.path)
         row = self._conn.execute("SELECT id, created FROM account").fetchone()
         self._account: tuple[str, int] = (str(row[0]), int(row[1]))
 

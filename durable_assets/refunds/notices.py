@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from durable_assets.refunds.migrations import MAILBOX
+from durable_assets.refunds.migrations import MAILBOX_SCHEMA
 
 
 class Mailbox:
@@ -24,7 +24,7 @@ class Mailbox:
         self._conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA busy_timeout=60000")
-        MAILBOX.upgrade(self.path)
+        MAILBOX_SCHEMA.upgrade(self.path)
 
     def close(self) -> None:
         self._conn.close()

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_assets.kit import Migrations
 from durable_assets.kit.schema_migrations import SchemaTooNewError
-from durable_assets.payments import migrations
+from durable_assets.payments.migrations import STORE_SCHEMA
 from durable_assets.payments.store import PaymentStore
 from tests.payments.old_files import (
     OLD_ACCOUNT,
@@ -22,7 +21,7 @@ from tests.payments.old_files import (
     sha256,
     step_sql,
 )
-from tests.support.imports import imports_during
+from tests.support.imports import libraries_loaded_by
 
 #: The last ``PRAGMA user_version`` the hand-rolled migrations reached.
 LAST_HAND_ROLLED = 3
@@ -31,7 +30,7 @@ LAST_HAND_ROLLED = 3
 def _versions(path: Path) -> tuple[list[tuple[str]], int]:
     conn = sqlite3.connect(path)
     try:
-        stamped = conn.execute(f"SELECT version_num FROM {migrations.VERSION_TABLE}").fetchall()
+        stamped = conn.execute(f"SELECT version_num FROM {STORE_SCHEMA.version_table}").fetchall()
         return stamped, int(conn.execute("PRAGMA user_version").fetchone()[0])
     finally:
         conn.close()
@@ -41,7 +40,7 @@ def _schema(path: Path) -> set[tuple[str, str]]:
     conn = sqlite3.connect(path)
     try:
         found = conn.execute("SELECT name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
-        return {(name, sql) for name, sql in found if not name.startswith(migrations.VERSION_TABLE)}
+        return {(name, sql) for name, sql in found if not name.startswith(STORE_SCHEMA.version_table)}
     finally:
         conn.close()
 
@@ -57,7 +56,7 @@ def test_a_file_of_every_earlier_release_is_upgraded_and_keeps_its_rows(tmp_path
     PaymentStore(str(path)).close()
 
     assert rows(path, before) == kept
-    assert _versions(path) == ([(migrations.HEAD,)], LAST_HAND_ROLLED)
+    assert _versions(path) == ([(STORE_SCHEMA.head,)], LAST_HAND_ROLLED)
     assert _schema(path) == _schema(tmp_path / "new.db")  # as if it had been made by this release
     with PaymentStore(str(path)) as store:
         assert store.retrieve_refund("re_old")["amount"] == 40
@@ -83,7 +82,7 @@ def test_a_file_a_newer_release_upgraded_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "future.db"
     PaymentStore(str(path)).close()
     with sqlite3.connect(path) as conn:
-        conn.execute(f"UPDATE {migrations.VERSION_TABLE} SET version_num = '9999'")
+        conn.execute(f"UPDATE {STORE_SCHEMA.version_table} SET version_num = '9999'")
     conn.close()
 
     with pytest.raises(SchemaTooNewError, match="revision 9999, which this release does not know"):
@@ -91,24 +90,22 @@ def test_a_file_a_newer_release_upgraded_is_refused(tmp_path: Path) -> None:
 
 
 def test_head_is_the_newest_revision_of_one_line() -> None:
-    script = Migrations(
-        Path(migrations.__file__).parent, version_table=migrations.VERSION_TABLE, head=""
-    ).script
-    assert script.get_heads() == [migrations.HEAD]
+    script = STORE_SCHEMA.script
+    assert script.get_heads() == [STORE_SCHEMA.head]
     assert [r.revision for r in script.walk_revisions()] == ["0003", "0002", "0001"]
 
 
-_OPEN = "PaymentStore(path).close()"
-_SETUP = "import sys; from durable_assets.payments.store import PaymentStore; path = {path!r}"
+_OPEN = "from durable_assets.payments.store import PaymentStore; PaymentStore({path!r}).close()"
 
 
-def test_a_file_at_head_opens_without_alembic_or_the_kit(tmp_path: Path) -> None:
+def test_a_file_at_head_opens_without_alembic(tmp_path: Path) -> None:
+    """Issue #25 counts process start: the simulator opens the store and needs nothing else."""
     at_head, old = tmp_path / "head.db", tmp_path / "old.db"
     PaymentStore(str(at_head)).close()
     old_store_file(old, 2)
 
-    fast = imports_during(_SETUP.format(path=str(at_head)), _OPEN)
-    upgrading = imports_during(_SETUP.format(path=str(old)), _OPEN)
+    fast = libraries_loaded_by(_OPEN.format(path=str(at_head)))
+    upgrading = libraries_loaded_by(_OPEN.format(path=str(old)))
 
-    assert [n for n in fast if n.startswith(("alembic", "durable_assets.kit"))] == []
-    assert "alembic" in upgrading and "durable_assets.kit" in upgrading  # the probe sees them when they run
+    assert fast & {"alembic", "sqlalchemy", "dagster"} == set()
+    assert "alembic" in upgrading  # the probe sees it when an upgrade runs

@@ -1,9 +1,5 @@
-"""Which imports a piece of code executes while it runs, seen from a fresh interpreter.
-
-``sys.modules`` cannot tell: Dagster's storage loads Alembic on import, so any process that loads
-the kit has it. What a fast path must avoid is *executing* the import (and the work behind it), and
-every ``import`` statement goes through ``builtins.__import__``, already loaded or not.
-"""
+"""Which libraries a piece of code loads, run in a fresh interpreter (so nothing this test process
+imported counts)."""
 
 from __future__ import annotations
 
@@ -12,30 +8,14 @@ import subprocess
 import sys
 
 _PROBE = """
-import builtins, json, sys
+import json, sys
 exec(sys.argv[1])
-seen = []
-real = builtins.__import__
-def watch(name, globals=None, locals=None, fromlist=(), level=0):
-    seen.append(name)
-    return real(name, globals, locals, fromlist, level)
-builtins.__import__ = watch
-try:
-    exec(sys.argv[2])
-finally:
-    builtins.__import__ = real
-print(json.dumps(seen))
+print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
 """
 
 
-def imports_during(setup: str, action: str) -> list[str]:
-    """The module names ``action`` imports (absolute or as written), after ``setup`` ran untraced."""
-    done = subprocess.run(
-        [sys.executable, "-c", _PROBE, setup, action],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def libraries_loaded_by(code: str) -> set[str]:
+    """The top-level packages in ``sys.modules`` once ``code`` has run."""
+    done = subprocess.run([sys.executable, "-c", _PROBE, code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    return [str(name) for name in json.loads(done.stdout.strip().splitlines()[-1])]
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))

@@ -19,14 +19,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy.engine import Connection, Engine
-
 from durable_assets.kit.schema_migrations import Migrations, SchemaTooNewError
 
 __all__ = ["SchemaTooNewError"]  # re-exported: callers catch it where the kit's upgrade raises it
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy.engine import Connection, Engine
 
 VERSION_TABLE = "durable_alembic_version"
 #: Our tables' common prefix: what autogenerate may look at in a database shared with Dagster.

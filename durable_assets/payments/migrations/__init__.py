@@ -1,27 +1,19 @@
-"""The payments store's tables, versioned by Alembic (revisions in ``versions/``, version table
-``payments_alembic_version``), apart from the store's queries, which stay plain ``sqlite3``.
+"""The payments store's tables, versioned by Alembic with the kit's :class:`Migrations` (revisions
+in ``versions/``, version table ``payments_alembic_version``), apart from the store's queries, which
+stay plain ``sqlite3``.
 
-The store opens at every process start, also in processes that load neither Dagster nor the kit
-(the simulator): a file already at :data:`HEAD` is recognised with the store's own connection, and
-the kit and Alembic load only when there is something to upgrade. A new revision moves ``HEAD``.
+Revisions 0001-0003 are the steps the store applied by ``PRAGMA user_version`` before (``legacy.py``),
+so a file of any earlier release is adopted in place. The store opens at every process start, also
+in processes without Dagster (the simulator): a file at head costs one query, and Alembic loads only
+to upgrade. A new revision moves ``head``.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
-VERSION_TABLE = "payments_alembic_version"
-HEAD = "0003"
+from durable_assets.kit import Migrations
 
-
-def upgrade(conn: sqlite3.Connection, path: str) -> None:
-    """Bring the store file at ``path`` (open on ``conn``) to :data:`HEAD`."""
-    try:
-        at_head = conn.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchall() == [(HEAD,)]
-    except sqlite3.OperationalError:  # no version table: a new file, or one from before Alembic
-        at_head = False
-    if not at_head:
-        from durable_assets.kit import Migrations
-
-        Migrations(Path(__file__).resolve().parent, version_table=VERSION_TABLE, head=HEAD).upgrade(path)
+STORE_SCHEMA = Migrations(
+    Path(__file__).resolve().parent, version_table="payments_alembic_version", head="0003"
+)

@@ -11,4 +11,6 @@ from pathlib import Path
 
 from durable_assets.kit import Migrations
 
-MAILBOX = Migrations(Path(__file__).resolve().parent, version_table="mailbox_alembic_version", head="0001")
+MAILBOX_SCHEMA = Migrations(
+    Path(__file__).resolve().parent, version_table="mailbox_alembic_version", head="0001"
+)
