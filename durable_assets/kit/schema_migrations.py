@@ -148,8 +148,8 @@ class Migrations:
         if current is not None and current not in {r.revision for r in self.script.walk_revisions()}:
             where = conn.engine.url.render_as_string(hide_password=True)
             raise SchemaTooNewError(
-                f"the tables of {self.version_table} in {where} are at schema revision {current}, which "
-                f"this release does not know (its newest is {self.head}): a newer release has upgraded "
+                f"the tables {self.version_table} versions in {where} are at schema revision {current}, "
+                f"which this release does not know (its newest is {self.head}): a newer release has upgraded "
                 "them. Run that release, or restore a backup taken before it ran."
             )
         command.upgrade(self.config(conn), "head")
