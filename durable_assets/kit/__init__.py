@@ -18,6 +18,8 @@
 - Run tags and metadata keys (all in ``kit/tags.py``): every run of a batch carries
   :data:`BATCH_TAG`; a step reports the items it left for a person as :data:`HELD_FOR_REVIEW_KEY`
   in its materialization metadata (``job status`` shows the batch as needing review).
+- Tables of your own: :class:`Migrations` versions them with Alembic (your revisions, your version
+  table), as the kit versions its own.
 - Errors: one hierarchy under :class:`DurableError`; raise :class:`TransientProviderError` for a
   fault worth retrying with the same key, :class:`ProviderRejectedError` for one that is not.
 
@@ -78,6 +80,7 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
     from durable_assets.kit.progress import Progress
     from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
     from durable_assets.kit.schedules import DailyBatches
+    from durable_assets.kit.schema_migrations import Migrations
     from durable_assets.kit.steps import (
         TRANSIENT_RETRY,
         batch_dir,
@@ -160,6 +163,7 @@ __all__ = [
     "InputFileError",
     "Intent",
     "LedgerEntry",
+    "Migrations",
     "PacedProvider",
     "Progress",
     "ProviderAccount",

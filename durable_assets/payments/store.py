@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_assets.errors import UsageError
+from durable_assets.payments.migrations import STORE_SCHEMA
 
 JsonObject = dict[str, Any]
 
@@ -59,112 +60,6 @@ _COUNTED_REPLAYS = frozenset({_REFUNDS, _CUSTOMERS, _BALANCE_TRANSACTIONS})
 _BUSY_TIMEOUT_MS = 30_000
 _ID_ALPHABET = string.ascii_letters + string.digits
 _CURRENCY = re.compile(r"^[a-z]{3}$")
-
-_SCHEMA_V1 = """
-CREATE TABLE IF NOT EXISTS charges (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    amount INTEGER NOT NULL CHECK (amount > 0),
-    amount_refunded INTEGER NOT NULL DEFAULT 0
-        CHECK (amount_refunded >= 0 AND amount_refunded <= amount),
-    currency TEXT NOT NULL,
-    customer TEXT,
-    description TEXT,
-    metadata TEXT NOT NULL,
-    created INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS refunds (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    charge TEXT NOT NULL REFERENCES charges (id),
-    amount INTEGER NOT NULL CHECK (amount > 0),
-    currency TEXT NOT NULL,
-    reason TEXT,
-    metadata TEXT NOT NULL,
-    status TEXT NOT NULL,
-    created INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS refunds_by_charge ON refunds (charge, seq);
-CREATE TABLE IF NOT EXISTS idempotency_keys (
-    endpoint TEXT NOT NULL,
-    key TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    http_status INTEGER NOT NULL,
-    body TEXT NOT NULL,
-    created REAL NOT NULL,
-    PRIMARY KEY (endpoint, key)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS counters (
-    name TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-) WITHOUT ROWID;
-"""
-# Customers and their balance ledger (issue #12: the credit migration). ``balance`` is the sum of
-# the customer's balance transactions, kept on the row so it is read without summing; both move
-# in the transaction that inserts the balance transaction. ``currency`` is null until the first
-# balance transaction sets it, as at Stripe.
-_SCHEMA_V2 = """
-CREATE TABLE customers (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    email TEXT,
-    name TEXT,
-    metadata TEXT NOT NULL,
-    currency TEXT,
-    balance INTEGER NOT NULL DEFAULT 0,
-    invoice_prefix TEXT NOT NULL,
-    created INTEGER NOT NULL
-);
-CREATE INDEX customers_by_email ON customers (email, seq);
-CREATE TABLE customer_balance_transactions (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    customer TEXT NOT NULL REFERENCES customers (id),
-    amount INTEGER NOT NULL CHECK (amount <> 0),
-    currency TEXT NOT NULL,
-    description TEXT,
-    metadata TEXT NOT NULL,
-    ending_balance INTEGER NOT NULL,
-    created INTEGER NOT NULL
-);
-CREATE INDEX balance_transactions_by_customer ON customer_balance_transactions (customer, seq);
-"""
-# The provider account (issue #20): the ledger files every effect under the account it went to,
-# so a store file must name itself, stably, as a Stripe account does. One row, made when the file
-# gets this version (new or upgraded), inside the migration's write transaction, so two processes
-# opening an old file at once agree on one id. Deleted customers stay as rows marked ``deleted``:
-# Stripe still answers their id (``deleted: true``) and their balance transactions must not dangle.
-_SCHEMA_V3 = """
-CREATE TABLE account (
-    singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
-    id TEXT NOT NULL,
-    created INTEGER NOT NULL
-);
-ALTER TABLE customers ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
-"""
-#: Stripe's account ids: ``acct_`` and 16 letters or digits.
-ACCOUNT_ID_LENGTH = 16
-
-
-def _migrate_v3(conn: sqlite3.Connection) -> None:
-    _run_script(conn, _SCHEMA_V3)
-    account_id = "acct_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(ACCOUNT_ID_LENGTH))
-    conn.execute(
-        "INSERT INTO account (singleton, id, created) VALUES (1, ?, ?)", (account_id, int(time.time()))
-    )
-
-
-def _run_script(conn: sqlite3.Connection, script: str) -> None:
-    # Not executescript(): on Python 3.11 it commits the open transaction first.
-    for statement in script.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-
-
-#: Migration N brings a file from ``user_version`` N to N+1; applied in order, never edited once
-#: released (version 1 used IF NOT EXISTS and is kept as it shipped). A migration is SQL, or a
-#: function of the connection when it must make values (the account id) SQL cannot.
-_MIGRATIONS: tuple[str | Callable[[sqlite3.Connection], None], ...] = (_SCHEMA_V1, _SCHEMA_V2, _migrate_v3)
 
 _STAT_NAMES = (
     "refund_requests",
@@ -641,22 +536,9 @@ class PaymentStore:
             self._conn = _connect(self.path)
 
     def _migrate(self) -> None:
-        """Applies the migrations a file lacks, inside a write transaction so processes opening
-        the same file at once agree (the second one finds the version already raised)."""
-        with self._write() as conn:
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            if version > len(_MIGRATIONS):
-                raise UsageError(
-                    f"The payments database {self.path} has schema version {version}; this code knows "
-                    f"up to {len(_MIGRATIONS)}. Use the newer durable-assets that wrote it."
-                )
-            for migration in _MIGRATIONS[version:]:
-                if isinstance(migration, str):
-                    _run_script(conn, migration)
-                else:
-                    migration(conn)
-            conn.execute(f"PRAGMA user_version = {len(_MIGRATIONS)}")
-            row = conn.execute("SELECT id, created FROM account").fetchone()
+        """Brings the file to the newest schema (``payments/migrations``) before any query runs."""
+        STORE_SCHEMA.upgrade(self.path)
+        row = self._conn.execute("SELECT id, created FROM account").fetchone()
         self._account: tuple[str, int] = (str(row[0]), int(row[1]))
 
 

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from durable_assets.refunds.migrations import MAILBOX_SCHEMA
+
 
 class Mailbox:
     def __init__(self, path: str | Path) -> None:
@@ -22,15 +24,7 @@ class Mailbox:
         self._conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA busy_timeout=60000")
-        with self._lock:
-            conn = self._conn
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS messages (message_id TEXT PRIMARY KEY, recipient TEXT NOT NULL,"
-                " subject TEXT NOT NULL, body TEXT NOT NULL, sent_at REAL NOT NULL)"
-            )
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)"
-            )
+        MAILBOX_SCHEMA.upgrade(self.path)
 
     def close(self) -> None:
         self._conn.close()

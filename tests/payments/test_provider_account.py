@@ -25,7 +25,6 @@ from durable_assets.errors import (
     ProviderResponseMismatchError,
 )
 from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.payments import store as store_module
 from durable_assets.payments.gateway import (
     EmbeddedGateway,
     StripeGateway,
@@ -35,6 +34,7 @@ from durable_assets.payments.gateway import (
 from durable_assets.payments.resources import PaymentGateway, resolve_provider_account
 from durable_assets.payments.simulator import SimulatorServer
 from durable_assets.payments.store import PaymentStore
+from tests.payments.old_files import old_store_file
 from tests.support.network import free_port
 from tests.support.simulator import SimulatorProcess, ThreadedSimulator
 
@@ -118,19 +118,6 @@ def test_the_embedded_account_is_stable_across_reopens(tmp_path: Path) -> None:
     assert re.fullmatch(ACCOUNT_ID, account.account)
 
 
-def _version_2_file(path: Path) -> None:
-    """A store file as the release before accounts wrote it (schema version 2, no account)."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    for migration in store_module._MIGRATIONS[:2]:
-        assert isinstance(migration, str)
-        store_module._run_script(conn, migration)
-    conn.execute("PRAGMA user_version = 2")
-    conn.execute(
-        "INSERT INTO customers (id, metadata, invoice_prefix, created) VALUES ('cus_old', '{}', 'ABC', 0)"
-    )
-    conn.close()
-
-
 _OPEN_AND_PRINT = (
     "import sys; from durable_assets.payments.store import PaymentStore\n"
     "s = PaymentStore(sys.argv[1]); print(s.account_id); s.close()"
@@ -139,7 +126,7 @@ _OPEN_AND_PRINT = (
 
 def test_an_old_file_gets_one_account_even_when_two_processes_open_it_at_once(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
-    _version_2_file(path)
+    old_store_file(path, 2)
     openers = [
         subprocess.Popen(
             [sys.executable, "-c", _OPEN_AND_PRINT, str(path)], stdout=subprocess.PIPE, text=True

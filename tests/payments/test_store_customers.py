@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,8 +10,6 @@ from typing import Any
 
 import pytest
 
-from durable_assets.errors import UsageError
-from durable_assets.payments import store as store_module
 from durable_assets.payments.store import PaymentStore, StripeApiError
 
 NOTHING_ELSE = {"refund_requests": 0, "refunds_created": 0}
@@ -254,36 +251,3 @@ def test_balance_transaction_list_is_per_customer_and_paginated(store: PaymentSt
     assert ([t["id"] for t in back["data"]], back["has_more"]) == ([ids[2], ids[1]], True)
     missing = _error(lambda: store.list_balance_transactions("cus_missing"))
     assert (missing.http_status, missing.param) == (404, "customer")
-
-
-def test_a_version_1_file_gains_customers_and_keeps_its_refunds(tmp_path: Path) -> None:
-    """Files written before customers existed are migrated in place, not recreated."""
-    path = str(tmp_path / "v1.db")
-    conn = sqlite3.connect(path)
-    for statement in store_module._SCHEMA_V1.split(";"):
-        conn.execute(statement)
-    conn.execute(
-        "INSERT INTO charges (id, amount, currency, metadata, created) VALUES ('ch_old', 100, 'usd', '{}', 1)"
-    )
-    conn.execute("PRAGMA user_version = 1")
-    conn.commit()
-    conn.close()
-
-    with PaymentStore(path) as migrated:
-        refund = migrated.create_refund(charge="ch_old")
-        customer = _customer(migrated)
-        version = migrated._conn.execute("PRAGMA user_version").fetchone()[0]
-
-    assert refund["amount"] == 100
-    assert customer.startswith("cus_")
-    assert version == len(store_module._MIGRATIONS)
-
-
-def test_a_file_from_newer_code_is_refused(tmp_path: Path) -> None:
-    path = str(tmp_path / "future.db")
-    conn = sqlite3.connect(path)
-    conn.execute(f"PRAGMA user_version = {len(store_module._MIGRATIONS) + 1}")
-    conn.close()
-
-    with pytest.raises(UsageError, match="schema version"):
-        PaymentStore(path)
