@@ -23,12 +23,13 @@ from typing import Any
 from dagster import Definitions
 
 from durable_assets.kit import DurableJobs
-from durable_assets.ops.auto_resume import AutoResumeSettings, auto_resume_sensor
+from durable_assets.ops.auto_resume import auto_resume_sensor
 from durable_assets.ops.registry import CODE_LOCATION_ENV
 from durable_assets.ops.retention import retention as retention_job
 from durable_assets.ops.retention import retention_schedule
+from durable_assets.ops.settings import AutoResumeSettings
 from durable_assets.ops.webhooks.batch import webhook_sensors
-from durable_assets.settings import Settings, settings
+from durable_assets.settings import InstanceSettings
 
 __all__ = ["definitions"]
 
@@ -75,10 +76,10 @@ def _serve_from_here(durable_jobs: DurableJobs, caller: Mapping[str, Any]) -> No
     names one: the sensors' status reads and the retention job find these jobs, not the default's."""
     global _served
     module = caller.get("__name__")
-    default = Settings.model_fields["code_location"].default
+    default = InstanceSettings.model_fields["code_location"].default
     if caller.get("durable_jobs") is not durable_jobs or module in (None, "__main__", default):
         return
     # A location that imports another (greetings.py uses postcards.py's shop) is built last: it wins
     # over the one it imported, never over a DURABLE_CODE_LOCATION someone set.
-    if settings().code_location in (default, _served):
+    if InstanceSettings.current().code_location in (default, _served):
         os.environ[CODE_LOCATION_ENV] = _served = str(module)

@@ -71,9 +71,9 @@ from durable_assets.kit.dagster_internals import (
 )
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
+from durable_assets.kit.settings import DistributedSettings, KitSettings
 from durable_assets.kit.step_leases import StepHeartbeat, StepLeaseStore, TaskContext, current_task
 from durable_assets.kit.tags import BATCH_TAG, PARTITION_TAG
-from durable_assets.settings import settings
 
 TASK_NAME = "durable_assets.execute_step"
 #: How often the orchestrator looks for finished tasks (results are cheap to poll) ...
@@ -96,7 +96,7 @@ class TaskOutcome(enum.StrEnum):
 
 def make_app(broker_url: str | None = None, queue: str | None = None) -> Celery:
     """Our Celery app: one queue, late acks, redelivery of the tasks of a lost worker."""
-    env = settings()
+    env = DistributedSettings.current()
     queue = queue or env.broker_queue
     app = Celery("durable_assets", broker=broker_url or env.broker_url, backend="rpc://")
     app.conf.update(
@@ -168,7 +168,9 @@ def _execute_step(
         raise RuntimeError(f"no run {args.run_id} in this worker's instance")
     step_key = (args.step_keys_to_execute or [""])[0]
     owner = f"{socket.gethostname()}:{os.getpid()}:{self.request.id}:{uuid.uuid4().hex[:8]}"
-    store = StepLeaseStore(DurableDatabase.for_instance(instance), ttl_s=settings().step_lease_ttl_s)
+    store = StepLeaseStore(
+        DurableDatabase.for_instance(instance), ttl_s=DistributedSettings.current().step_lease_ttl_s
+    )
     batch_id = run.tags.get(BATCH_TAG) or run.tags.get(PARTITION_TAG) or ""
     if not store.acquire(run.run_id, step_key, batch_id, attempt, owner):
         return {"outcome": TaskOutcome.SUPERSEDED.value, "events": []}
@@ -238,14 +240,14 @@ class DurableCeleryExecutor(Executor):
     def execute(
         self, plan_context: PlanOrchestrationContext, execution_plan: ExecutionPlan
     ) -> Iterator[DagsterEvent]:
-        env = settings()
+        env = DistributedSettings.current()
         instance = plan_context.instance
         run = plan_context.dagster_run
         db = DurableDatabase.for_instance(instance)
         batch_id = run.tags.get(BATCH_TAG) or run.tags.get(PARTITION_TAG)
         heartbeat: Heartbeat | None = None
         if batch_id:
-            leases = LeaseStore(db, ttl_s=env.lease_ttl_s)
+            leases = LeaseStore(db, ttl_s=KitSettings.current().lease_ttl_s)
 
             def ended(run_id: str) -> bool:
                 other = instance.get_run_by_id(run_id)
@@ -292,7 +294,7 @@ class DurableCeleryExecutor(Executor):
         So the loop keeps dagster-celery's shape (same order: interrupts, results, plan events,
         new steps) and adds the lease poll and re-sends; compare the two side by side on upgrade.
         """
-        env = settings()
+        env = DistributedSettings.current()
         celery = app()
         task = celery.tasks[TASK_NAME]
         if not _workers_answer(celery, env.broker_queue):
@@ -483,7 +485,7 @@ def run_worker(concurrency: int) -> None:
         # Celery logs every task's return value at INFO: here, a step's whole event list.
         logging.getLogger("celery.app.trace").setLevel(logging.WARNING)
 
-    env = settings()
+    env = DistributedSettings.current()
     argv = [
         "worker",
         f"--concurrency={concurrency}",

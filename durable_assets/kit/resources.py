@@ -29,9 +29,9 @@ from durable_assets.kit.leases import (
 from durable_assets.kit.ledger import Ledger
 from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore, event_log_sink
+from durable_assets.kit.settings import KitSettings
 from durable_assets.kit.step_leases import TaskContext, current_task
 from durable_assets.kit.tags import BATCH_TAG, EXECUTOR_TAG, PARTITION_TAG
-from durable_assets.settings import settings
 
 
 def _database(context: InitResourceContext, url: str | None) -> DurableDatabase:
@@ -64,7 +64,7 @@ class IdempotencyLedger(ConfigurableResource):
 
     @property
     def key_retention_s(self) -> float:
-        hours = self.provider_key_retention_hours or settings().key_retention_hours
+        hours = self.provider_key_retention_hours or KitSettings.current().key_retention_hours
         return hours * 3600.0
 
 
@@ -148,11 +148,13 @@ class BatchRuntime(ConfigurableResource):
 
     @property
     def lease_ttl_s(self) -> float:
-        return self.lease_ttl_seconds or settings().lease_ttl_s
+        return self.lease_ttl_seconds or KitSettings.current().lease_ttl_s
 
     @property
     def step_delay_s(self) -> float:
-        return settings().step_delay_s if self.step_delay_seconds is None else self.step_delay_seconds
+        return (
+            KitSettings.current().step_delay_s if self.step_delay_seconds is None else self.step_delay_seconds
+        )
 
     @property
     def batch_id(self) -> str:

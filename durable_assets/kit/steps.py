@@ -46,9 +46,9 @@ from durable_assets.kit.pacing import Backoff as PacingBackoff
 from durable_assets.kit.pacing import PacedProvider, RateLimiter
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
+from durable_assets.kit.settings import KitSettings
 from durable_assets.kit.sharding import step_of_shard
 from durable_assets.kit.tags import CANCELED_KEY, EFFECT_SCOPE_KEY, LABEL_KEY, STEPS_KEY
-from durable_assets.settings import settings
 
 #: Whole-step retries for transient faults that escape a step (the ledger makes a retried step
 #: resume where it stopped). A provider down for its whole down budget is not one of them:
@@ -241,7 +241,7 @@ def effect_runner(
         perform=perform,
         fence=runtime.fence,
         guard=runtime.check_may_continue,
-        limiter=limiter or RateLimiter(settings().rate_limit),
+        limiter=limiter or RateLimiter(KitSettings.current().rate_limit),
         backoff=backoff or PacingBackoff(),
         key_retention_s=ledger.key_retention_s,
         lookup_first=lookup_first,

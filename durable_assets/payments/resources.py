@@ -26,6 +26,7 @@ from durable_assets.kit.pacing import (
     call_with_retries,
     shared_limiter,
 )
+from durable_assets.kit.settings import KitSettings
 from durable_assets.kit.tags import EXECUTOR_TAG
 from durable_assets.payments.gateway import (
     CustomerGateway,
@@ -34,7 +35,6 @@ from durable_assets.payments.gateway import (
     StripeGateway,
     gateway_from_settings,
 )
-from durable_assets.settings import settings
 
 
 def instance_dir(context: InitResourceContext) -> Path:
@@ -129,11 +129,11 @@ class PaymentGateway(ConfigurableResource):
 
     @property
     def concurrency(self) -> int:
-        return self.concurrency_limit or settings().concurrency
+        return self.concurrency_limit or KitSettings.current().concurrency
 
     @property
     def rate_limit(self) -> float | None:
-        return self.rate_limit_per_second or settings().rate_limit
+        return self.rate_limit_per_second or KitSettings.current().rate_limit
 
     def backoff(self) -> Backoff:
         budget = self.provider_down_budget_seconds
