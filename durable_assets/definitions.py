@@ -15,6 +15,7 @@ from durable_assets.credit_migration.job import credit_migration
 from durable_assets.credit_migration.resources import CreditLimits
 from durable_assets.credit_migration.settings import CreditMigrationSettings
 from durable_assets.kit import DurableJobs
+from durable_assets.kit.settings import KitSettings
 from durable_assets.location import definitions
 from durable_assets.payments.resources import PaymentGateway, resolve_provider_account
 from durable_assets.payments.settings import PaymentSettings
@@ -38,6 +39,7 @@ durable_jobs = DurableJobs(
 )
 
 _provider = PaymentSettings.current()
+_pace = KitSettings.current()
 _refunds = RefundSettings.current()
 _credits = CreditMigrationSettings.current()
 
@@ -47,6 +49,9 @@ defs = definitions(
         "payments": PaymentGateway(
             payments_url=_optional_env("DURABLE_PAYMENTS_URL", _provider.payments_url),
             api_key=_optional_env("STRIPE_API_KEY", _provider.stripe_api_key),
+            concurrency_limit=_pace.concurrency,
+            rate_limit_per_second=_pace.rate_limit,
+            provider_down_budget_seconds=_pace.provider_down_budget_s,
         ),
         "mailbox": CustomerMailbox(),
         "limits": RefundLimits(

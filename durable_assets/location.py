@@ -10,7 +10,8 @@ locations), is the one way a location is built, ours (``durable_assets/definitio
     defs = definitions(durable_jobs, resources={"shop": PrintShop(...)})
 
 Each part can be switched off (``auto_resume=False``, ``webhooks=False``, ``retention=False``);
-the kit's ``ledger`` and ``runtime`` resources are supplied from the settings unless given.
+the kit's ``ledger`` and ``runtime`` resources (and the distributed executor) are tuned by the
+environment read here, once, where the location is wired: kit code reads no variable itself.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from dagster import Definitions
 
 from durable_assets.kit import DurableJobs
+from durable_assets.kit.settings import DistributedSettings, KitSettings
 from durable_assets.ops.auto_resume import auto_resume_sensor
 from durable_assets.ops.registry import CODE_LOCATION_ENV
 from durable_assets.ops.retention import retention as retention_job
@@ -60,6 +62,8 @@ def definitions(
     _serve_from_here(durable_jobs, sys._getframe(1).f_globals)
     return durable_jobs.definitions(
         resources=resources,
+        settings=KitSettings.current(),
+        distributed=DistributedSettings.current(),
         jobs=[*([retention_job] if retention else []), *jobs],
         schedules=[*([retention_schedule] if retention else []), *schedules],
         sensors=[

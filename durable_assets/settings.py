@@ -18,8 +18,8 @@ helper :func:`var`, parsing with the CLI's error wording, the table's cells, and
 the instance and the code location. It is below every layer: it imports nothing from
 durable_assets but :mod:`durable_assets.errors`.
 
-The kit reads no section itself (values reach it through resource and executor config, set where a
-job is wired); see tests/test_architecture.py for the one documented exception.
+The kit reads no section itself: values reach it through resource and executor config, set where
+a code location is wired (tests/test_architecture.py lists the two documented exceptions).
 """
 
 from __future__ import annotations

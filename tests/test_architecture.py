@@ -105,6 +105,32 @@ def test_the_configuration_table_is_above_everything() -> None:
     assert importers == []
 
 
+#: The kit's only readers of the environment, and why each must read it itself. Every other value
+#: reaches kit code through resource and executor config, set where a code location is wired
+#: (``durable_assets.location.definitions``), so a job author sees each knob where it is passed.
+_KIT_ENVIRONMENT_READERS = {
+    # A test hook: every process (a run worker, a Celery task's child) arms itself from
+    # DURABLE_CRASH_AT on its first crash point; no config reaches a process before that.
+    "crashpoints.py",
+    # The Celery app (DURABLE_BROKER_URL, DURABLE_BROKER_QUEUE): a `job worker` and a run's
+    # orchestrator must meet on the same broker, and the URL's password must not travel in config.
+    "distributed.py",
+    # A DailyBatches schedule reads the input variable its job names (``input_env``) at each tick.
+    "schedules.py",
+    # `job resume` compares a guardrail resource's EnvVar-configured fields with this shell's.
+    "guardrails.py",
+}
+
+
+def test_the_kit_reads_the_environment_only_where_listed() -> None:
+    readers = set()
+    for path in _modules("kit"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "current", "from_env"):
+                readers.add(str(path.relative_to(PACKAGE / "kit")))
+    assert readers == _KIT_ENVIRONMENT_READERS
+
+
 @pytest.mark.parametrize("pipeline", [p for p in PIPELINES if (PACKAGE / p).is_dir()])
 def test_a_pipeline_uses_only_the_kits_public_api(pipeline: str) -> None:
     public = set(durable_assets.kit.__all__)

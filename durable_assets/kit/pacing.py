@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -267,7 +267,7 @@ class Backoff:
 
     base_s: float = 0.05
     cap_s: float = 5.0
-    down_budget_s: float = field(default_factory=lambda: KitSettings.current().provider_down_budget_s)
+    down_budget_s: float = KitSettings().provider_down_budget_s
     #: What the user changes to wait longer; named in the error.
     budget_setting: str = "DURABLE_PROVIDER_DOWN_BUDGET_S"
 

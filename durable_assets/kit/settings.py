@@ -3,8 +3,10 @@
 Declared here, next to the code they tune, and read where a job is wired (the code location's
 ``Definitions``, the CLI), never by the kit's own modules: values reach them through resource and
 executor config (``BatchRuntime``, ``IdempotencyLedger``, the provider resource's pace, the
-``durable_celery`` executor). The one exception is :class:`CrashHooks`, a test hook that a process
-must read itself (see :mod:`durable_assets.kit.crashpoints`).
+``durable_celery`` executor). Two values are read by the process that needs them, each in one
+place (tests/test_architecture.py lists the kit's readers): :class:`CrashHooks`, a test hook every
+process arms itself from (:mod:`durable_assets.kit.crashpoints`), and the Celery app's broker URL
+and queue (``durable_assets.kit.distributed.app``), on which a worker and an orchestrator meet.
 """
 
 from __future__ import annotations
