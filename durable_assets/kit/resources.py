@@ -68,9 +68,7 @@ class IdempotencyLedger(ConfigurableResource):
         default=_KIT.rate_limit, gt=0, description="Cap on effects/s (DURABLE_RATE_LIMIT)"
     )
     provider_down_budget_seconds: float = Field(
-        default=_KIT.provider_down_budget_s,
-        gt=0,
-        description="How long the other side may let nothing through (DURABLE_PROVIDER_DOWN_BUDGET_S)",
+        default=_KIT.provider_down_budget_s, gt=0, description="Down budget (DURABLE_PROVIDER_DOWN_BUDGET_S)"
     )
     database_url: str | None = None
 
@@ -123,9 +121,7 @@ class BatchRuntime(ConfigurableResource):
     )
     progress_interval_seconds: float = 0.5
     step_delay_seconds: float = Field(
-        default=_KIT.step_delay_s,
-        ge=0,
-        description="Pause before each step, for demos and tests (DURABLE_STEP_DELAY_S)",
+        default=_KIT.step_delay_s, ge=0, description="Pause before each step (DURABLE_STEP_DELAY_S)"
     )
     database_url: str | None = None
 

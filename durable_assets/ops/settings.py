@@ -141,15 +141,10 @@ class RetentionSettings(Section):
     )
     ledger_days: float = var("DURABLE_LEDGER_RETENTION_DAYS", 365.0, "idempotency-key horizon", ge=0)
     archive_dir: str | None = var(
-        "DURABLE_ARCHIVE_DIR",
-        None,
-        "where pruned batches are archived",
-        unset="`$DAGSTER_HOME/archive`",
+        "DURABLE_ARCHIVE_DIR", None, "where pruned batches are archived", unset="`$DAGSTER_HOME/archive`"
     )
     schedule: Literal["running", "stopped"] = var(
-        "DURABLE_RETENTION_SCHEDULE",
-        "running",
-        "`stopped`: the daily retention schedule starts stopped",
+        "DURABLE_RETENTION_SCHEDULE", "running", "`stopped`: the daily retention schedule starts stopped"
     )
 
 
