@@ -327,7 +327,7 @@ def create_app(
     instance: DagsterInstance,
     *,
     token: str | None = None,
-    heartbeat_s: float = 15.0,
+    heartbeat_s: float = ApiSettings.model_fields["heartbeat_s"].default,
     poll_interval_s: float = 0.25,
     max_streams: int = ApiSettings.model_fields["max_streams"].default,
     cors_origins: Sequence[str] = (),
