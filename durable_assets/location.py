@@ -10,7 +10,8 @@ locations), is the one way a location is built, ours (``durable_assets/definitio
     defs = definitions(durable_jobs, resources={"shop": PrintShop(...)})
 
 Each part can be switched off (``auto_resume=False``, ``webhooks=False``, ``retention=False``);
-the kit's ``ledger`` and ``runtime`` resources are supplied from the settings unless given.
+the kit's ``ledger`` and ``runtime`` resources (and the distributed executor) are tuned by the
+environment read here, once, where the location is wired: kit code reads no variable itself.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from typing import Any
 from dagster import Definitions
 
 from durable_assets.kit import DurableJobs
-from durable_assets.ops.auto_resume import AutoResumeSettings, auto_resume_sensor
+from durable_assets.kit.settings import DistributedSettings, KitSettings
+from durable_assets.ops.auto_resume import auto_resume_sensor
 from durable_assets.ops.registry import CODE_LOCATION_ENV
 from durable_assets.ops.retention import retention as retention_job
 from durable_assets.ops.retention import retention_schedule
+from durable_assets.ops.settings import AutoResumeSettings
 from durable_assets.ops.webhooks.batch import webhook_sensors
-from durable_assets.settings import Settings, settings
+from durable_assets.settings import InstanceSettings
 
 __all__ = ["definitions"]
 
@@ -59,6 +62,8 @@ def definitions(
     _serve_from_here(durable_jobs, sys._getframe(1).f_globals)
     return durable_jobs.definitions(
         resources=resources,
+        settings=KitSettings.current(),
+        distributed=DistributedSettings.current(),
         jobs=[*([retention_job] if retention else []), *jobs],
         schedules=[*([retention_schedule] if retention else []), *schedules],
         sensors=[
@@ -75,10 +80,10 @@ def _serve_from_here(durable_jobs: DurableJobs, caller: Mapping[str, Any]) -> No
     names one: the sensors' status reads and the retention job find these jobs, not the default's."""
     global _served
     module = caller.get("__name__")
-    default = Settings.model_fields["code_location"].default
+    default = InstanceSettings.model_fields["code_location"].default
     if caller.get("durable_jobs") is not durable_jobs or module in (None, "__main__", default):
         return
     # A location that imports another (greetings.py uses postcards.py's shop) is built last: it wins
     # over the one it imported, never over a DURABLE_CODE_LOCATION someone set.
-    if settings().code_location in (default, _served):
+    if InstanceSettings.current().code_location in (default, _served):
         os.environ[CODE_LOCATION_ENV] = _served = str(module)

@@ -5,9 +5,10 @@ too. The rules:
 
 - ``errors`` (the one exception hierarchy) imports nothing of ours: every layer can raise and
   catch by type, and a usage error at the CLI needs neither Dagster nor the kit.
-- ``kit`` imports only the kit, ``durable_assets.errors``, ``durable_assets.settings`` (the
-  environment, read in one place; it imports only the errors) and third-party code: it is the
-  library users build on.
+- ``settings`` (the settings machinery and the instance's variables) imports only the errors;
+  each layer and pipeline declares its own section on top of it.
+- ``kit`` imports only the kit, ``durable_assets.errors``, ``durable_assets.settings`` and
+  third-party code: it is the library users build on.
 - ``ops`` (CLI, HTTP API, webhooks, metrics, retention) imports the kit and the provider adapter,
   never a pipeline: it finds jobs through the registry, so it serves any registered job.
 - a pipeline imports the kit only through its public API (``from durable_assets.kit import X``
@@ -16,6 +17,8 @@ too. The rules:
 - ``location`` (a code location's ``Definitions``: the kit's jobs with the operations layer's daemon
   parts) sits above both and imports no pipeline and no provider; nothing imports it but code
   locations (``durable_assets/definitions.py``, a user's module), so no layer can reach it.
+- ``configuration`` (the README's table, collected from every layer's and pipeline's section)
+  sits above everything; nothing in the package imports it.
 """
 
 from __future__ import annotations
@@ -92,6 +95,42 @@ def test_the_location_is_above_the_kit_and_the_operations_layer() -> None:
         if _layer_of(module) == "location"
     ]
     assert importers == []
+
+
+def test_the_configuration_table_is_above_everything() -> None:
+    importers = [
+        f"{path.relative_to(PACKAGE.parent)}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for module, _names in _imports(path)
+        if _layer_of(module) == "configuration"
+    ]
+    assert importers == []
+
+
+#: The kit's only readers of the environment, and why each must read it itself. Every other value
+#: reaches kit code through resource and executor config, set where a code location is wired
+#: (``durable_assets.location.definitions``), so a job author sees each knob where it is passed.
+_KIT_ENVIRONMENT_READERS = {
+    # A test hook: every process (a run worker, a Celery task's child) arms itself from
+    # DURABLE_CRASH_AT on its first crash point; no config reaches a process before that.
+    "crashpoints.py",
+    # The Celery app (DURABLE_BROKER_URL, DURABLE_BROKER_QUEUE): a `job worker` and a run's
+    # orchestrator must meet on the same broker, and the URL's password must not travel in config.
+    "distributed.py",
+    # A DailyBatches schedule reads the input variable its job names (``input_env``) at each tick.
+    "schedules.py",
+    # `job resume` compares a guardrail resource's EnvVar-configured fields with this shell's.
+    "guardrails.py",
+}
+
+
+def test_the_kit_reads_the_environment_only_where_listed() -> None:
+    readers = set()
+    for path in _modules("kit"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "current", "from_env"):
+                readers.add(str(path.relative_to(PACKAGE / "kit")))
+    assert readers == _KIT_ENVIRONMENT_READERS
 
 
 @pytest.mark.parametrize("pipeline", [p for p in PIPELINES if (PACKAGE / p).is_dir()])

@@ -1,5 +1,6 @@
-"""Every code location gets what ours gets: the daemon-side parts, the kit's resources from the
-settings, and steps that cannot lose their cancel, fence and ledger (issue #21 items 1-3)."""
+"""Every code location gets what ours gets: the daemon-side parts, the kit's resources tuned by
+the environment where the location is wired, and steps that cannot lose their cancel, fence and
+ledger (issue #21 items 1-3)."""
 
 from __future__ import annotations
 
@@ -108,20 +109,38 @@ def test_a_job_is_partitioned_like_its_steps_unless_told_otherwise() -> None:
         DurableJob("mixed", assets=[first, second], description="d")
 
 
-def test_kit_resources_take_their_defaults_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kit_resources_take_their_values_from_the_environment_where_the_location_is_wired(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @durable_asset(label="One", partitions_def=PARTS)
+    def wired() -> int:
+        return 1
+
     monkeypatch.setenv("DURABLE_LEASE_TTL_S", "7")
     monkeypatch.setenv("DURABLE_KEY_RETENTION_HOURS", "2")
     monkeypatch.setenv("DURABLE_CONCURRENCY", "5")
     monkeypatch.setenv("DURABLE_RATE_LIMIT", "30")
     monkeypatch.setenv("DURABLE_PROVIDER_DOWN_BUDGET_S", "9")
     monkeypatch.setenv("DURABLE_STEP_DELAY_S", "0.5")
-    runtime = BatchRuntime()
+    monkeypatch.setenv("DURABLE_STEP_MAX_ATTEMPTS", "4")
+    jobs = DurableJobs([DurableJob("wired", assets=[wired], description="d")])
+    definitions(jobs)
+    runtime, ledger = jobs.resources["runtime"], jobs.resources["ledger"]
     assert runtime.lease_ttl_s == 7 and runtime.step_delay_s == 0.5
-    assert IdempotencyLedger().key_retention_s == 2 * 3600
-    gateway = PaymentGateway()
-    assert gateway.concurrency == 5 and gateway.rate_limit == 30 and gateway.backoff().down_budget_s == 9
-    assert Backoff().down_budget_s == 9
-    # An explicit value still wins.
+    assert ledger.key_retention_s == 2 * 3600
+    assert (
+        ledger.concurrency == 5 and ledger.rate_limit_per_second == 30 and ledger.backoff().down_budget_s == 9
+    )
+    executor = jobs.distributed_job_definition("wired", 2).executor_def
+    config = executor.apply_config_mapping({}).value["config"]  # configured where the location is wired
+    assert (config["lease_ttl_s"], config["step_max_attempts"], config["step_lease_ttl_s"]) == (7, 4, 15)
+    from durable_assets.definitions import defs as ours  # our provider resource, wired the same way
+
+    assert isinstance(ours.resources["payments"], PaymentGateway)
+    # Kit code reads no variable: a resource built without the location keeps the declared defaults.
+    assert BatchRuntime().lease_ttl_s == 15 and BatchRuntime().step_delay_s == 0
+    assert IdempotencyLedger().concurrency == 16 and Backoff().down_budget_s == 60
+    assert PaymentGateway().concurrency == 16
     assert BatchRuntime(lease_ttl_seconds=3).lease_ttl_s == 3
 
 

@@ -1,4 +1,4 @@
-"""The one Settings object: every variable parsed, bounded and named in its error; the README's
+"""The settings sections: every variable parsed, bounded and named in its error; the README's
 Configuration table is the same list (names, defaults, descriptions), so the two cannot drift."""
 
 from __future__ import annotations
@@ -10,17 +10,35 @@ from pathlib import Path
 import pytest
 
 from durable_assets import settings as settings_module
+from durable_assets.configuration import SECTIONS, readme_table
 from durable_assets.errors import UsageError
-from durable_assets.settings import Settings, default_text, markdown_table, settings, variable
+from durable_assets.kit.settings import CrashHooks, KitSettings
+from durable_assets.ops.settings import ApiSettings, AutoResumeSettings, RetentionSettings, WebhookVariables
+from durable_assets.refunds.settings import RefundSettings
+from durable_assets.settings import InstanceSettings, Section, default_text, variable
 
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _section_of(name: str) -> type[Section]:
+    """The section that declares variable ``name`` (each is declared once)."""
+    owners = [s for s in SECTIONS if name in {variable(f) for f in s.variables().values()}]
+    assert len(owners) == 1, (name, owners)
+    return owners[0]
+
+
 def test_defaults_need_no_environment() -> None:
-    s = Settings.from_env({})
-    assert s == Settings()
-    assert (s.concurrency, s.lease_ttl_s, s.rate_limit, s.webhook_urls) == (16, 15.0, None, ())
-    assert s.code_location == "durable_assets.definitions"
+    for section in SECTIONS:
+        assert section.from_env({}) == section()
+    kit = KitSettings.from_env({})
+    assert (kit.concurrency, kit.lease_ttl_s, kit.rate_limit, WebhookVariables().urls) == (16, 15.0, None, ())
+    assert InstanceSettings.from_env({}).code_location == "durable_assets.definitions"
+
+
+def test_every_variable_is_declared_once() -> None:
+    names = [variable(f) for s in SECTIONS for f in s.variables().values()]
+    assert len(names) == len(set(names)) == 46  # as before the split: 44 documented, 2 test hooks
+    assert set(SECTIONS) == {s for s in Section.registered if s.__module__.startswith("durable_assets.")}
 
 
 @pytest.mark.parametrize(
@@ -29,22 +47,22 @@ def test_defaults_need_no_environment() -> None:
         ("DURABLE_CONCURRENCY", " 4 ", "concurrency", 4),
         ("DURABLE_RATE_LIMIT", "2.5", "rate_limit", 2.5),
         ("DURABLE_STEP_DELAY_S", "0", "step_delay_s", 0.0),
-        ("DURABLE_AUTO_RESUME_MAX_ATTEMPTS", "0", "auto_resume_max_attempts", 0),
+        ("DURABLE_AUTO_RESUME_MAX_ATTEMPTS", "0", "max_attempts", 0),
         (
             "DURABLE_WEBHOOK_URLS",
             " http://a/h, https://b/h ,,",
-            "webhook_urls",
+            "urls",
             ("http://a/h", "https://b/h"),
         ),
-        ("DURABLE_RETENTION_SCHEDULE", "Stopped", "retention_schedule", "stopped"),
+        ("DURABLE_RETENTION_SCHEDULE", "Stopped", "schedule", "stopped"),
         ("DURABLE_CRASH_AT", " after_intent_commit:37 ", "crash_at", " after_intent_commit:37 "),
         ("DURABLE_CRASH_COUNTS", "/tmp/counts", "crash_counts", "/tmp/counts"),
-        ("DURABLE_API_TOKEN", "s3cret", "api_token", "s3cret"),
+        ("DURABLE_API_TOKEN", "s3cret", "token", "s3cret"),
         ("DURABLE_CODE_LOCATION", "  ", "code_location", "durable_assets.definitions"),  # blank = unset
     ],
 )
 def test_values_are_parsed_as_their_type(name: str, raw: str, field: str, value: object) -> None:
-    assert getattr(Settings.from_env({name: raw}), field) == value
+    assert getattr(_section_of(name).from_env({name: raw}), field) == value
 
 
 @pytest.mark.parametrize(
@@ -75,7 +93,7 @@ def test_a_bad_value_is_one_usage_error_naming_the_variable_and_the_range(
     name: str, raw: str, says: str
 ) -> None:
     with pytest.raises(UsageError) as raised:
-        Settings.from_env({name: raw})
+        _section_of(name).from_env({name: raw})
     assert says in str(raised.value)
     assert str(raised.value).startswith(f"{name}=")
     assert raised.value.exit_code == 2
@@ -83,36 +101,47 @@ def test_a_bad_value_is_one_usage_error_naming_the_variable_and_the_range(
 
 def test_bounds_hold_for_direct_construction_too() -> None:
     with pytest.raises(ValueError):
-        Settings(lease_ttl_s=0)
+        KitSettings(lease_ttl_s=0)
     with pytest.raises(ValueError):
-        Settings(step_delay_s=float("inf"))
-    frozen = Settings()
+        KitSettings(step_delay_s=float("inf"))
+    with pytest.raises(ValueError):
+        RefundSettings(max_refunds_per_batch=-1)
+    frozen = KitSettings()
     with pytest.raises(ValueError):
         frozen.concurrency = 5  # type: ignore[misc]
 
 
 def test_secrets_stay_out_of_the_repr() -> None:
-    s = Settings.from_env({"DURABLE_API_TOKEN": "tok-123", "STRIPE_API_KEY": "sk_test_456"})
-    assert "tok-123" not in repr(s) and "sk_test_456" not in repr(s)
+    env = {
+        "DURABLE_API_TOKEN": "tok-123",
+        "STRIPE_API_KEY": "sk_test_456",
+        "DURABLE_WEBHOOK_SECRET": "whsec_x",
+    }
+    for section in (*SECTIONS, ApiSettings):
+        shown = repr(section.from_env(env))
+        assert "tok-123" not in shown and "sk_test_456" not in shown and "whsec_x" not in shown
 
 
-def test_settings_follows_the_environment_and_never_caches_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_current_follows_the_environment_and_never_caches_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DURABLE_LEASE_TTL_S", "3")
-    assert settings().lease_ttl_s == 3.0
-    assert settings() is settings()  # unchanged environment: the parsed object is reused
+    assert KitSettings.current().lease_ttl_s == 3.0
+    assert (
+        KitSettings.current() is KitSettings.current()
+    )  # unchanged environment: the parsed object is reused
     monkeypatch.setenv("DURABLE_LEASE_TTL_S", "4.5")
-    assert settings().lease_ttl_s == 4.5
+    assert KitSettings.current().lease_ttl_s == 4.5
     monkeypatch.setenv("DURABLE_LEASE_TTL_S", "x")
     for _ in range(2):
         with pytest.raises(UsageError, match="DURABLE_LEASE_TTL_S='x'"):
-            settings()
+            KitSettings.current()
+    assert RetentionSettings.current().completed_days == 30.0  # another section is not concerned
     monkeypatch.delenv("DURABLE_LEASE_TTL_S")
-    settings.cache_clear()
-    assert settings().lease_ttl_s == 15.0
+    assert KitSettings.current().lease_ttl_s == 15.0
+    assert AutoResumeSettings.from_env({"DURABLE_LEASE_TTL_S": "9"}).lease_ttl_s == 9.0
 
 
 def test_every_variable_is_read_here_only() -> None:
-    """No module reads os.environ for a variable of ours: it asks settings() (kit/schedules.py
+    """No module reads os.environ for a variable of ours: it asks its section (kit/schedules.py
     reads a job's own ``input_env`` by name, kit/guardrails.py the variables a job's own guardrail
     resource names; runner.py sets DAGSTER_HOME for Dagster; location.py sets DURABLE_CODE_LOCATION
     for the process that built a location)."""
@@ -153,11 +182,11 @@ def _readme_rows() -> list[tuple[str, str, str]]:
 
 
 def test_the_readme_table_lists_every_variable_with_its_default_and_description() -> None:
-    fields = Settings.public_fields()
+    fields = [f for section in SECTIONS for f in section.public_fields().values()]
     rows = _readme_rows()
-    hint = "regenerate the table: .venv/bin/python -m durable_assets.settings"
-    assert [r[0] for r in rows] == [variable(f) for f in fields.values()], hint
-    for (name, default, meaning), info in zip(rows, fields.values(), strict=True):
+    hint = "regenerate the table: .venv/bin/python -m durable_assets.configuration"
+    assert [r[0] for r in rows] == [variable(f) for f in fields], hint
+    for (name, default, meaning), info in zip(rows, fields, strict=True):
         assert default == default_text(info), f"{name}: {hint}"
         assert meaning == info.description, f"{name}: {hint}"
         if isinstance(info.default, int | float) and not isinstance(info.default, bool):
@@ -168,13 +197,13 @@ def test_the_readme_table_lists_every_variable_with_its_default_and_description(
 
 def test_the_readme_table_is_what_the_module_prints() -> None:
     text = (REPO / "README.md").read_text()
-    assert markdown_table() in text
+    assert readme_table() in text
 
 
 def test_test_hooks_are_kept_out_of_the_readme() -> None:
-    hooks = set(Settings.model_fields) - set(Settings.public_fields())
-    assert hooks == {"crash_at", "crash_counts"}
-    table = markdown_table()
+    hooks = {n for s in SECTIONS for n in set(s.variables()) - set(s.public_fields())}
+    assert hooks == {"crash_at", "crash_counts"} == set(CrashHooks.variables())
+    table = readme_table()
     assert "DURABLE_CRASH_AT" not in table and "DURABLE_CRASH_COUNTS" not in table
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.harness import API_KEY, Result, Size, expected_refund_keys, instance_view, job, job_env
 from durable_assets.kit.group_commit import COMMIT_WINDOW_S
-from durable_assets.settings import Settings
+from durable_assets.kit.settings import KitSettings
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
 from tests.support.processes import JOB, Process
@@ -106,7 +106,7 @@ def run(size: Size, workdir: Path) -> Result:
     replays = after["idempotent_replays"] - at_kill["idempotent_replays"]
     unconfirmed = expected - confirmed
     rate = _rate_at_kill(samples)
-    concurrency = Settings.from_env(env).concurrency
+    concurrency = KitSettings.from_env(env).concurrency
     bound = concurrency + rate * COMMIT_WINDOW_S
     checks = {
         "resume_requests == unconfirmed_at_kill": requests == unconfirmed,

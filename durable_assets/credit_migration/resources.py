@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from durable_assets.credit_migration.settings import CreditMigrationSettings
 from durable_assets.kit import Guardrails, amount_ceiling, count_ceiling
 
 
@@ -11,10 +12,7 @@ class CreditLimits(Guardrails):
     the adjustments' absolute values, per currency. Pinned with the batch at its first run
     (``Guardrails``): a resume from another shell keeps them."""
 
-    env_vars = {
-        "max_adjustments_per_batch": "DURABLE_MAX_CREDIT_ADJUSTMENTS_PER_BATCH",
-        "max_credit_per_batch_cents": "DURABLE_MAX_CREDIT_PER_BATCH_CENTS",
-    }
+    env_vars = CreditMigrationSettings.variables_of("max_adjustments_per_batch", "max_credit_per_batch_cents")
 
-    max_adjustments_per_batch: int = count_ceiling(100_000)
-    max_credit_per_batch_cents: int = amount_ceiling(100_000_000)
+    max_adjustments_per_batch: int = count_ceiling(CreditMigrationSettings().max_adjustments_per_batch)
+    max_credit_per_batch_cents: int = amount_ceiling(CreditMigrationSettings().max_credit_per_batch_cents)

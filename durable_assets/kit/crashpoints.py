@@ -31,7 +31,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from durable_assets.errors import UsageError
-from durable_assets.settings import settings
+from durable_assets.kit.settings import CrashHooks
 
 __all__ = ["CrashPoint", "CrashSpec", "arm", "crash_point", "disarm", "parse_spec"]
 
@@ -183,7 +183,7 @@ def arm(spec: CrashSpec | str | None = None, counts_path: str | Path | None = No
     """
     global _armed
     if spec is None and counts_path is None:
-        current = settings()
+        current = CrashHooks.current()
         spec, counts_path = current.crash_at, current.crash_counts
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
     counts = Path(counts_path) if counts_path else None

@@ -46,6 +46,7 @@ from dagster import (
     DagsterInstance,
     DagsterSubprocessError,
     Executor,
+    Field,
     executor,
     multiple_process_executor_requirements,
     serialize_value,
@@ -71,9 +72,12 @@ from durable_assets.kit.dagster_internals import (
 )
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
+from durable_assets.kit.settings import DEFAULT_LEASE_TTL_S, DistributedSettings, KitSettings
 from durable_assets.kit.step_leases import StepHeartbeat, StepLeaseStore, TaskContext, current_task
 from durable_assets.kit.tags import BATCH_TAG, PARTITION_TAG
-from durable_assets.settings import settings
+
+#: The declared defaults (the executor's config schema); the code location passes its environment's.
+_DISTRIBUTED = DistributedSettings()
 
 TASK_NAME = "durable_assets.execute_step"
 #: How often the orchestrator looks for finished tasks (results are cheap to poll) ...
@@ -94,11 +98,9 @@ class TaskOutcome(enum.StrEnum):
 # --- the Celery app and its task -------------------------------------------------------------
 
 
-def make_app(broker_url: str | None = None, queue: str | None = None) -> Celery:
+def make_app(broker_url: str, queue: str) -> Celery:
     """Our Celery app: one queue, late acks, redelivery of the tasks of a lost worker."""
-    env = settings()
-    queue = queue or env.broker_queue
-    app = Celery("durable_assets", broker=broker_url or env.broker_url, backend="rpc://")
+    app = Celery("durable_assets", broker=broker_url, backend="rpc://")
     app.conf.update(
         task_queues=[Queue(queue, routing_key=queue)],
         task_default_queue=queue,
@@ -124,8 +126,19 @@ def make_app(broker_url: str | None = None, queue: str | None = None) -> Celery:
 
 @cache
 def app() -> Celery:
-    """This process's app (broker and queue as configured when first used)."""
-    return make_app()
+    """This process's app, its broker and queue read from the environment when first used.
+
+    The kit's one read of distributed settings (tests/test_architecture.py lists it): a `job
+    worker` and the orchestrator of a run are separate processes that must meet on the same broker
+    and queue, and the broker URL carries a password, which must not travel in run or executor
+    config (Dagster shows and stores both). Everything else reaches the executor through its config.
+    """
+    env = DistributedSettings.current()
+    return make_app(env.broker_url, env.broker_queue)
+
+
+def _queue(celery: Celery) -> str:
+    return str(celery.conf.task_default_queue)
 
 
 _instances: dict[str, DagsterInstance] = {}
@@ -157,9 +170,15 @@ if hasattr(os, "register_at_fork"):
 
 
 def _execute_step(
-    self: Any, execute_step_args_packed: dict[str, Any], executable_dict: dict[str, Any], attempt: int
+    self: Any,
+    execute_step_args_packed: dict[str, Any],
+    executable_dict: dict[str, Any],
+    attempt: int,
+    step_lease_ttl_s: float = _DISTRIBUTED.step_lease_ttl_s,
 ) -> dict[str, Any]:
-    """Run one step of a run (dagster-celery's task body), holding the step's lease throughout."""
+    """Run one step of a run (dagster-celery's task body), holding the step's lease throughout.
+
+    ``step_lease_ttl_s`` comes from the orchestrator's executor config, so both sides agree on it."""
     args = unpack_value(execute_step_args_packed, as_type=ExecuteStepArgs)
     instance = _instance(args.instance_ref)
     recon_job = ReconstructableJob.from_dict(executable_dict)
@@ -168,7 +187,7 @@ def _execute_step(
         raise RuntimeError(f"no run {args.run_id} in this worker's instance")
     step_key = (args.step_keys_to_execute or [""])[0]
     owner = f"{socket.gethostname()}:{os.getpid()}:{self.request.id}:{uuid.uuid4().hex[:8]}"
-    store = StepLeaseStore(DurableDatabase.for_instance(instance), ttl_s=settings().step_lease_ttl_s)
+    store = StepLeaseStore(DurableDatabase.for_instance(instance), ttl_s=step_lease_ttl_s)
     batch_id = run.tags.get(BATCH_TAG) or run.tags.get(PARTITION_TAG) or ""
     if not store.acquire(run.run_id, step_key, batch_id, attempt, owner):
         return {"outcome": TaskOutcome.SUPERSEDED.value, "events": []}
@@ -211,13 +230,45 @@ def _execute_step(
 
 @executor(
     name="durable_celery",
-    config_schema={"retries": get_retries_config()},
+    config_schema={
+        "retries": get_retries_config(),
+        "lease_ttl_s": Field(float, default_value=DEFAULT_LEASE_TTL_S, description="DURABLE_LEASE_TTL_S"),
+        "step_lease_ttl_s": Field(
+            float, default_value=_DISTRIBUTED.step_lease_ttl_s, description="DURABLE_STEP_LEASE_TTL_S"
+        ),
+        "step_max_attempts": Field(
+            int, default_value=_DISTRIBUTED.step_max_attempts, description="DURABLE_STEP_MAX_ATTEMPTS"
+        ),
+    },
     requirements=multiple_process_executor_requirements(),
 )
 def durable_celery_executor(init_context: Any) -> DurableCeleryExecutor:
     """dagster-celery's executor with step leases, re-sends and fencing (see the module docstring)."""
-    retries = RetryMode.from_config(init_context.executor_config["retries"])
-    return DurableCeleryExecutor(retries if retries is not None else RetryMode.ENABLED)
+    config = init_context.executor_config
+    retries = RetryMode.from_config(config["retries"])
+    return DurableCeleryExecutor(
+        retries if retries is not None else RetryMode.ENABLED,
+        ExecutorKnobs(config["lease_ttl_s"], config["step_lease_ttl_s"], config["step_max_attempts"]),
+    )
+
+
+def executor_config(settings: KitSettings, distributed: DistributedSettings) -> dict[str, Any]:
+    """The executor's config as a code location wires it (its environment's values)."""
+    return {
+        "retries": {"enabled": {}},
+        "lease_ttl_s": settings.lease_ttl_s,
+        "step_lease_ttl_s": distributed.step_lease_ttl_s,
+        "step_max_attempts": distributed.step_max_attempts,
+    }
+
+
+@dataclass(frozen=True)
+class ExecutorKnobs:
+    """The executor's config: the batch lease it holds, and how it watches its steps' tasks."""
+
+    lease_ttl_s: float
+    step_lease_ttl_s: float
+    step_max_attempts: int
 
 
 @dataclass
@@ -228,8 +279,9 @@ class _InFlight:
 
 
 class DurableCeleryExecutor(Executor):
-    def __init__(self, retries: RetryMode) -> None:
+    def __init__(self, retries: RetryMode, knobs: ExecutorKnobs) -> None:
         self._retries = retries
+        self._knobs = knobs
 
     @property
     def retries(self) -> RetryMode:
@@ -238,14 +290,14 @@ class DurableCeleryExecutor(Executor):
     def execute(
         self, plan_context: PlanOrchestrationContext, execution_plan: ExecutionPlan
     ) -> Iterator[DagsterEvent]:
-        env = settings()
+        knobs = self._knobs
         instance = plan_context.instance
         run = plan_context.dagster_run
         db = DurableDatabase.for_instance(instance)
         batch_id = run.tags.get(BATCH_TAG) or run.tags.get(PARTITION_TAG)
         heartbeat: Heartbeat | None = None
         if batch_id:
-            leases = LeaseStore(db, ttl_s=env.lease_ttl_s)
+            leases = LeaseStore(db, ttl_s=knobs.lease_ttl_s)
 
             def ended(run_id: str) -> bool:
                 other = instance.get_run_by_id(run_id)
@@ -255,7 +307,7 @@ class DurableCeleryExecutor(Executor):
             lease = acquire_unless_live_run(leases, batch_id, run.run_id, ended, owner=process_owner())
             heartbeat = Heartbeat(leases, lease).start()
         try:
-            yield from self._loop(plan_context, execution_plan, StepLeaseStore(db, env.step_lease_ttl_s))
+            yield from self._loop(plan_context, execution_plan, StepLeaseStore(db, knobs.step_lease_ttl_s))
         finally:
             if heartbeat is not None:
                 heartbeat.stop(release=False)  # released by the CLI once the run's end is recorded
@@ -292,13 +344,14 @@ class DurableCeleryExecutor(Executor):
         So the loop keeps dagster-celery's shape (same order: interrupts, results, plan events,
         new steps) and adds the lease poll and re-sends; compare the two side by side on upgrade.
         """
-        env = settings()
+        knobs = self._knobs
         celery = app()
+        queue = _queue(celery)
         task = celery.tasks[TASK_NAME]
-        if not _workers_answer(celery, env.broker_queue):
+        if not _workers_answer(celery, queue):
             warning = (
-                f"no `job worker` answered a ping on {env.broker_url.split('@')[-1]} (queue "
-                f"{env.broker_queue!r}); the steps wait in the queue until one starts"
+                f"no `job worker` answered a ping on {str(celery.conf.broker_url).split('@')[-1]} (queue "
+                f"{queue!r}); the steps wait in the queue until one starts"
             )
             ctx.log.warning(warning)  # the batch's log (and the terminal with --verbose)
             yield DagsterEvent.engine_event(ctx, warning, EngineEventData())
@@ -324,9 +377,10 @@ class DurableCeleryExecutor(Executor):
                     "execute_step_args_packed": pack_value(args),
                     "executable_dict": ctx.reconstructable_job.to_dict(),
                     "attempt": sends[step.key],
+                    "step_lease_ttl_s": knobs.step_lease_ttl_s,
                 },
-                queue=env.broker_queue,
-                routing_key=env.broker_queue,
+                queue=queue,
+                routing_key=queue,
             )
 
         with (
@@ -375,7 +429,7 @@ class DurableCeleryExecutor(Executor):
                             # Every copy stood down without running: the step's current execution
                             # is gone (it finished without a result reaching us, or was lost).
                             yield from self._resend_or_fail(
-                                ctx, active, step_key, flight, sends, send, env, in_flight
+                                ctx, active, step_key, flight, sends, send, knobs, in_flight
                             )
                 for step_key in done:
                     in_flight.pop(step_key, None)
@@ -384,14 +438,14 @@ class DurableCeleryExecutor(Executor):
                 t = time.monotonic()
                 if in_flight and t - last_lease_poll >= LEASE_POLL_S:
                     last_lease_poll = t
-                    yield from self._check_leases(ctx, active, in_flight, sends, send, step_store, env)
+                    yield from self._check_leases(ctx, active, in_flight, sends, send, step_store, knobs)
                 if stopping or step_errors:
                     time.sleep(RESULT_TICK_S)
                     continue
                 for step in active.get_steps_to_execute():
                     yield DagsterEvent.engine_event(
                         ctx.for_step(step),
-                        f"Sending step {step.key} to queue {env.broker_queue!r}",
+                        f"Sending step {step.key} to queue {queue!r}",
                         EngineEventData(),
                     )
                     result = send(step, active.get_known_state())
@@ -411,7 +465,7 @@ class DurableCeleryExecutor(Executor):
         sends: dict[str, int],
         send: Any,
         store: StepLeaseStore,
-        env: Any,
+        knobs: ExecutorKnobs,
     ) -> Iterator[DagsterEvent]:
         """Re-send each step whose current execution stopped renewing its lease (its worker is lost)."""
         try:
@@ -423,7 +477,7 @@ class DurableCeleryExecutor(Executor):
             row = rows.get(step_key)
             if row is None or row.finished or row.attempt != flight.attempt or row.expires_at > t:
                 continue  # queued, done, an older execution's row, or alive
-            yield from self._resend_or_fail(ctx, active, step_key, flight, sends, send, env, in_flight)
+            yield from self._resend_or_fail(ctx, active, step_key, flight, sends, send, knobs, in_flight)
 
     def _resend_or_fail(
         self,
@@ -433,14 +487,14 @@ class DurableCeleryExecutor(Executor):
         flight: _InFlight,
         sends: dict[str, int],
         send: Any,
-        env: Any,
+        knobs: ExecutorKnobs,
         in_flight: dict[str, _InFlight],
     ) -> Iterator[DagsterEvent]:
         step = active.get_step_by_key(step_key)
-        if sends.get(step_key, 0) >= env.step_max_attempts:
+        if sends.get(step_key, 0) >= knobs.step_max_attempts:
             message = (
                 f"step {step_key}'s task was lost {sends[step_key]} times (no lease renewal within "
-                f"{env.step_lease_ttl_s:g} s); failed so that `job resume` can finish the batch "
+                f"{knobs.step_lease_ttl_s:g} s); failed so that `job resume` can finish the batch "
                 "(DURABLE_STEP_MAX_ATTEMPTS)"
             )
             for r in flight.results:
@@ -483,18 +537,18 @@ def run_worker(concurrency: int) -> None:
         # Celery logs every task's return value at INFO: here, a step's whole event list.
         logging.getLogger("celery.app.trace").setLevel(logging.WARNING)
 
-    env = settings()
+    celery = app()
     argv = [
         "worker",
         f"--concurrency={concurrency}",
         "--pool=prefork",
-        f"--queues={env.broker_queue}",
+        f"--queues={_queue(celery)}",
         f"--hostname=durable-{os.getpid()}@{socket.gethostname()}",
         "--without-gossip",
         "--without-mingle",
         "--loglevel=INFO",
     ]
-    app().worker_main(argv)
+    celery.worker_main(argv)
 
 
 def _workers_answer(celery: Celery, queue: str) -> bool:

@@ -35,7 +35,10 @@ from durable_assets.kit.group_commit import (
 )
 from durable_assets.kit.ledger import Intent, Ledger, LedgerEntry
 from durable_assets.kit.pacing import Backoff, RateLimiter, Result, call_with_retries
-from durable_assets.settings import settings
+from durable_assets.kit.settings import KitSettings
+
+#: The declared defaults; a step's runner gets the wired values (kit.steps.effect_runner).
+_KIT = KitSettings()
 
 __all__ = ["Backoff", "EffectReport", "EffectRunner", "RateLimiter", "Result", "call_with_retries"]
 
@@ -86,10 +89,10 @@ class EffectRunner:
     #: earlier migration's), which the provider's idempotency cannot know about. The found answer
     #: goes through ``verify`` like a sent one.
     lookup_first: bool = False
-    key_retention_s: float = field(default_factory=lambda: settings().key_retention_hours * 3600.0)
+    key_retention_s: float = _KIT.key_retention_hours * 3600.0
     fence: int = 0
     guard: Callable[[], None] = lambda: None
-    concurrency: int = field(default_factory=lambda: settings().concurrency)
+    concurrency: int = _KIT.concurrency
     chunk_size: int = 200
     limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None))
     backoff: Backoff = field(default_factory=Backoff)

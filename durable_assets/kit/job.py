@@ -37,6 +37,7 @@ from durable_assets.errors import StepWiringError, UnknownJobError
 from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.dagster_internals import UnresolvedAssetJobDefinition
 from durable_assets.kit.schedules import DailyBatches
+from durable_assets.kit.settings import DistributedSettings, KitSettings
 from durable_assets.kit.tags import EFFECT_SCOPE_KEY, EXECUTOR_TAG, LABEL_KEY, SHARDS_TAG, STEPS_KEY
 
 
@@ -227,6 +228,8 @@ class DurableJobs:
         if not self._jobs:
             raise ValueError("register at least one durable job")
         self._defs: Definitions | None = None
+        self._settings = KitSettings()
+        self._distributed_settings = DistributedSettings()
         self._resources: dict[str, Any] = {}
         self._distributed: dict[tuple[str, int], JobDefinition] = {}
 
@@ -266,14 +269,23 @@ class DurableJobs:
         jobs: Sequence[Any] = (),
         schedules: Sequence[Any] = (),
         sensors: Sequence[Any] = (),
+        settings: KitSettings | None = None,
+        distributed: DistributedSettings | None = None,
     ) -> Definitions:
         """The jobs' ``Definitions`` with ``resources`` over the kit's defaults (``ledger``, ``runtime``).
 
-        The operations layer's daemon parts (automatic resume, webhooks, retention) are added by
+        ``settings`` and ``distributed`` are the kit's knobs as the location read them from its
+        environment (None: the declared defaults): they tune the kit's resources and the
+        distributed executor, so no step or task reads a variable itself. The operations layer's
+        daemon parts (automatic resume, webhooks, retention) are added by
         :func:`durable_assets.location.definitions`, which calls this; a location should use that.
         """
         if self._defs is None:
-            resources = {**default_resources(), **(resources or {})}
+            self._settings = settings or KitSettings()
+            self._distributed_settings = distributed or DistributedSettings()
+            from durable_assets.kit.resources import default_resources
+
+            resources = {**default_resources(self._settings), **(resources or {})}
             for j in self:
                 _check_kit_resources(j.name, j.assets, resources)
             self._resources = dict(resources)
@@ -306,7 +318,7 @@ class DurableJobs:
         so the operations layer reads its runs as it reads any run of the job; built on demand (and
         once per process) in the orchestrator and in every worker, from the same descriptor.
         """
-        from durable_assets.kit.distributed import durable_celery_executor
+        from durable_assets.kit.distributed import durable_celery_executor, executor_config
         from durable_assets.kit.modes import ExecutorKind
 
         if self._defs is None:
@@ -320,7 +332,9 @@ class DurableJobs:
             job.name,
             selection=AssetSelection.assets(*assets),
             partitions_def=job.partitions,
-            executor_def=durable_celery_executor,
+            executor_def=durable_celery_executor.configured(
+                executor_config(self._settings, self._distributed_settings), name="durable_celery"
+            ),
             description=job.description,
             metadata={STEPS_KEY: [[s.key, s.label] for s in job.steps]},
             tags={EXECUTOR_TAG: ExecutorKind.CELERY.value, SHARDS_TAG: str(shards)},
@@ -334,13 +348,6 @@ class DurableJobs:
         resolved = defs.resolve_job_def(job.name)
         self._distributed[(name, shards)] = resolved
         return resolved
-
-
-def default_resources() -> dict[str, Any]:
-    """The kit's resources, tuned by the settings (``DURABLE_LEASE_TTL_S``, ...) where the step runs."""
-    from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
-
-    return {"ledger": IdempotencyLedger(), "runtime": BatchRuntime()}
 
 
 def _check_kit_resources(

@@ -28,10 +28,7 @@ import sqlalchemy as sa
 from durable_assets.errors import FencedOutError, LeaseHeldError
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, leases, now
-from durable_assets.settings import Settings, settings
-
-#: Declared once, in the settings (``DURABLE_LEASE_TTL_S``); named here for the lease's readers.
-DEFAULT_LEASE_TTL_S: float = Settings.model_fields["lease_ttl_s"].default
+from durable_assets.kit.settings import DEFAULT_LEASE_TTL_S
 
 
 def process_owner() -> str:
@@ -121,9 +118,9 @@ class Lease:
 
 
 class LeaseStore:
-    def __init__(self, db: DurableDatabase, ttl_s: float | None = None) -> None:
+    def __init__(self, db: DurableDatabase, ttl_s: float = DEFAULT_LEASE_TTL_S) -> None:
         self.db = db
-        self.ttl_s = settings().lease_ttl_s if ttl_s is None else ttl_s
+        self.ttl_s = ttl_s
 
     def get(self, batch_id: str) -> Lease | None:
         with self.db.read() as conn:

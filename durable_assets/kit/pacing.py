@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -34,7 +34,7 @@ from durable_assets.errors import (
 )
 from durable_assets.kit.db import DurableDatabase, rate_limits
 from durable_assets.kit.db import now as db_now
-from durable_assets.settings import settings
+from durable_assets.kit.settings import KitSettings
 
 if TYPE_CHECKING:
     from durable_assets.kit.accounts import ProviderAccount
@@ -267,7 +267,7 @@ class Backoff:
 
     base_s: float = 0.05
     cap_s: float = 5.0
-    down_budget_s: float = field(default_factory=lambda: settings().provider_down_budget_s)
+    down_budget_s: float = KitSettings().provider_down_budget_s
     #: What the user changes to wait longer; named in the error.
     budget_setting: str = "DURABLE_PROVIDER_DOWN_BUDGET_S"
 

@@ -3,14 +3,17 @@
 ``IdempotencyLedger`` is for any mutating op; ``BatchRuntime`` holds the run's lease (heartbeat),
 answers "may I still cause side effects?" (cancel + fence) and reports progress. Both find their
 tables through the instance, so they follow it to Postgres with no configuration of their own.
-Their tuning fields default to None, meaning "the settings' value in the process that runs the
-step" (``DURABLE_LEASE_TTL_S``, ``DURABLE_KEY_RETENTION_HOURS``, ``DURABLE_STEP_DELAY_S``): each
-default is declared once, in :mod:`durable_assets.settings`, and ``BatchRuntime()`` obeys it.
+Their tuning fields default to the kit's declared defaults (:class:`KitSettings`); the code
+location sets them from the environment where it wires the jobs (:func:`default_resources`, called
+by ``DurableJobs.definitions``), so no step reads a variable itself and the values show in
+Dagster's resource config. ``IdempotencyLedger`` also carries the pace of effects that name no
+provider (``DURABLE_CONCURRENCY``, ``DURABLE_RATE_LIMIT``, ``DURABLE_PROVIDER_DOWN_BUDGET_S``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from dagster import ConfigurableResource, DagsterInstance, InitResourceContext
 from pydantic import Field, PrivateAttr
@@ -28,10 +31,14 @@ from durable_assets.kit.leases import (
 )
 from durable_assets.kit.ledger import Ledger
 from durable_assets.kit.modes import ExecutorKind
+from durable_assets.kit.pacing import Backoff
 from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore, event_log_sink
+from durable_assets.kit.settings import KitSettings
 from durable_assets.kit.step_leases import TaskContext, current_task
 from durable_assets.kit.tags import BATCH_TAG, EXECUTOR_TAG, PARTITION_TAG
-from durable_assets.settings import settings
+
+#: The declared defaults (no environment read here): the code location passes the environment's.
+_KIT = KitSettings()
 
 
 def _database(context: InitResourceContext, url: str | None) -> DurableDatabase:
@@ -46,8 +53,22 @@ class IdempotencyLedger(ConfigurableResource):
     """Exactly-once bookkeeping (atomic phases) for any side effect; see ``durable_assets.kit.ledger``."""
 
     claim_ttl_seconds: float = 120.0
-    provider_key_retention_hours: float | None = Field(
-        default=None, gt=0, description="Provider key retention (DURABLE_KEY_RETENTION_HOURS)"
+    provider_key_retention_hours: float = Field(
+        default=_KIT.key_retention_hours,
+        gt=0,
+        description="Provider key retention (DURABLE_KEY_RETENTION_HOURS)",
+    )
+    concurrency: int = Field(
+        default=_KIT.concurrency,
+        ge=1,
+        le=256,
+        description="Concurrent effects of a step (DURABLE_CONCURRENCY)",
+    )
+    rate_limit_per_second: float | None = Field(
+        default=_KIT.rate_limit, gt=0, description="Cap on effects/s (DURABLE_RATE_LIMIT)"
+    )
+    provider_down_budget_seconds: float = Field(
+        default=_KIT.provider_down_budget_s, gt=0, description="Down budget (DURABLE_PROVIDER_DOWN_BUDGET_S)"
     )
     database_url: str | None = None
 
@@ -64,8 +85,11 @@ class IdempotencyLedger(ConfigurableResource):
 
     @property
     def key_retention_s(self) -> float:
-        hours = self.provider_key_retention_hours or settings().key_retention_hours
-        return hours * 3600.0
+        return self.provider_key_retention_hours * 3600.0
+
+    def backoff(self) -> Backoff:
+        """Retry timing of effects that name no provider (a provider resource has its own)."""
+        return Backoff(down_budget_s=self.provider_down_budget_seconds)
 
 
 def run_ended(instance: DagsterInstance | None) -> Callable[[str], bool]:
@@ -92,10 +116,12 @@ def _lease_of_run(leases: LeaseStore, batch_id: str, run_id: str) -> Lease:
 class BatchRuntime(ConfigurableResource):
     """The run's lease, cancel and fence checks, and progress reporting for one batch."""
 
-    lease_ttl_seconds: float | None = Field(default=None, gt=0, description="Lease TTL (DURABLE_LEASE_TTL_S)")
+    lease_ttl_seconds: float = Field(
+        default=_KIT.lease_ttl_s, gt=0, description="Lease TTL (DURABLE_LEASE_TTL_S)"
+    )
     progress_interval_seconds: float = 0.5
-    step_delay_seconds: float | None = Field(
-        default=None, ge=0, description="Pause before each step, for demos and tests (DURABLE_STEP_DELAY_S)"
+    step_delay_seconds: float = Field(
+        default=_KIT.step_delay_s, ge=0, description="Pause before each step (DURABLE_STEP_DELAY_S)"
     )
     database_url: str | None = None
 
@@ -148,11 +174,11 @@ class BatchRuntime(ConfigurableResource):
 
     @property
     def lease_ttl_s(self) -> float:
-        return self.lease_ttl_seconds or settings().lease_ttl_s
+        return self.lease_ttl_seconds
 
     @property
     def step_delay_s(self) -> float:
-        return settings().step_delay_s if self.step_delay_seconds is None else self.step_delay_seconds
+        return self.step_delay_seconds
 
     @property
     def batch_id(self) -> str:
@@ -197,3 +223,18 @@ class BatchRuntime(ConfigurableResource):
     def report(self, p: Progress, *, force: bool = False) -> None:
         if self._reporter is not None:
             self._reporter.report(p, force=force)
+
+
+def default_resources(settings: KitSettings) -> dict[str, Any]:
+    """The kit's resources as a code location wires them: tuned by ``settings`` (its environment's)."""
+    return {
+        "ledger": IdempotencyLedger(
+            provider_key_retention_hours=settings.key_retention_hours,
+            concurrency=settings.concurrency,
+            rate_limit_per_second=settings.rate_limit,
+            provider_down_budget_seconds=settings.provider_down_budget_s,
+        ),
+        "runtime": BatchRuntime(
+            lease_ttl_seconds=settings.lease_ttl_s, step_delay_seconds=settings.step_delay_s
+        ),
+    }

@@ -48,7 +48,6 @@ from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.kit.sharding import step_of_shard
 from durable_assets.kit.tags import CANCELED_KEY, EFFECT_SCOPE_KEY, LABEL_KEY, STEPS_KEY
-from durable_assets.settings import settings
 
 #: Whole-step retries for transient faults that escape a step (the ledger makes a retried step
 #: resume where it stopped). A provider down for its whole down budget is not one of them:
@@ -198,9 +197,10 @@ def effect_runner(
     send, a cancel stops the next one, and progress counts settled intents.
 
     ``runtime`` and ``ledger`` default to the step's own (every durable step has them), ``scope``
-    to the step's ``durable_asset(effect_scope=...)``; ``concurrency`` to ``DURABLE_CONCURRENCY``
-    and ``limiter`` to ``DURABLE_RATE_LIMIT``. ``verify(intent, answer)`` returns why an answer
-    does not match what was asked (None when it does): a mismatch is recorded and the step fails
+    to the step's ``durable_asset(effect_scope=...)``; ``concurrency``, ``limiter`` and ``backoff``
+    to the ledger resource's pace (``DURABLE_CONCURRENCY``, ``DURABLE_RATE_LIMIT``, ...).
+    ``verify(intent, answer)`` returns why an answer does not match what was asked (None when it
+    does): a mismatch is recorded and the step fails
     with :class:`ProviderResponseMismatchError` instead of trusting it. ``perform`` raises
     :class:`TransientProviderError` for a fault worth retrying with the same key and
     :class:`ProviderRejectedError` for an answer that will not change.
@@ -232,8 +232,7 @@ def effect_runner(
         optional["verify"] = verify
     if lookup is not None:
         optional["lookup"] = lookup
-    if concurrency is not None:
-        optional["concurrency"] = concurrency
+    optional["concurrency"] = ledger.concurrency if concurrency is None else concurrency
     return EffectRunner(
         ledger=keys,
         scope=scope,
@@ -241,8 +240,8 @@ def effect_runner(
         perform=perform,
         fence=runtime.fence,
         guard=runtime.check_may_continue,
-        limiter=limiter or RateLimiter(settings().rate_limit),
-        backoff=backoff or PacingBackoff(),
+        limiter=limiter or RateLimiter(ledger.rate_limit_per_second),
+        backoff=backoff or ledger.backoff(),
         key_retention_s=ledger.key_retention_s,
         lookup_first=lookup_first,
         on_progress=lambda done, of: runtime.report(step_progress(context, done, of), force=done == of),

@@ -16,8 +16,8 @@ import logging
 import re
 import resource
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -44,18 +44,12 @@ from durable_assets.ops.http_guard import (
     over_capacity_body,
 )
 from durable_assets.ops.registry import durable_jobs
+from durable_assets.ops.settings import ApiSettings
 from durable_assets.ops.sse import SharedFeeds, event_stream, parse_last_event_id
 from durable_assets.ops.status import batch_status, list_batches
-from durable_assets.settings import Settings
-from durable_assets.settings import settings as durable_settings
+from durable_assets.settings import variable
 
 logger = logging.getLogger("durable_assets.ops.api")
-
-TOKEN_ENV = "DURABLE_API_TOKEN"
-MAX_HEADER_BYTES_ENV = "DURABLE_API_MAX_HEADER_BYTES"
-HEADER_TIMEOUT_ENV = "DURABLE_API_HEADER_TIMEOUT_S"
-MAX_CONNECTIONS_ENV = "DURABLE_API_MAX_CONNECTIONS"
-MAX_STREAMS_ENV = "DURABLE_API_MAX_STREAMS"
 
 #: Threads that the polls of all event streams share. Each poll is a few storage reads; four
 #: threads serve ~100 streams at the 0.25 s interval on a 2-core machine, and status reads keep
@@ -65,63 +59,24 @@ STREAM_POLL_THREADS = 4
 KEEP_ALIVE_S = 5
 #: The one route that accepts the token as ``?access_token=``: an EventSource cannot send headers.
 _EVENTS_PATH = re.compile(r"^/runs/[^/]+/events$")
-_ORIGIN = re.compile(r"^https?://[^/\s]+$")
+#: The variables named in error bodies (a client must learn which knob raises the cap).
+TOKEN_ENV = variable(ApiSettings.model_fields["token"])
+MAX_HEADER_BYTES_ENV = variable(ApiSettings.model_fields["max_header_bytes"])
+HEADER_TIMEOUT_ENV = variable(ApiSettings.model_fields["header_timeout_s"])
+MAX_CONNECTIONS_ENV = variable(ApiSettings.model_fields["max_connections"])
+MAX_STREAMS_ENV = variable(ApiSettings.model_fields["max_streams"])
 
 
-def check_origins(origins: Sequence[str]) -> tuple[str, ...]:
-    """CORS origins as browsers send them (``scheme://host[:port]``, no path); ``*`` is refused."""
-    out = []
-    for origin in (o.strip().rstrip("/") for o in origins):
-        if not origin:
-            continue
-        if not _ORIGIN.match(origin):
-            raise UsageError(
-                f"CORS origin {origin!r} is not an origin: give scheme://host[:port], e.g. "
-                "https://dash.example.com (a wildcard would hand every web page the API)"
-            )
-        out.append(origin)
-    return tuple(dict.fromkeys(out))
-
-
-@dataclass(frozen=True)
-class ApiSettings:
-    """Everything ``job serve`` reads from the environment, read once (README's configuration table)."""
-
-    token: str | None = None
-    heartbeat_s: float = 15.0
-    #: A request head larger than this is answered 431 (nginx: 8 KiB buffers; h11: 16 KiB).
-    max_header_bytes: int = 16 * 1024
-    #: Seconds a request head may take from its first byte (or from the connection opening).
-    header_timeout_s: float = 10.0
-    #: Connections served normally; as many again only get /healthz and a 503; more are closed.
-    max_connections: int = 256
-    #: Open event streams; one more gets 503. Each costs a poll every 0.25 s.
-    max_streams: int = 64
-    #: Origins whose pages may call the API from a browser (CORS); none by default.
-    cors_origins: tuple[str, ...] = field(default=())
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, cors_origins: Sequence[str] = ()) -> ApiSettings:
-        s = durable_settings() if env is None else Settings.from_env(env)
-        return cls(
-            token=s.api_token,
-            heartbeat_s=s.api_heartbeat_s,
-            max_header_bytes=s.api_max_header_bytes,
-            header_timeout_s=s.api_header_timeout_s,
-            max_connections=s.api_max_connections,
-            max_streams=s.api_max_streams,
-            cors_origins=check_origins([*s.api_cors_origins, *cors_origins]),
-        )
-
-    def connection_limits(self) -> ConnectionLimits:
-        return ConnectionLimits(
-            max_header_bytes=self.max_header_bytes,
-            header_timeout_s=self.header_timeout_s,
-            max_connections=self.max_connections,
-            header_bytes_setting=MAX_HEADER_BYTES_ENV,
-            header_timeout_setting=HEADER_TIMEOUT_ENV,
-            connections_setting=MAX_CONNECTIONS_ENV,
-        )
+def _connection_limits(settings: ApiSettings) -> ConnectionLimits:
+    """The HTTP guard's limits, naming the variables that raise them."""
+    return ConnectionLimits(
+        max_header_bytes=settings.max_header_bytes,
+        header_timeout_s=settings.header_timeout_s,
+        max_connections=settings.max_connections,
+        header_bytes_setting=MAX_HEADER_BYTES_ENV,
+        header_timeout_setting=HEADER_TIMEOUT_ENV,
+        connections_setting=MAX_CONNECTIONS_ENV,
+    )
 
 
 Handler = Callable[[Request], Awaitable[Response] | Response]
@@ -372,9 +327,9 @@ def create_app(
     instance: DagsterInstance,
     *,
     token: str | None = None,
-    heartbeat_s: float = 15.0,
+    heartbeat_s: float = ApiSettings.model_fields["heartbeat_s"].default,
     poll_interval_s: float = 0.25,
-    max_streams: int = ApiSettings.max_streams,
+    max_streams: int = ApiSettings.model_fields["max_streams"].default,
     cors_origins: Sequence[str] = (),
     extra: list[Endpoint] | None = None,
 ) -> ASGIApp:
@@ -491,7 +446,7 @@ def serve(
         logger.warning(
             "serving on %s without %s: anyone who can reach it can cancel batches", host, TOKEN_ENV
         )
-    limits = settings.connection_limits()
+    limits = _connection_limits(settings)
     config = uvicorn.Config(
         app,
         log_level="info",

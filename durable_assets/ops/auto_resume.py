@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from dagster import (
@@ -50,7 +49,7 @@ from dagster import (
 from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.leases import DEFAULT_LEASE_TTL_S, LeaseStore, acquire_unless_live_run, process_owner
+from durable_assets.kit.leases import LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.resources import run_ended
 from durable_assets.kit.tags import (
@@ -75,8 +74,8 @@ from durable_assets.ops.reexecution import (
     create_from_failure_run,
     record_run_success,
 )
+from durable_assets.ops.settings import AutoResumeSettings
 from durable_assets.ops.status import batch_runs
-from durable_assets.settings import settings as durable_settings
 
 SENSOR_NAME = "auto_resume_lost_batches"
 #: Tags a re-execution must not inherit from the run it continues (Dagster's retry bookkeeping,
@@ -98,30 +97,6 @@ _NOT_INHERITED = {
 LOOKBACK_S = 24 * 3600.0
 #: The run id of an automatic resume is derived from the run it continues: one per lost run, ever.
 _RUN_ID_NAMESPACE = uuid.UUID("6f1c2a5e-8d4b-4c1e-9a7f-3b2d1e0c9f11")
-
-
-@dataclass(frozen=True)
-class AutoResumeSettings:
-    """``DURABLE_AUTO_RESUME_*``; read once where the code location is wired (definitions.py)."""
-
-    #: Automatic resumes per batch; 0 turns the sensor off. Three lost hosts in a row is an incident.
-    max_attempts: int = 3
-    #: How long after the run's failure Dagster's own retry gets before we step in (it normally
-    #: acts within seconds of the failure).
-    after_s: float = 30.0
-    #: The sensor's minimum interval; the daemon evaluates sensors at most every ~5 s anyway.
-    interval_s: int = 15
-    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
-
-    @classmethod
-    def from_env(cls) -> AutoResumeSettings:
-        env = durable_settings()
-        return cls(
-            max_attempts=env.auto_resume_max_attempts,
-            after_s=env.auto_resume_after_s,
-            interval_s=env.auto_resume_interval_s,
-            lease_ttl_s=env.lease_ttl_s,
-        )
 
 
 def resume_run_id(lost_run_id: str) -> str:

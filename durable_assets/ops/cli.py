@@ -357,10 +357,10 @@ def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
     stop = threading.Event()
     from durable_assets.ops.events import ProgressFollower
     from durable_assets.ops.progress_lines import watch
-    from durable_assets.settings import settings as durable_settings
+    from durable_assets.ops.settings import ProgressSettings
 
     follower = ProgressFollower(instance, batch_id)  # before the run: only the runs it starts are shown
-    interval = durable_settings().progress_log_interval_s
+    interval = ProgressSettings.current().progress_log_interval_s
     watcher = threading.Thread(target=watch, args=(follower, stop, out, interval), daemon=True)
     watcher.start()
     try:
@@ -615,11 +615,15 @@ def _check_before_instance(args: argparse.Namespace) -> None:
 
 def check_worker_env() -> None:
     """A malformed variable fails here, naming it and what it accepts, not as a traceback from the
-    step (or the import) that reads it: every variable is checked, whichever command reads it."""
+    step (or the import) that reads it: every variable is checked, whichever command reads it
+    (each layer's sections, then the code location's, whose pipelines declare their own)."""
     from durable_assets.kit.crashpoints import arm
-    from durable_assets.settings import Settings
+    from durable_assets.ops.registry import durable_jobs
+    from durable_assets.settings import check_environment
 
-    Settings.from_env()
+    check_environment()
+    durable_jobs()  # imports the code location: its pipelines' sections are defined (and read) there
+    check_environment()
     arm()  # a test's malformed DURABLE_CRASH_AT is exit 2 here, not a traceback at its first pass
 
 

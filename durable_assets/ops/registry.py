@@ -22,13 +22,13 @@ from durable_assets.kit import BATCH_TAG, DurableJob, DurableJobs
 from durable_assets.kit.dagster_internals import ReconstructableJob
 from durable_assets.kit.modes import DEFAULT_SHARDS, ExecutorKind
 from durable_assets.kit.tags import EXECUTOR_TAG, SHARDS_TAG
-from durable_assets.settings import settings
+from durable_assets.settings import InstanceSettings
 
 CODE_LOCATION_ENV = "DURABLE_CODE_LOCATION"
 
 
 def code_location() -> str:
-    return settings().code_location
+    return InstanceSettings.current().code_location
 
 
 @cache

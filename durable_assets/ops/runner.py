@@ -37,6 +37,7 @@ from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.modes import DEFAULT_SHARDS, ExecutorKind
 from durable_assets.kit.resources import run_ended
+from durable_assets.kit.settings import KitSettings
 from durable_assets.kit.tags import (
     BATCH_TAG,
     EXECUTOR_TAG,
@@ -54,7 +55,7 @@ from durable_assets.ops.registry import durable_jobs, job_of_runs, reconstructab
 from durable_assets.ops.status import batch_runs, check_batch_id, step_states, worker_lost
 from durable_assets.ops.status_model import StepStatus
 from durable_assets.ops.webhooks import batch as batch_webhooks
-from durable_assets.settings import settings
+from durable_assets.settings import InstanceSettings
 
 #: Dagster's console logger prints every event at DEBUG; the CLI shows its own progress instead.
 QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -63,7 +64,7 @@ QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "W
 def resolve_dagster_home() -> tuple[Path, str]:
     """DAGSTER_HOME if set, else ./dagster_home if present, else ~/.durable_assets (docs/contract.md);
     with the project's dagster.yaml (written if missing, checked if present: ops/instance.py)."""
-    configured = settings().dagster_home
+    configured = InstanceSettings.current().dagster_home
     if configured:
         return ensure_instance_config(Path(configured)), "DAGSTER_HOME"
     local = Path.cwd() / "dagster_home"
@@ -79,7 +80,7 @@ def distributed_tags(shards: int) -> dict[str, str]:
 
 
 def lease_ttl_s() -> float:
-    return settings().lease_ttl_s
+    return KitSettings.current().lease_ttl_s
 
 
 @contextmanager

@@ -24,6 +24,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from durable_assets.ops.settings import ApiSettings
+
 logger = logging.getLogger(__name__)
 
 KEEPALIVE = b": keepalive\n\n"
@@ -50,7 +52,7 @@ async def event_stream(
     poll: Poll,
     *,
     poll_interval_s: float = 0.25,
-    heartbeat_s: float = 15.0,
+    heartbeat_s: float = ApiSettings.model_fields["heartbeat_s"].default,
     limiter: anyio.CapacityLimiter | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield encoded events until ``poll`` reports the end; keepalive comments in the silences.

@@ -22,6 +22,7 @@ from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Lease, LeaseStore, holder_is_gone, owner_pid
 from durable_assets.kit.progress import Progress, ProgressStore
+from durable_assets.kit.settings import KitSettings
 from durable_assets.kit.sharding import step_of_shard
 from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
@@ -47,7 +48,6 @@ from durable_assets.ops.status_model import (
     StepModel,
     StepStatus,
 )
-from durable_assets.settings import settings
 
 BATCH_ID_PATTERN = re.compile(BATCH_ID_REGEX)
 #: The name of the error a step stops with when its batch was canceled (kit/cancel.py). Only for runs
@@ -422,7 +422,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     # A run Dagster still calls running whose worker is dead has ended: derived here, never written
     # (status is read-only; `job resume` records the dead run's failure when it takes over).
     lease = LeaseStore(db).get(batch_id)
-    lost = worker_lost(instance, runs[-1], lease, settings().lease_ttl_s)
+    lost = worker_lost(instance, runs[-1], lease, KitSettings.current().lease_ttl_s)
     if lost:
         status = BatchStatus.CANCELED if status == BatchStatus.CANCELING else BatchStatus.FAILED
     # `job cancel` of a lost worker's batch records the run canceled (runner.cancel_batch); it

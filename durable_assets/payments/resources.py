@@ -26,6 +26,7 @@ from durable_assets.kit.pacing import (
     call_with_retries,
     shared_limiter,
 )
+from durable_assets.kit.settings import KitSettings
 from durable_assets.kit.tags import EXECUTOR_TAG
 from durable_assets.payments.gateway import (
     CustomerGateway,
@@ -34,7 +35,9 @@ from durable_assets.payments.gateway import (
     StripeGateway,
     gateway_from_settings,
 )
-from durable_assets.settings import settings
+
+#: The declared defaults (no environment read here): the code location passes its environment's.
+_KIT = KitSettings()
 
 
 def instance_dir(context: InitResourceContext) -> Path:
@@ -54,16 +57,16 @@ class PaymentGateway(ConfigurableResource):
 
     payments_url: str | None = Field(default=None, description="Stripe-compatible base URL; unset = embedded")
     api_key: str | None = Field(default=None, description="Secret key for the provider (STRIPE_API_KEY)")
-    # Unset tuning fields take the settings' values (DURABLE_CONCURRENCY, DURABLE_RATE_LIMIT,
-    # DURABLE_PROVIDER_DOWN_BUDGET_S) in the process that runs the step: declared there, once.
-    concurrency_limit: int | None = Field(
-        default=None, ge=1, le=256, description="Concurrent requests (DURABLE_CONCURRENCY)"
+    # The tuning fields default to the kit's declared defaults; the code location sets them from
+    # its environment (DURABLE_CONCURRENCY, DURABLE_RATE_LIMIT, DURABLE_PROVIDER_DOWN_BUDGET_S).
+    concurrency_limit: int = Field(
+        default=_KIT.concurrency, ge=1, le=256, description="Concurrent requests (DURABLE_CONCURRENCY)"
     )
     rate_limit_per_second: float | None = Field(
-        default=None, gt=0, description="Client-side cap on requests/s (DURABLE_RATE_LIMIT)"
+        default=_KIT.rate_limit, gt=0, description="Client-side cap on requests/s (DURABLE_RATE_LIMIT)"
     )
-    provider_down_budget_seconds: float | None = Field(
-        default=None,
+    provider_down_budget_seconds: float = Field(
+        default=_KIT.provider_down_budget_s,
         gt=0,
         description="How long the provider may let nothing through before the step fails "
         "(DURABLE_PROVIDER_DOWN_BUDGET_S)",
@@ -129,15 +132,14 @@ class PaymentGateway(ConfigurableResource):
 
     @property
     def concurrency(self) -> int:
-        return self.concurrency_limit or settings().concurrency
+        return self.concurrency_limit
 
     @property
     def rate_limit(self) -> float | None:
-        return self.rate_limit_per_second or settings().rate_limit
+        return self.rate_limit_per_second
 
     def backoff(self) -> Backoff:
-        budget = self.provider_down_budget_seconds
-        return Backoff(down_budget_s=budget) if budget else Backoff()
+        return Backoff(down_budget_s=self.provider_down_budget_seconds)
 
 
 #: How long the CLI lets the provider answer 429s and 5xx before calling it unusable: long enough

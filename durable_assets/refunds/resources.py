@@ -8,6 +8,7 @@ from pydantic import PrivateAttr
 from durable_assets.kit import Guardrails, amount_ceiling, count_ceiling
 from durable_assets.payments.resources import instance_dir
 from durable_assets.refunds.notices import Mailbox
+from durable_assets.refunds.settings import RefundSettings
 
 
 class CustomerMailbox(ConfigurableResource):
@@ -35,10 +36,7 @@ class RefundLimits(Guardrails):
     """Per-batch ceilings: a bad input or policy bug cannot drain the account. Pinned with the batch
     at its first run (``Guardrails``): a resume from another shell keeps them."""
 
-    env_vars = {
-        "max_refunds_per_batch": "DURABLE_MAX_REFUNDS_PER_BATCH",
-        "max_amount_per_batch_cents": "DURABLE_MAX_AMOUNT_PER_BATCH_CENTS",
-    }
+    env_vars = RefundSettings.variables_of("max_refunds_per_batch", "max_amount_per_batch_cents")
 
-    max_refunds_per_batch: int = count_ceiling(100_000)
-    max_amount_per_batch_cents: int = amount_ceiling(100_000_000)
+    max_refunds_per_batch: int = count_ceiling(RefundSettings().max_refunds_per_batch)
+    max_amount_per_batch_cents: int = amount_ceiling(RefundSettings().max_amount_per_batch_cents)

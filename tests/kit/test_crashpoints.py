@@ -17,7 +17,7 @@ import pytest
 from durable_assets.errors import UsageError
 from durable_assets.kit import crashpoints
 from durable_assets.kit.crashpoints import CrashPoint, CrashSpec, arm, crash_point, disarm, parse_spec
-from durable_assets.settings import Settings
+from durable_assets.kit.settings import CrashHooks
 from tests.support.processes import REPO
 
 
@@ -66,7 +66,7 @@ def test_every_point_has_a_distinct_lowercase_name() -> None:
 
 
 def test_settings_carry_the_two_test_variables() -> None:
-    s = Settings.from_env({"DURABLE_CRASH_AT": "run_end:2", "DURABLE_CRASH_COUNTS": "/tmp/c"})
+    s = CrashHooks.from_env({"DURABLE_CRASH_AT": "run_end:2", "DURABLE_CRASH_COUNTS": "/tmp/c"})
     assert (s.crash_at, s.crash_counts) == ("run_end:2", "/tmp/c")
 
 

@@ -26,27 +26,27 @@ from dagster import (
 from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.retention.pruning import PruneReport, RetentionPolicy, prune
-from durable_assets.settings import settings
+from durable_assets.ops.settings import RetentionSettings
 
 
 def policy_from_env(
     completed_days: float | None = None, failed_days: float | None = None, ledger_days: float | None = None
 ) -> RetentionPolicy:
     """Explicit values win over the environment, which wins over the defaults (30 / 90 / 365)."""
-    env = settings()
+    env = RetentionSettings.current()
 
     def pick(value: float | None, configured: float) -> float:
         return value if value is not None else configured
 
     return RetentionPolicy(
-        completed_days=pick(completed_days, env.retention_completed_days),
-        failed_days=pick(failed_days, env.retention_failed_days),
-        ledger_days=pick(ledger_days, env.ledger_retention_days),
+        completed_days=pick(completed_days, env.completed_days),
+        failed_days=pick(failed_days, env.failed_days),
+        ledger_days=pick(ledger_days, env.ledger_days),
     )
 
 
 def archive_dir_for(instance: DagsterInstance, archive_dir: str | None = None) -> Path:
-    chosen = archive_dir or settings().archive_dir
+    chosen = archive_dir or RetentionSettings.current().archive_dir
     return Path(chosen) if chosen else Path(instance.root_directory) / "archive"
 
 
@@ -117,7 +117,7 @@ retention_schedule = ScheduleDefinition(
     cron_schedule="30 3 * * *",
     execution_timezone="UTC",
     default_status=DefaultScheduleStatus.STOPPED
-    if settings().retention_schedule == "stopped"
+    if RetentionSettings.current().schedule == "stopped"
     else DefaultScheduleStatus.RUNNING,
     description="Daily retention at 03:30 UTC (archive, then delete old batches).",
 )

@@ -65,6 +65,7 @@ from durable_assets.kit.dagster_internals import (
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Lease, LeaseStore
 from durable_assets.kit.ledger import STARTED
+from durable_assets.ops.settings import RetentionSettings
 from durable_assets.ops.status_model import BatchStatus
 
 DAY_S = 86_400.0
@@ -83,13 +84,17 @@ T = TypeVar("T")
 _log = logging.getLogger(__name__)
 
 
+#: Declared once, with the retention variables (durable_assets/ops/settings.py).
+_DEFAULTS = RetentionSettings()
+
+
 @dataclass(frozen=True)
 class RetentionPolicy:
     """How long finished lineages and idempotency keys are kept, in days."""
 
-    completed_days: float = 30.0
-    failed_days: float = 90.0
-    ledger_days: float = 365.0
+    completed_days: float = _DEFAULTS.completed_days
+    failed_days: float = _DEFAULTS.failed_days
+    ledger_days: float = _DEFAULTS.ledger_days
 
     def __post_init__(self) -> None:
         for name, where in (

@@ -45,6 +45,7 @@ from dagster import (
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.tags import BATCH_TAG
+from durable_assets.ops.settings import WebhookVariables
 from durable_assets.ops.status import batch_runs, batch_status
 from durable_assets.ops.status_model import BatchStatus
 from durable_assets.ops.webhooks.outbox import (
@@ -56,7 +57,6 @@ from durable_assets.ops.webhooks.outbox import (
     describe_pending,
     message_id,
 )
-from durable_assets.settings import settings as durable_settings
 
 #: The webhook ``type`` of each run status that ends a batch: ``batch.`` + the status word.
 EVENT_TYPES = {
@@ -80,7 +80,7 @@ def settings() -> WebhookSettings | None:
 
 
 def cli_budget_s() -> float:
-    return durable_settings().webhook_cli_budget_s
+    return WebhookVariables.current().cli_budget_s
 
 
 def terminal_event(instance: DagsterInstance, run_id: str) -> tuple[BatchEvent | None, str]:

@@ -40,7 +40,7 @@ import sqlalchemy as sa
 from durable_assets.errors import UsageError, WebhookConfigError, WebhookVerificationError
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, now, webhook_outbox
-from durable_assets.settings import Settings, settings
+from durable_assets.ops.settings import WebhookVariables
 
 SECRET_PREFIX = "whsec_"
 #: Standard Webhooks' recommended replay window for receivers.
@@ -124,13 +124,16 @@ def message_id(*parts: str) -> str:
 
 @dataclass(frozen=True)
 class WebhookSettings:
+    """The webhook configuration checked as a whole: URLs, the decoded key, timing. Its defaults
+    are :class:`~durable_assets.ops.settings.WebhookVariables`' (declared once, there)."""
+
     urls: tuple[str, ...]
     key: bytes = field(repr=False)
-    timeout_s: float = 10.0
-    backoff_base_s: float = 1.0
-    backoff_cap_s: float = 3600.0
+    timeout_s: float
+    backoff_base_s: float
+    backoff_cap_s: float
     #: Attempts per (message, endpoint) before giving up: with the defaults, about 6 h of retries.
-    max_attempts: int = 16
+    max_attempts: int
 
     @property
     def claim_ttl_s(self) -> float:
@@ -141,29 +144,25 @@ class WebhookSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> WebhookSettings | None:
         """None when ``DURABLE_WEBHOOK_URLS`` is unset; raises when set but unusable."""
         try:
-            s = settings() if env is None else Settings.from_env(env)
+            s = WebhookVariables.current() if env is None else WebhookVariables.from_env(env)
         except UsageError as exc:  # a malformed DURABLE_WEBHOOK_* number is a webhook configuration error
-            if str(exc).startswith("DURABLE_WEBHOOK_"):
-                raise WebhookConfigError(str(exc)) from None
-            raise
-        urls = s.webhook_urls
-        if not urls:
+            raise WebhookConfigError(str(exc)) from None
+        if not s.urls:
             return None
-        for url in urls:
+        for url in s.urls:
             if not url.startswith(("http://", "https://")) or len(url) > 2000:
                 raise WebhookConfigError(f"DURABLE_WEBHOOK_URLS: {url!r} is not an http(s) URL")
-        secret = s.webhook_secret
-        if not secret:
+        if not s.secret:
             raise WebhookConfigError(
                 "DURABLE_WEBHOOK_URLS is set but DURABLE_WEBHOOK_SECRET is not; nothing is sent unsigned"
             )
         return cls(
-            urls=tuple(dict.fromkeys(urls)),
-            key=decode_secret(secret),
-            timeout_s=s.webhook_timeout_s,
-            backoff_base_s=s.webhook_backoff_base_s,
-            backoff_cap_s=s.webhook_backoff_cap_s,
-            max_attempts=s.webhook_max_attempts,
+            urls=tuple(dict.fromkeys(s.urls)),
+            key=decode_secret(s.secret),
+            timeout_s=s.timeout_s,
+            backoff_base_s=s.backoff_base_s,
+            backoff_cap_s=s.backoff_cap_s,
+            max_attempts=s.max_attempts,
         )
 
     def retry_delay(self, attempts: int, retry_after: float | None) -> float:

@@ -1,0 +1,100 @@
+"""The kit's knobs: provider pacing, the run's lease, the ledger's key horizon, distributed execution.
+
+Declared here, next to the code they tune, and read where a job is wired (the code location's
+``Definitions``, the CLI), never by the kit's own modules: values reach them through resource and
+executor config (``BatchRuntime``, ``IdempotencyLedger``, the provider resource's pace, the
+``durable_celery`` executor). Two values are read by the process that needs them, each in one
+place (tests/test_architecture.py lists the kit's readers): :class:`CrashHooks`, a test hook every
+process arms itself from (:mod:`durable_assets.kit.crashpoints`), and the Celery app's broker URL
+and queue (``durable_assets.kit.distributed.app``), on which a worker and an orchestrator meet.
+"""
+
+from __future__ import annotations
+
+from durable_assets.settings import Section, var
+
+
+class KitSettings(Section):
+    """How fast a step may talk to the provider, and how a worker holds its batch."""
+
+    concurrency: int = var("DURABLE_CONCURRENCY", 16, "concurrent provider requests", ge=1, le=256)
+    rate_limit: float | None = var(
+        "DURABLE_RATE_LIMIT",
+        None,
+        "a hard ceiling on requests/s to the provider. Unset, the process learns the provider's "
+        "limit from its 429s (shared by every thread and step; `Retry-After` honoured) and runs at "
+        "~1.0 of it ([pacing](docs/operations.md#provider-pacing-and-the-down-budget))",
+        unset="none",
+        gt=0,
+    )
+    provider_down_budget_s: float = var(
+        "DURABLE_PROVIDER_DOWN_BUDGET_S",
+        60.0,
+        "how long the provider may answer nothing but faults (5xx, timeouts, refused connections) "
+        "before the step fails, naming this variable; 429s never count. The step's retry policy "
+        "does not add to it",
+        gt=0,
+    )
+    lease_ttl_s: float = var("DURABLE_LEASE_TTL_S", 15.0, "lease timeout", gt=0)
+    key_retention_hours: float = var(
+        "DURABLE_KEY_RETENTION_HOURS",
+        24.0,
+        "provider key retention; older intents are reconciled by lookup",
+        gt=0,
+    )
+    step_delay_s: float = var(
+        "DURABLE_STEP_DELAY_S", 0.0, "pause before each step (demos and crash tests)", ge=0
+    )
+
+
+class DistributedSettings(Section):
+    """Distributed execution (`job worker`, `job run --executor celery`)."""
+
+    broker_url: str = var(
+        "DURABLE_BROKER_URL",
+        "pyamqp://guest@127.0.0.1:5672//",
+        "the Celery broker of `job worker` and `job run --executor celery` (RabbitMQ) "
+        "([Scaling out](#scaling-out))",
+        secret=True,
+    )
+    broker_queue: str = var(
+        "DURABLE_BROKER_QUEUE",
+        "durable_steps",
+        "the broker queue steps are sent to and workers consume (one per deployment, or per test)",
+    )
+    step_lease_ttl_s: float = var(
+        "DURABLE_STEP_LEASE_TTL_S",
+        15.0,
+        "a distributed step's task renews its step lease every TTL/3; a task not renewed within the "
+        "TTL is lost and its step is sent again",
+        gt=0,
+    )
+    step_max_attempts: int = var(
+        "DURABLE_STEP_MAX_ATTEMPTS",
+        3,
+        "sends of one step's task in one run before the step fails (then `job resume` finishes it)",
+        ge=1,
+        le=100,
+    )
+
+
+class CrashHooks(Section):
+    """Test hooks, not configuration: kept out of the README."""
+
+    crash_at: str | None = var(
+        "DURABLE_CRASH_AT",
+        None,
+        "tests only: `POINT[:N][:stop]`, SIGKILL (with `:stop`, SIGSTOP) this process the Nth time it "
+        "passes that named crash point (durable_assets/kit/crashpoints.py checks the spelling)",
+        internal=True,
+    )
+    crash_counts: str | None = var(
+        "DURABLE_CRASH_COUNTS",
+        None,
+        "tests only: a file to which the process appends, at exit, how often it passed each crash point",
+        internal=True,
+    )
+
+
+#: Declared once, above; named for the lease's readers (a store built without a TTL uses it).
+DEFAULT_LEASE_TTL_S: float = KitSettings.model_fields["lease_ttl_s"].default
