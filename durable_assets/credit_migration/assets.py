@@ -8,17 +8,13 @@ and only balances whose target changed move, by exactly the difference.
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
-from dagster import (
-    AssetExecutionContext,
-    DynamicPartitionsDefinition,
-    MaterializeResult,
-    MetadataValue,
-)
+from dagster import AssetExecutionContext, DynamicPartitionsDefinition, MaterializeResult, MetadataValue
 from pydantic import Field
 
 from durable_assets import kit
@@ -40,6 +36,8 @@ from durable_assets.payments.money import format_cents
 from durable_assets.payments.resources import PaymentGateway
 
 CREDIT_BATCHES = DynamicPartitionsDefinition(name="credit_batches")
+#: A step of this job: one partition of CREDIT_BATCHES per batch, so batches never share a checkpoint.
+step = functools.partial(kit.durable_asset, partitions_def=CREDIT_BATCHES)
 
 
 class LegacyExport(kit.BatchInput):
@@ -67,10 +65,8 @@ def _read(
     return answers
 
 
-@kit.durable_asset(label="Extracting legacy accounts", partitions_def=CREDIT_BATCHES, group_name="extract")
-def legacy_accounts(
-    context: AssetExecutionContext, config: LegacyExport, runtime: kit.BatchRuntime
-) -> MaterializeResult:
+@step(label="Extracting legacy accounts", group_name="extract")
+def legacy_accounts(context: AssetExecutionContext, config: LegacyExport) -> MaterializeResult:
     """Step 1 — the night's export of legacy accounts, as strings exactly as given.
 
     From ``path`` (CSV or Parquet) or, without one, a deterministic synthetic export whose accounts
@@ -81,12 +77,8 @@ def legacy_accounts(
     return kit.frame_result(synthetic_accounts(context.partition_key, config.size), {"source": "synthetic"})
 
 
-@kit.durable_asset(
-    label="Validating accounts", partitions_def=CREDIT_BATCHES, group_name="extract", retry_policy=None
-)
-def validated_accounts(
-    context: AssetExecutionContext, legacy_accounts: pd.DataFrame, runtime: kit.BatchRuntime
-) -> MaterializeResult:
+@step(label="Validating accounts", group_name="extract", retry_policy=None)
+def validated_accounts(context: AssetExecutionContext, legacy_accounts: pd.DataFrame) -> MaterializeResult:
     """Step 2 — typed accounts; every bad row is quarantined with all its reasons, never migrated.
 
     valid + quarantined == exported; the quarantine file (source row number and reasons) is written
@@ -171,12 +163,7 @@ def _recorded_customer_problem(
     )
 
 
-@kit.durable_asset(
-    label="Finding or creating customers",
-    partitions_def=CREDIT_BATCHES,
-    group_name="customers",
-    effect_scope="customer",
-)
+@step(label="Finding or creating customers", group_name="customers", effect_scope="customer")
 def provider_customers(
     context: AssetExecutionContext,
     validated_accounts: pd.DataFrame,
@@ -247,14 +234,7 @@ def provider_customers(
         if key not in notes
     ]
     runner = kit.effect_runner(
-        context,
-        runtime,
-        ledger,
-        perform=create,
-        verify=verify,
-        lookup=lookup,
-        lookup_first=True,
-        provider=payments,
+        context, perform=create, verify=verify, lookup=lookup, lookup_first=True, provider=payments
     )
     report = runner.run(intents)
     notes.update({key: kit.review_note(review) for key, review in report.review.items()})
@@ -317,11 +297,7 @@ def _balance_answer(customer_id: str, latest: BalanceTransaction | None) -> dict
     }
 
 
-@kit.durable_asset(
-    label="Planning balance adjustments",
-    partitions_def=CREDIT_BATCHES,
-    group_name="balances",
-)
+@step(label="Planning balance adjustments", group_name="balances")
 def planned_adjustments(
     context: AssetExecutionContext,
     validated_accounts: pd.DataFrame,
@@ -401,18 +377,11 @@ def verify_adjustment(intent: kit.Intent, answer: Mapping[str, Any]) -> str | No
     return "; ".join(kit.answer_mismatches(intent.params, answer, fields)) or None
 
 
-@kit.durable_asset(
-    label="Applying balance adjustments",
-    partitions_def=CREDIT_BATCHES,
-    group_name="balances",
-    effect_scope="balance",
-)
+@step(label="Applying balance adjustments", group_name="balances", effect_scope="balance")
 def applied_adjustments(
     context: AssetExecutionContext,
     planned_adjustments: pd.DataFrame,
     payments: PaymentGateway,
-    ledger: kit.IdempotencyLedger,
-    runtime: kit.BatchRuntime,
     credit_limits: CreditLimits,
 ) -> MaterializeResult:
     """Step 5 — one customer balance transaction per planned adjustment, exactly once.
@@ -462,24 +431,32 @@ def applied_adjustments(
         for row in adjust.itertuples(index=False)
     ]
     runner = kit.effect_runner(
-        context, runtime, ledger, perform=apply, verify=verify_adjustment, lookup=lookup, provider=payments
+        context, perform=apply, verify=verify_adjustment, lookup=lookup, provider=payments
     )
     report = runner.run(intents)
     out = _applied_frame(planned_adjustments, intents, report)
-    applied = out[out["status"] == AdjustmentOutcome.APPLIED]
     return kit.frame_result(
         out,
         {
-            "adjustments_applied": len(applied),
-            "unchanged": int((out["status"] == AdjustmentOutcome.UNCHANGED).sum()),
-            kit.HELD_FOR_REVIEW_KEY: int((out["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
-            "applied_by_currency_cents": MetadataValue.json(_by_currency(applied, "adjustment_cents")),
+            **_adjustment_figures(out),
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
             "reconciled_by_lookup": report.looked_up,
             "balance_already_claimed": report.subject_taken,
         },
     )
+
+
+def _adjustment_figures(frame: pd.DataFrame) -> dict[str, Any]:
+    """Step 5's outcome counts, which the report repeats under the same keys: the summary reads
+    either step's (the last to report wins), so both must spell them alike."""
+    applied = frame[frame["status"] == AdjustmentOutcome.APPLIED]
+    return {
+        "adjustments_applied": len(applied),
+        "unchanged": int((frame["status"] == AdjustmentOutcome.UNCHANGED).sum()),
+        kit.HELD_FOR_REVIEW_KEY: int((frame["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
+        "applied_by_currency_cents": MetadataValue.json(_by_currency(applied, "adjustment_cents")),
+    }
 
 
 def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.EffectReport) -> pd.DataFrame:
@@ -527,7 +504,7 @@ def _claimed_note(holder_key: str, holder: Mapping[str, Any]) -> str:
     )
 
 
-@kit.durable_asset(label="Verifying balances", partitions_def=CREDIT_BATCHES, group_name="balances")
+@step(label="Verifying balances", group_name="balances")
 def verified_balances(
     context: AssetExecutionContext,
     applied_adjustments: pd.DataFrame,
@@ -569,18 +546,12 @@ def verified_balances(
     )
 
 
-@kit.durable_asset(
-    label="Writing the migration report",
-    partitions_def=CREDIT_BATCHES,
-    group_name="reporting",
-    retry_policy=None,
-)
+@step(label="Writing the migration report", group_name="reporting", retry_policy=None)
 def migration_report(
     context: AssetExecutionContext,
     validated_accounts: pd.DataFrame,
     applied_adjustments: pd.DataFrame,
     verified_balances: pd.DataFrame,
-    runtime: kit.BatchRuntime,
 ) -> MaterializeResult:
     """Step 7 — one line per account (credit, target, adjustment, outcome), and the totals.
 
@@ -606,16 +577,12 @@ def migration_report(
         merged.loc[missed, "status"] = AdjustmentOutcome.HELD_FOR_REVIEW.value
     report = kit.typed(merged, s.REPORT_DTYPES)
     written = kit.write_report(context, report, "migration_report.csv")
-    moved = report[report["status"] == AdjustmentOutcome.APPLIED]
     return kit.frame_result(
         report,
         {
             **written,
             "accounts": len(report),
-            "adjustments_applied": len(moved),
-            "unchanged": int((report["status"] == AdjustmentOutcome.UNCHANGED).sum()),
-            kit.HELD_FOR_REVIEW_KEY: int((report["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
-            "applied_by_currency_cents": MetadataValue.json(_by_currency(moved, "adjustment_cents")),
+            **_adjustment_figures(report),
             "balances_matched": int((report["verification"] == Verification.MATCHED).sum()),
         },
     )

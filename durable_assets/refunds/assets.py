@@ -7,16 +7,12 @@ through the idempotency ledger and check cancel and fencing before every request
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
-from dagster import (
-    AssetExecutionContext,
-    DynamicPartitionsDefinition,
-    MaterializeResult,
-    MetadataValue,
-)
+from dagster import AssetExecutionContext, DynamicPartitionsDefinition, MaterializeResult, MetadataValue
 
 from durable_assets import kit
 from durable_assets.payments.gateway import Charge, Refund
@@ -30,6 +26,8 @@ from durable_assets.refunds.synthetic import synthetic_invoices
 from durable_assets.refunds.validation import read_invoice_file, validate_invoices
 
 BATCHES = DynamicPartitionsDefinition(name="batches")
+#: A step of this job: one partition of BATCHES per batch, so batches never share a checkpoint.
+step = functools.partial(kit.durable_asset, partitions_def=BATCHES)
 
 
 class InvoiceSource(kit.BatchInput):
@@ -37,15 +35,11 @@ class InvoiceSource(kit.BatchInput):
     pass
 
 
-@kit.durable_asset(
-    label="Loading invoices", partitions_def=BATCHES, group_name="ingest", effect_scope="charge"
-)
+@step(label="Loading invoices", group_name="ingest", effect_scope="charge")
 def invoices(
     context: AssetExecutionContext,
     config: InvoiceSource,
     payments: PaymentGateway,
-    ledger: kit.IdempotencyLedger,
-    runtime: kit.BatchRuntime,
 ) -> MaterializeResult:
     """Step 1 — the batch's invoices, as strings exactly as given.
 
@@ -82,9 +76,7 @@ def invoices(
             strict=True,
         )
     ]
-    report = kit.effect_runner(context, runtime, ledger, perform=create_charge, provider=payments).run(
-        intents
-    )
+    report = kit.effect_runner(context, perform=create_charge, provider=payments).run(intents)
     charge_ids = {
         i.params["invoice_id"]: report.results[i.key]["id"] for i in intents if i.key in report.results
     }
@@ -94,12 +86,8 @@ def invoices(
     )
 
 
-@kit.durable_asset(
-    label="Validating invoices", partitions_def=BATCHES, group_name="ingest", retry_policy=None
-)
-def validated_invoices(
-    context: AssetExecutionContext, invoices: pd.DataFrame, runtime: kit.BatchRuntime
-) -> MaterializeResult:
+@step(label="Validating invoices", group_name="ingest", retry_policy=None)
+def validated_invoices(context: AssetExecutionContext, invoices: pd.DataFrame) -> MaterializeResult:
     """Step 2 — typed, normalised invoices; every bad row is quarantined with its reasons.
 
     Nothing is dropped silently: valid + quarantined == input, and the quarantine file (with the
@@ -110,12 +98,8 @@ def validated_invoices(
     return kit.frame_result(result.valid, kit.write_quarantine(context, result.quarantined))
 
 
-@kit.durable_asset(
-    label="Computing refund candidates", partitions_def=BATCHES, group_name="policy", retry_policy=None
-)
-def refund_candidates(
-    context: AssetExecutionContext, validated_invoices: pd.DataFrame, runtime: kit.BatchRuntime
-) -> MaterializeResult:
+@step(label="Computing refund candidates", group_name="policy", retry_policy=None)
+def refund_candidates(context: AssetExecutionContext, validated_invoices: pd.DataFrame) -> MaterializeResult:
     """Step 3 — who is owed what, by the documented, pure refund policy.
 
     Rules (first that applies wins): duplicate charge for the same customer, period and currency;
@@ -166,9 +150,7 @@ def verify_refund(intent: kit.Intent, answer: Mapping[str, Any]) -> str | None:
     return "; ".join(problems) or None
 
 
-@kit.durable_asset(
-    label="Issuing refunds", partitions_def=BATCHES, group_name="payouts", effect_scope="refund"
-)
+@step(label="Issuing refunds", group_name="payouts", effect_scope="refund")
 def issued_refunds(
     context: AssetExecutionContext,
     refund_candidates: pd.DataFrame,
@@ -219,13 +201,7 @@ def issued_refunds(
         for row in refund_candidates.itertuples(index=False)
     ]
     runner = kit.effect_runner(
-        context,
-        runtime,
-        ledger,
-        perform=create_refund,
-        verify=verify_refund,
-        lookup=lookup,
-        provider=payments,
+        context, perform=create_refund, verify=verify_refund, lookup=lookup, provider=payments
     )
     report = runner.run(intents)
     out = _outcome_frame(intents, report)
@@ -286,7 +262,7 @@ def _review_note(intent: kit.Intent, review: Mapping[str, Any] | None) -> str:
     )
 
 
-@kit.durable_asset(label="Reconciling with the provider", partitions_def=BATCHES, group_name="payouts")
+@step(label="Reconciling with the provider", group_name="payouts")
 def reconciled_refunds(
     context: AssetExecutionContext,
     issued_refunds: pd.DataFrame,
@@ -324,17 +300,13 @@ def reconciled_refunds(
     )
 
 
-@kit.durable_asset(
-    label="Notifying customers", partitions_def=BATCHES, group_name="customers", effect_scope="notice"
-)
+@step(label="Notifying customers", group_name="customers", effect_scope="notice")
 def customer_notices(
     context: AssetExecutionContext,
     reconciled_refunds: pd.DataFrame,
     refund_candidates: pd.DataFrame,
     mailbox: CustomerMailbox,
-    ledger: kit.IdempotencyLedger,
     payments: PaymentGateway,
-    runtime: kit.BatchRuntime,
 ) -> MaterializeResult:
     """Step 6 — one notice per refunded customer invoice, through the same exactly-once ledger.
 
@@ -370,7 +342,7 @@ def customer_notices(
     ]
     # Notices go to the mailbox, not the provider: neither its rate nor its account is theirs.
     runner = kit.effect_runner(
-        context, runtime, ledger, perform=send, concurrency=payments.concurrency, backoff=payments.backoff()
+        context, perform=send, concurrency=payments.concurrency, backoff=payments.backoff()
     )
     report = runner.run(intents)
     out = kit.typed(
@@ -387,15 +359,12 @@ def customer_notices(
     return kit.frame_result(out, {"notices_sent": report.sent, "notices_reused_from_ledger": report.replayed})
 
 
-@kit.durable_asset(
-    label="Writing the batch report", partitions_def=BATCHES, group_name="reporting", retry_policy=None
-)
+@step(label="Writing the batch report", group_name="reporting", retry_policy=None)
 def batch_report(
     context: AssetExecutionContext,
     validated_invoices: pd.DataFrame,
     reconciled_refunds: pd.DataFrame,
     customer_notices: pd.DataFrame,
-    runtime: kit.BatchRuntime,
 ) -> MaterializeResult:
     """Step 7 — the batch's report: one line per refund, and the totals, for finance and support.
 
