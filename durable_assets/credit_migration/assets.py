@@ -168,7 +168,6 @@ def provider_customers(
     context: AssetExecutionContext,
     validated_accounts: pd.DataFrame,
     payments: PaymentGateway,
-    ledger: kit.IdempotencyLedger,
     runtime: kit.BatchRuntime,
 ) -> MaterializeResult:
     """Step 3 — exactly one provider customer per legacy account: adopted if it exists, else created.

@@ -155,8 +155,6 @@ def issued_refunds(
     context: AssetExecutionContext,
     refund_candidates: pd.DataFrame,
     payments: PaymentGateway,
-    ledger: kit.IdempotencyLedger,
-    runtime: kit.BatchRuntime,
     limits: RefundLimits,
 ) -> MaterializeResult:
     """Step 4 — refunds issued at the payment provider, exactly once each.
