@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import statistics
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ from typing import Any, Literal
 from tests.support.batches import synthetic_candidates
 from tests.support.homes import clean_env, open_instance
 from tests.support.network import Closing
-from tests.support.processes import JOB, REPO, Process
+from tests.support.processes import JOB, PYTHON, REPO, Process
 
 API_KEY = "sk_test_bench"
 
@@ -70,6 +71,20 @@ def spread(values: Sequence[float], digits: int = 3) -> dict[str, Any]:
 def job_env(home: Path, **extra: object) -> dict[str, str]:
     """A clean environment for a `job` process: our tree, our instance, nothing inherited."""
     return clean_env(home, **({"PYTHONPATH": REPO} | extra))
+
+
+def python_probe(code: str, arg: object, workdir: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``python -c code arg`` in a `job` process's environment, from the repository root: a
+    measurement taken in a fresh interpreter (its own memory, its own imports), its output as text."""
+    return subprocess.run(
+        [str(PYTHON), "-c", code, str(arg)],
+        capture_output=True,
+        text=True,
+        env=job_env(workdir),
+        cwd=REPO,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def job(args: Sequence[str], env: Mapping[str, str], logs: Path, timeout: float = 300) -> Process:

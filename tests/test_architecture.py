@@ -42,6 +42,9 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.extend((alias.name, []) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module == "durable_assets":
+            # ``from durable_assets import kit`` imports the module ``durable_assets.kit``.
+            found.extend((f"durable_assets.{alias.name}", []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.append((node.module, [alias.name for alias in node.names]))
     return [(m, names) for m, names in found if m == "durable_assets" or m.startswith("durable_assets.")]
@@ -156,7 +159,22 @@ def test_a_pipeline_uses_only_the_kits_public_api(pipeline: str) -> None:
                 wrong.append(f"{where} {sorted(set(names) - public) or '(a private module)'}")
             elif layer not in ("kit", "payments", "settings", "errors", pipeline):
                 wrong.append(where)
+        wrong.extend(
+            f"{path.relative_to(PACKAGE.parent)}: kit.{name}"
+            for name in _kit_attributes(path)
+            if name not in public
+        )
     assert wrong == []
+
+
+def _kit_attributes(path: Path) -> set[str]:
+    """The names a module reads as ``kit.X`` after ``from durable_assets import kit``."""
+    tree = ast.parse(path.read_text(), str(path))
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "kit"
+    }
 
 
 def test_the_public_api_is_importable_and_documented() -> None:
@@ -209,6 +227,7 @@ def test_every_kit_module_serves_a_job_author() -> None:
                     used.add(module.split(".")[2])
                 elif module == "durable_assets.kit":
                     used.update(names)
+            used.update(_kit_attributes(path))
     kit = PACKAGE / "kit"
     modules = {p.stem for p in kit.glob("*.py") if p.stem != "__init__"}
     unused = sorted(modules - used - _LOADED_BY_DAGSTER)

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,21 +21,21 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def test_bench_smoke_scenarios_1_to_3(tmp_path: Path) -> None:
+def _bench(tmp_path: Path, only: str, timeout: float) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """``python -m bench`` at smoke size in a clean environment; its output and its JSON report."""
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DURABLE_", "DAGSTER_", "STRIPE_"))}
     env["PYTHONPATH"] = str(REPO)
+    bench = [sys.executable, "-m", "bench", "--size", "smoke", "--only", only, "--json", str(out)]
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--size", "smoke", "--only", "1,2,3", "--json", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+        bench, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads(out.read_text())
+    return proc, json.loads(out.read_text())
+
+
+def test_bench_smoke_scenarios_1_to_3(tmp_path: Path) -> None:
+    proc, report = _bench(tmp_path, "1,2,3", timeout=240)
     assert report["machine"]["cpu_count"] and report["machine"]["dagster"]
     rows = {r["scenario"]: r for r in report["results"]}
     assert sorted(rows) == [1, 2, 3]
@@ -55,20 +56,8 @@ def test_bench_smoke_scenario_10_distributed(tmp_path: Path) -> None:
 
     if not (postgres_available() and broker_available()):
         pytest.skip("scenario 10 needs Postgres and RabbitMQ")
-    out = tmp_path / "bench.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DURABLE_", "DAGSTER_", "STRIPE_"))}
-    env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--size", "smoke", "--only", "10", "--json", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (row,) = json.loads(out.read_text())["results"]
+    _proc, report = _bench(tmp_path, "10", timeout=600)
+    (row,) = report["results"]
     assert row["measured"] and "error" not in row and not row["skipped"], row
     assert row["exactly_once"] is True
     assert set(row["by_workers"]) == {"1", "2", "4"}

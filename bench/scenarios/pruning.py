@@ -9,11 +9,9 @@ retention job it exercises are importable in this tree.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-from bench.harness import Result, Size, job_env
-from tests.support.processes import PYTHON, REPO
+from bench.harness import Result, Size, python_probe
 
 SIZES = {"smoke": 100, "quick": 500, "full": 5_000}
 NOT_IMPORTABLE = 3
@@ -31,15 +29,7 @@ print(json.dumps(measure(int(sys.argv[1]))))
 def run(size: Size, workdir: Path) -> Result:
     n = SIZES[size]
     title = f"pruning {n:,} runs"
-    out = subprocess.run(
-        [str(PYTHON), "-c", _PROBE, str(n)],
-        capture_output=True,
-        text=True,
-        env=job_env(workdir),
-        cwd=REPO,
-        timeout=3600,
-        check=False,
-    )
+    out = python_probe(_PROBE, n, workdir, timeout=3600)
     if out.returncode == NOT_IMPORTABLE:
         note = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "bench.prune_bench missing"
         return Result(7, title, measured="", skipped=f"retention job not in this tree ({note})")

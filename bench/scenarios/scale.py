@@ -9,27 +9,17 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Result, Size, job_env
-from tests.support.processes import PYTHON, REPO
+from bench.harness import Result, Size, python_probe
 
 SIZES = {"smoke": [10_000], "quick": [10_000, 100_000], "full": [10_000, 100_000, 1_000_000]}
 GOAL_S, GOAL_MB = 60.0, 2048.0
 
 
 def measure(n: int, workdir: Path) -> dict[str, Any]:
-    out = subprocess.run(
-        [str(PYTHON), "-c", "from bench.scale_worker import main; main()", str(n)],
-        capture_output=True,
-        text=True,
-        env=job_env(workdir),
-        cwd=REPO,
-        timeout=900,
-        check=False,
-    )
+    out = python_probe("from bench.scale_worker import main; main()", n, workdir, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(f"scale worker for {n} failed:\n{out.stderr[-2000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))

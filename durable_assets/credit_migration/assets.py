@@ -8,19 +8,16 @@ and only balances whose target changed move, by exactly the difference.
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
-from dagster import (
-    AssetExecutionContext,
-    DynamicPartitionsDefinition,
-    MaterializeResult,
-    MetadataValue,
-)
+from dagster import AssetExecutionContext, DynamicPartitionsDefinition, MaterializeResult, MetadataValue
 from pydantic import Field
 
+from durable_assets import kit
 from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.errors import CreditCeilingExceededError
 from durable_assets.credit_migration.keys import adjustment_key, adjustment_subject, customer_key
@@ -34,78 +31,54 @@ from durable_assets.credit_migration.schema import (
 )
 from durable_assets.credit_migration.synthetic import synthetic_accounts
 from durable_assets.credit_migration.validation import read_legacy_file, validate_accounts
-from durable_assets.kit import (
-    HELD_FOR_REVIEW_KEY,
-    BatchInput,
-    BatchRuntime,
-    EffectReport,
-    IdempotencyLedger,
-    Intent,
-    LedgerEntry,
-    answer_mismatches,
-    call_with_retries,
-    durable_asset,
-    effect_runner,
-    frame_result,
-    paced_map,
-    review_note,
-    step_progress,
-    typed,
-    write_quarantine,
-    write_report,
-)
 from durable_assets.payments.gateway import BalanceTransaction, Customer, CustomerGateway
 from durable_assets.payments.money import format_cents
 from durable_assets.payments.resources import PaymentGateway
 
 CREDIT_BATCHES = DynamicPartitionsDefinition(name="credit_batches")
+#: A step of this job: one partition of CREDIT_BATCHES per batch, so batches never share a checkpoint.
+step = functools.partial(kit.durable_asset, partitions_def=CREDIT_BATCHES)
 
 
-class LegacyExport(BatchInput):
+class LegacyExport(kit.BatchInput):
     path: str | None = Field(default=None, description="CSV or Parquet export; unset = synthetic accounts")
 
 
 def _read(
     context: AssetExecutionContext,
-    runtime: BatchRuntime,
+    runtime: kit.BatchRuntime,
     payments: PaymentGateway,
     call: Callable[[str], Mapping[str, Any]],
     ids: list[str],
 ) -> list[Mapping[str, Any]]:
     """One paced, retried read per ID, at the provider's concurrency, with the step's progress."""
     total = len(ids)
-    runtime.report(step_progress(context, 0, total), force=True)
-    answers = paced_map(
+    runtime.report(kit.step_progress(context, 0, total), force=True)
+    answers = kit.paced_map(
         call,
         ids,
         payments.limiter(),
         payments.backoff(),
         concurrency=payments.concurrency,
-        on_done=lambda n: runtime.report(step_progress(context, n, total), force=n == total),
+        on_done=lambda n: runtime.report(kit.step_progress(context, n, total), force=n == total),
     )
     return answers
 
 
-@durable_asset(label="Extracting legacy accounts", partitions_def=CREDIT_BATCHES, group_name="extract")
-def legacy_accounts(
-    context: AssetExecutionContext, config: LegacyExport, runtime: BatchRuntime
-) -> MaterializeResult:
+@step(label="Extracting legacy accounts", group_name="extract")
+def legacy_accounts(context: AssetExecutionContext, config: LegacyExport) -> MaterializeResult:
     """Step 1 — the night's export of legacy accounts, as strings exactly as given.
 
     From ``path`` (CSV or Parquet) or, without one, a deterministic synthetic export whose accounts
     are the same in every batch (only some credits change), with about 1% broken rows.
     """
     if config.path:
-        return frame_result(read_legacy_file(config.path), {"source": config.path})
-    return frame_result(synthetic_accounts(context.partition_key, config.size), {"source": "synthetic"})
+        return kit.frame_result(read_legacy_file(config.path), {"source": config.path})
+    return kit.frame_result(synthetic_accounts(context.partition_key, config.size), {"source": "synthetic"})
 
 
-@durable_asset(
-    label="Validating accounts", partitions_def=CREDIT_BATCHES, group_name="extract", retry_policy=None
-)
-def validated_accounts(
-    context: AssetExecutionContext, legacy_accounts: pd.DataFrame, runtime: BatchRuntime
-) -> MaterializeResult:
+@step(label="Validating accounts", group_name="extract", retry_policy=None)
+def validated_accounts(context: AssetExecutionContext, legacy_accounts: pd.DataFrame) -> MaterializeResult:
     """Step 2 — typed accounts; every bad row is quarantined with all its reasons, never migrated.
 
     valid + quarantined == exported; the quarantine file (source row number and reasons) is written
@@ -113,10 +86,10 @@ def validated_accounts(
     """
     result = validate_accounts(legacy_accounts)
     credit = result.valid.groupby(s.CURRENCY)["credit_cents"].sum()
-    return frame_result(
+    return kit.frame_result(
         result.valid,
         {
-            **write_quarantine(context, result.quarantined),
+            **kit.write_quarantine(context, result.quarantined),
             "credit_by_currency_cents": MetadataValue.json({str(k): int(v) for k, v in credit.items()}),
         },
     )
@@ -190,18 +163,12 @@ def _recorded_customer_problem(
     )
 
 
-@durable_asset(
-    label="Finding or creating customers",
-    partitions_def=CREDIT_BATCHES,
-    group_name="customers",
-    effect_scope="customer",
-)
+@step(label="Finding or creating customers", group_name="customers", effect_scope="customer")
 def provider_customers(
     context: AssetExecutionContext,
     validated_accounts: pd.DataFrame,
     payments: PaymentGateway,
-    ledger: IdempotencyLedger,
-    runtime: BatchRuntime,
+    runtime: kit.BatchRuntime,
 ) -> MaterializeResult:
     """Step 3 — exactly one provider customer per legacy account: adopted if it exists, else created.
 
@@ -225,7 +192,7 @@ def provider_customers(
     }
     index = _CustomersByLegacyId(customers, runtime.check_may_continue)
 
-    def create(intent: Intent) -> Mapping[str, Any]:
+    def create(intent: kit.Intent) -> Mapping[str, Any]:
         acct, email, name = rows[intent.key]
         customer = customers.create_customer(
             email=email,
@@ -235,7 +202,7 @@ def provider_customers(
         )
         return _customer_answer(customer)
 
-    def lookup(entry: LedgerEntry) -> Mapping[str, Any] | None:
+    def lookup(entry: kit.LedgerEntry) -> Mapping[str, Any] | None:
         found = index.find(str(entry.params[s.LEGACY_ACCOUNT_ID]))
         if len(found) > 1:
             return {
@@ -244,7 +211,7 @@ def provider_customers(
             }
         return _customer_answer(found[0]) if found else None
 
-    def verify(intent: Intent, answer: Mapping[str, Any]) -> str | None:
+    def verify(intent: kit.Intent, answer: Mapping[str, Any]) -> str | None:
         if "duplicates" in answer:
             return _several_customers_note(
                 str(intent.params[s.LEGACY_ACCOUNT_ID]), list(answer["duplicates"])
@@ -261,22 +228,15 @@ def provider_customers(
         if len(index.find(acct)) > 1
     }
     intents = [
-        Intent(key, {s.LEGACY_ACCOUNT_ID: acct})
+        kit.Intent(key, {s.LEGACY_ACCOUNT_ID: acct})
         for key, (acct, _email, _name) in rows.items()
         if key not in notes
     ]
-    runner = effect_runner(
-        context,
-        runtime,
-        ledger,
-        perform=create,
-        verify=verify,
-        lookup=lookup,
-        lookup_first=True,
-        provider=payments,
+    runner = kit.effect_runner(
+        context, perform=create, verify=verify, lookup=lookup, lookup_first=True, provider=payments
     )
     report = runner.run(intents)
-    notes.update({key: review_note(review) for key, review in report.review.items()})
+    notes.update({key: kit.review_note(review) for key, review in report.review.items()})
     settled_before = [i for i in intents if i.key in report.reused and i.key in report.results]
     for intent in settled_before:
         acct = str(intent.params[s.LEGACY_ACCOUNT_ID])
@@ -284,7 +244,7 @@ def provider_customers(
         at_provider = [c.id for c in index.find(acct)]
 
         def retrieve(customer_id: str) -> Customer:
-            return call_with_retries(
+            return kit.call_with_retries(
                 lambda: {"customer": customers.retrieve_customer(customer_id)},
                 payments.limiter(),
                 payments.backoff(),
@@ -294,7 +254,7 @@ def provider_customers(
         if problem:
             notes[intent.key] = problem
     ready = {k: v for k, v in report.results.items() if k not in notes}
-    out = typed(
+    out = kit.typed(
         pd.DataFrame(
             [
                 {
@@ -304,21 +264,23 @@ def provider_customers(
                     "status": CustomerOutcome.READY if i.key in ready else CustomerOutcome.HELD_FOR_REVIEW,
                     "review_note": notes.get(i.key, "" if i.key in ready else "no provider customer"),
                 }
-                for i in [Intent(key, {s.LEGACY_ACCOUNT_ID: acct}) for key, (acct, _e, _n) in rows.items()]
+                for i in [
+                    kit.Intent(key, {s.LEGACY_ACCOUNT_ID: acct}) for key, (acct, _e, _n) in rows.items()
+                ]
             ],
             columns=list(s.CUSTOMER_DTYPES),
         ),
         s.CUSTOMER_DTYPES,
     )
     held = int((out["status"] == CustomerOutcome.HELD_FOR_REVIEW).sum())
-    return frame_result(
+    return kit.frame_result(
         out,
         {
             "customers": len(out) - held,
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
             "adopted": report.looked_up,
-            HELD_FOR_REVIEW_KEY: held,
+            kit.HELD_FOR_REVIEW_KEY: held,
         },
     )
 
@@ -334,17 +296,13 @@ def _balance_answer(customer_id: str, latest: BalanceTransaction | None) -> dict
     }
 
 
-@durable_asset(
-    label="Planning balance adjustments",
-    partitions_def=CREDIT_BATCHES,
-    group_name="balances",
-)
+@step(label="Planning balance adjustments", group_name="balances")
 def planned_adjustments(
     context: AssetExecutionContext,
     validated_accounts: pd.DataFrame,
     provider_customers: pd.DataFrame,
     payments: PaymentGateway,
-    runtime: BatchRuntime,
+    runtime: kit.BatchRuntime,
 ) -> MaterializeResult:
     """Step 4 — each account's target balance against the balance the provider holds now.
 
@@ -366,12 +324,12 @@ def planned_adjustments(
     balances = pd.DataFrame(answers, columns=list(BALANCE_DTYPES))
     plan = plan_adjustments(validated_accounts, provider_customers, balances)
     adjust = plan[plan["action"] == PlannedAction.ADJUST]
-    return frame_result(
+    return kit.frame_result(
         plan,
         {
             "adjustments": len(adjust),
             "unchanged": int((plan["action"] == PlannedAction.UNCHANGED).sum()),
-            HELD_FOR_REVIEW_KEY: int((plan["action"] == PlannedAction.HELD_FOR_REVIEW).sum()),
+            kit.HELD_FOR_REVIEW_KEY: int((plan["action"] == PlannedAction.HELD_FOR_REVIEW).sum()),
             "adjustment_by_currency_cents": MetadataValue.json(_by_currency(adjust, "adjustment_cents")),
         },
     )
@@ -412,24 +370,17 @@ def _transaction_answer(transaction: BalanceTransaction) -> dict[str, Any]:
     }
 
 
-def verify_adjustment(intent: Intent, answer: Mapping[str, Any]) -> str | None:
+def verify_adjustment(intent: kit.Intent, answer: Mapping[str, Any]) -> str | None:
     """An answer that is not exactly the transaction we asked for is held for review, never trusted."""
     fields = (("customer", "customer_id"), ("amount", "amount"), ("currency", "currency"))
-    return "; ".join(answer_mismatches(intent.params, answer, fields)) or None
+    return "; ".join(kit.answer_mismatches(intent.params, answer, fields)) or None
 
 
-@durable_asset(
-    label="Applying balance adjustments",
-    partitions_def=CREDIT_BATCHES,
-    group_name="balances",
-    effect_scope="balance",
-)
+@step(label="Applying balance adjustments", group_name="balances", effect_scope="balance")
 def applied_adjustments(
     context: AssetExecutionContext,
     planned_adjustments: pd.DataFrame,
     payments: PaymentGateway,
-    ledger: IdempotencyLedger,
-    runtime: BatchRuntime,
     credit_limits: CreditLimits,
 ) -> MaterializeResult:
     """Step 5 — one customer balance transaction per planned adjustment, exactly once.
@@ -443,7 +394,7 @@ def applied_adjustments(
     enforce_credit_limits(adjust, credit_limits)
     customers = payments.customers
 
-    def apply(intent: Intent) -> Mapping[str, Any]:
+    def apply(intent: kit.Intent) -> Mapping[str, Any]:
         p = intent.params
         transaction = customers.create_balance_transaction(
             customer_id=p["customer_id"],
@@ -455,7 +406,7 @@ def applied_adjustments(
         )
         return _transaction_answer(transaction)
 
-    def lookup(entry: LedgerEntry) -> Mapping[str, Any] | None:
+    def lookup(entry: kit.LedgerEntry) -> Mapping[str, Any] | None:
         found = [
             t
             for t in customers.list_balance_transactions(str(entry.params["customer_id"]))
@@ -464,7 +415,7 @@ def applied_adjustments(
         return _transaction_answer(found[0]) if len(found) == 1 else None
 
     intents = [
-        Intent(
+        kit.Intent(
             adjustment_key(str(row.legacy_account_id), str(row.balance_version), int(str(row.target_cents))),
             {
                 s.LEGACY_ACCOUNT_ID: str(row.legacy_account_id),
@@ -478,19 +429,15 @@ def applied_adjustments(
         )
         for row in adjust.itertuples(index=False)
     ]
-    runner = effect_runner(
-        context, runtime, ledger, perform=apply, verify=verify_adjustment, lookup=lookup, provider=payments
+    runner = kit.effect_runner(
+        context, perform=apply, verify=verify_adjustment, lookup=lookup, provider=payments
     )
     report = runner.run(intents)
     out = _applied_frame(planned_adjustments, intents, report)
-    applied = out[out["status"] == AdjustmentOutcome.APPLIED]
-    return frame_result(
+    return kit.frame_result(
         out,
         {
-            "adjustments_applied": len(applied),
-            "unchanged": int((out["status"] == AdjustmentOutcome.UNCHANGED).sum()),
-            HELD_FOR_REVIEW_KEY: int((out["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
-            "applied_by_currency_cents": MetadataValue.json(_by_currency(applied, "adjustment_cents")),
+            **_adjustment_figures(out),
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
             "reconciled_by_lookup": report.looked_up,
@@ -499,7 +446,19 @@ def applied_adjustments(
     )
 
 
-def _applied_frame(plan: pd.DataFrame, intents: list[Intent], report: EffectReport) -> pd.DataFrame:
+def _adjustment_figures(frame: pd.DataFrame) -> dict[str, Any]:
+    """Step 5's outcome counts, which the report repeats under the same keys: the summary reads
+    either step's (the last to report wins), so both must spell them alike."""
+    applied = frame[frame["status"] == AdjustmentOutcome.APPLIED]
+    return {
+        "adjustments_applied": len(applied),
+        "unchanged": int((frame["status"] == AdjustmentOutcome.UNCHANGED).sum()),
+        kit.HELD_FOR_REVIEW_KEY: int((frame["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
+        "applied_by_currency_cents": MetadataValue.json(_by_currency(applied, "adjustment_cents")),
+    }
+
+
+def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.EffectReport) -> pd.DataFrame:
     """One row per planned account: applied, unchanged, or held with a note a person can act on."""
     key_of = {i.params[s.LEGACY_ACCOUNT_ID]: i.key for i in intents}
     rows = []
@@ -516,7 +475,7 @@ def _applied_frame(plan: pd.DataFrame, intents: list[Intent], report: EffectRepo
         else:
             status, note = (
                 AdjustmentOutcome.HELD_FOR_REVIEW,
-                review_note(report.review.get(key), subject_taken=_claimed_note),
+                kit.review_note(report.review.get(key), subject_taken=_claimed_note),
             )
         rows.append(
             {
@@ -533,7 +492,7 @@ def _applied_frame(plan: pd.DataFrame, intents: list[Intent], report: EffectRepo
                 "review_note": note,
             }
         )
-    return typed(pd.DataFrame(rows, columns=list(s.APPLIED_DTYPES)), s.APPLIED_DTYPES)
+    return kit.typed(pd.DataFrame(rows, columns=list(s.APPLIED_DTYPES)), s.APPLIED_DTYPES)
 
 
 def _claimed_note(holder_key: str, holder: Mapping[str, Any]) -> str:
@@ -544,12 +503,12 @@ def _claimed_note(holder_key: str, holder: Mapping[str, Any]) -> str:
     )
 
 
-@durable_asset(label="Verifying balances", partitions_def=CREDIT_BATCHES, group_name="balances")
+@step(label="Verifying balances", group_name="balances")
 def verified_balances(
     context: AssetExecutionContext,
     applied_adjustments: pd.DataFrame,
     payments: PaymentGateway,
-    runtime: BatchRuntime,
+    runtime: kit.BatchRuntime,
 ) -> MaterializeResult:
     """Step 6 — every migrated account's balance read back from the provider and compared with its target.
 
@@ -564,7 +523,7 @@ def verified_balances(
         return {"balance": customers.retrieve_customer(customer_id).balance}
 
     answers = _read(context, runtime, payments, balance, ids)
-    out = typed(applied_adjustments, s.APPLIED_DTYPES)
+    out = kit.typed(applied_adjustments, s.APPLIED_DTYPES)
     out["provider_balance_cents"] = 0
     out["verification"] = Verification.NOT_MIGRATED.value
     held = out["status"] == AdjustmentOutcome.HELD_FOR_REVIEW
@@ -575,8 +534,8 @@ def verified_balances(
         out.loc[~held, "verification"] = [
             Verification.MATCHED.value if m else Verification.MISMATCH.value for m in matched
         ]
-    out = typed(out, s.VERIFIED_DTYPES)
-    return frame_result(
+    out = kit.typed(out, s.VERIFIED_DTYPES)
+    return kit.frame_result(
         out,
         {
             "matched": int((out["verification"] == Verification.MATCHED).sum()),
@@ -586,28 +545,22 @@ def verified_balances(
     )
 
 
-@durable_asset(
-    label="Writing the migration report",
-    partitions_def=CREDIT_BATCHES,
-    group_name="reporting",
-    retry_policy=None,
-)
+@step(label="Writing the migration report", group_name="reporting", retry_policy=None)
 def migration_report(
     context: AssetExecutionContext,
     validated_accounts: pd.DataFrame,
     applied_adjustments: pd.DataFrame,
     verified_balances: pd.DataFrame,
-    runtime: BatchRuntime,
 ) -> MaterializeResult:
     """Step 7 — one line per account (credit, target, adjustment, outcome), and the totals.
 
     Written as CSV with spreadsheet formulas neutralised (names and emails come from outside).
     """
-    applied = typed(applied_adjustments, s.APPLIED_DTYPES)
-    verified = typed(verified_balances, s.VERIFIED_DTYPES)[
+    applied = kit.typed(applied_adjustments, s.APPLIED_DTYPES)
+    verified = kit.typed(verified_balances, s.VERIFIED_DTYPES)[
         [s.LEGACY_ACCOUNT_ID, "verification", "provider_balance_cents"]
     ]
-    accounts = typed(validated_accounts, s.ACCOUNT_DTYPES)[[s.LEGACY_ACCOUNT_ID, "credit_cents"]]
+    accounts = kit.typed(validated_accounts, s.ACCOUNT_DTYPES)[[s.LEGACY_ACCOUNT_ID, "credit_cents"]]
     merged = applied.merge(accounts, on=s.LEGACY_ACCOUNT_ID).merge(verified, on=s.LEGACY_ACCOUNT_ID)
     # A balance that missed its target is that account's problem: held, the rest of the batch stands.
     missed = merged["verification"] == Verification.MISMATCH
@@ -621,18 +574,14 @@ def migration_report(
             ].itertuples(index=False)
         ]
         merged.loc[missed, "status"] = AdjustmentOutcome.HELD_FOR_REVIEW.value
-    report = typed(merged, s.REPORT_DTYPES)
-    written = write_report(context, report, "migration_report.csv")
-    moved = report[report["status"] == AdjustmentOutcome.APPLIED]
-    return frame_result(
+    report = kit.typed(merged, s.REPORT_DTYPES)
+    written = kit.write_report(context, report, "migration_report.csv")
+    return kit.frame_result(
         report,
         {
             **written,
             "accounts": len(report),
-            "adjustments_applied": len(moved),
-            "unchanged": int((report["status"] == AdjustmentOutcome.UNCHANGED).sum()),
-            HELD_FOR_REVIEW_KEY: int((report["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
-            "applied_by_currency_cents": MetadataValue.json(_by_currency(moved, "adjustment_cents")),
+            **_adjustment_figures(report),
             "balances_matched": int((report["verification"] == Verification.MATCHED).sum()),
         },
     )

@@ -14,8 +14,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final
 
-from durable_assets.kit import REASONS as KIT_REASONS
-from durable_assets.kit import ROW_NUMBER as KIT_ROW_NUMBER
+from durable_assets import kit
 from durable_assets.payments import money, store
 
 # --- input columns (the export, read as text) ----------------------------------------------------
@@ -40,8 +39,8 @@ MAX_EMAIL_LENGTH: Final = store.MAX_EMAIL_LENGTH
 MAX_BALANCE_CENTS: Final = store.MAX_AMOUNT
 
 ACCEPTED_CURRENCIES: Final = money.ACCEPTED_CURRENCIES
-ROW_NUMBER: Final = KIT_ROW_NUMBER
-REASONS: Final = KIT_REASONS
+ROW_NUMBER: Final = kit.ROW_NUMBER
+REASONS: Final = kit.REASONS
 
 #: Where a provider customer records the legacy account it was migrated from (its business identity).
 LEGACY_ID_METADATA: Final = "legacy_account_id"
@@ -65,13 +64,10 @@ class QuarantineReason(StrEnum):
 
 #: The valid accounts (step 2): typed, normalised, in source order.
 ACCOUNT_DTYPES: Final[dict[str, str]] = {
-    ROW_NUMBER: "int64",
-    LEGACY_ACCOUNT_ID: "str",
-    EMAIL: "str",
-    NAME: "str",
-    CURRENCY: "str",
-    "credit_cents": "int64",
-    UPDATED_AT: "datetime64[ns, UTC]",
+    ROW_NUMBER: kit.INT64,
+    **kit.text_dtypes(LEGACY_ACCOUNT_ID, EMAIL, NAME, CURRENCY),
+    "credit_cents": kit.INT64,
+    UPDATED_AT: kit.UTC_TIMESTAMP,
 }
 
 # --- the later steps' frames ----------------------------------------------------------------------
@@ -85,12 +81,15 @@ class CustomerOutcome(StrEnum):
 
 
 #: Step 3 (``provider_customers``): one row per valid account.
-CUSTOMER_DTYPES: Final[dict[str, str]] = {
-    LEGACY_ACCOUNT_ID: "str",
-    "customer_id": "str",
-    "idempotency_key": "str",
-    "status": "str",
-    "review_note": "str",
+CUSTOMER_DTYPES: Final[dict[str, str]] = kit.text_dtypes(
+    LEGACY_ACCOUNT_ID, "customer_id", "idempotency_key", "status", "review_note"
+)
+
+
+#: The first columns of every later frame of an account (steps 4 to 6): whose, where, and its target.
+_ACCOUNT_TARGET: Final[dict[str, str]] = {
+    **kit.text_dtypes(LEGACY_ACCOUNT_ID, "customer_id", CURRENCY),
+    "target_cents": kit.INT64,
 }
 
 
@@ -106,15 +105,11 @@ class PlannedAction(StrEnum):
 #: is the id of the customer's newest balance transaction when the plan read it ("" for none): the
 #: adjustment is keyed by it, so it applies at most once to the balance it was computed from.
 PLAN_DTYPES: Final[dict[str, str]] = {
-    LEGACY_ACCOUNT_ID: "str",
-    "customer_id": "str",
-    CURRENCY: "str",
-    "target_cents": "int64",
-    "current_cents": "int64",
-    "balance_version": "str",
-    "adjustment_cents": "int64",
-    "action": "str",
-    "review_note": "str",
+    **_ACCOUNT_TARGET,
+    "current_cents": kit.INT64,
+    "balance_version": kit.TEXT,
+    "adjustment_cents": kit.INT64,
+    **kit.text_dtypes("action", "review_note"),
 }
 
 
@@ -128,15 +123,9 @@ class AdjustmentOutcome(StrEnum):
 
 #: Step 5 (``applied_adjustments``): one row per planned account.
 APPLIED_DTYPES: Final[dict[str, str]] = {
-    LEGACY_ACCOUNT_ID: "str",
-    "customer_id": "str",
-    CURRENCY: "str",
-    "target_cents": "int64",
-    "adjustment_cents": "int64",
-    "idempotency_key": "str",
-    "transaction_id": "str",
-    "status": "str",
-    "review_note": "str",
+    **_ACCOUNT_TARGET,
+    "adjustment_cents": kit.INT64,
+    **kit.text_dtypes("idempotency_key", "transaction_id", "status", "review_note"),
 }
 
 
@@ -150,24 +139,16 @@ class Verification(StrEnum):
 
 #: Step 6 (``verified_balances``).
 VERIFIED_DTYPES: Final[dict[str, str]] = {
-    LEGACY_ACCOUNT_ID: "str",
-    "customer_id": "str",
-    CURRENCY: "str",
-    "target_cents": "int64",
-    "provider_balance_cents": "int64",
-    "verification": "str",
+    **_ACCOUNT_TARGET,
+    "provider_balance_cents": kit.INT64,
+    "verification": kit.TEXT,
 }
 
 #: Step 7 (``migration_report``): one line per valid account, for finance and support.
 REPORT_DTYPES: Final[dict[str, str]] = {
-    LEGACY_ACCOUNT_ID: "str",
-    "customer_id": "str",
-    CURRENCY: "str",
-    "credit_cents": "int64",
-    "target_cents": "int64",
-    "adjustment_cents": "int64",
-    "transaction_id": "str",
-    "status": "str",
-    "verification": "str",
-    "review_note": "str",
+    **kit.text_dtypes(LEGACY_ACCOUNT_ID, "customer_id", CURRENCY),
+    "credit_cents": kit.INT64,
+    "target_cents": kit.INT64,
+    "adjustment_cents": kit.INT64,
+    **kit.text_dtypes("transaction_id", "status", "verification", "review_note"),
 }

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from durable_assets.kit import (
-    HELD_FOR_REVIEW_KEY,
-    SummaryLine,
-    SummarySpec,
-    quarantine_file,
-    quarantine_line,
-    report_file,
-)
+from durable_assets.kit import SummaryLine, batch_summary_spec, held_for_review_line
 
-CREDIT_SUMMARY = SummarySpec(
+CREDIT_SUMMARY = batch_summary_spec(
+    read=("accounts read", "legacy_accounts"),
+    validated="validated_accounts",
+    report="migration_report",
     lines=(
-        SummaryLine("accounts read", (("legacy_accounts", "rows"),)),
-        quarantine_line("validated_accounts"),
         SummaryLine("customers", (("provider_customers", "customers"),)),
         SummaryLine("customers created", (("provider_customers", "requests_sent"),)),
         SummaryLine(
@@ -26,20 +20,9 @@ CREDIT_SUMMARY = SummarySpec(
         SummaryLine(
             "already at target", (("applied_adjustments", "unchanged"), ("migration_report", "unchanged"))
         ),
-        SummaryLine(
-            "held for review",
-            (
-                ("provider_customers", HELD_FOR_REVIEW_KEY),
-                ("applied_adjustments", HELD_FOR_REVIEW_KEY),
-                ("migration_report", HELD_FOR_REVIEW_KEY),
-            ),
-        ),
+        held_for_review_line("provider_customers", "applied_adjustments", "migration_report"),
         SummaryLine("balances verified", (("verified_balances", "matched"),)),
         SummaryLine("mismatched at provider", (("verified_balances", "mismatched"),)),
-    ),
-    files=(
-        report_file("migration_report"),
-        quarantine_file("validated_accounts"),
     ),
     review_hint="the rows of the migration report with status held_for_review, and their review_note",
 )

@@ -6,10 +6,12 @@
   :class:`IdempotencyLedger`; :class:`BatchRuntime` holds the lease, checks cancel and fence, and
   reports progress; :func:`frame_result` returns a frame with its row count and data version.
 - Inputs: :func:`read_text_table` reads a CSV or Parquet file as text (a malformed file is an
-  :class:`InputFileError`); :class:`RowChecks` collects every reason a row is quarantined and
-  keeps the rest (:meth:`RowChecks.valid_rows`, :class:`Validated`); :func:`write_quarantine` and
-  :func:`write_report` write the batch's files for people, :func:`quarantine_line`,
-  :func:`quarantine_file` and :func:`report_file` point the summary at them.
+  :class:`InputFileError`) and :func:`text_columns` cleans a frame's columns once; :class:`RowChecks`
+  collects every reason a row is quarantined and keeps the rest (:meth:`RowChecks.valid_rows`,
+  :class:`Validated`); :func:`write_quarantine` and :func:`write_report` write the batch's files for
+  people, :func:`quarantine_line`, :func:`quarantine_file` and :func:`report_file` point the summary
+  at them; :func:`batch_summary_spec`, :func:`rows_line` and :func:`held_for_review_line` build
+  the usual summary around them.
 - Effects at a provider: ``effect_runner(..., provider=resource)`` takes its pace and account from a
   :class:`PacedProvider`; :func:`answer_mismatches` and ``review_note(subject_taken=...)`` word
   what is held for review. Outcome checks: :func:`batch_check`, :func:`check_result`.
@@ -57,7 +59,15 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
     )
     from durable_assets.kit.checks import batch_check, check_examples, check_result
     from durable_assets.kit.effects import EffectReport, EffectRunner, answer_mismatches, review_note
-    from durable_assets.kit.frames import typed, write_csv_atomically
+    from durable_assets.kit.frames import (
+        BOOL,
+        INT64,
+        TEXT,
+        UTC_TIMESTAMP,
+        text_dtypes,
+        typed,
+        write_csv_atomically,
+    )
     from durable_assets.kit.guardrails import Guardrails, amount_ceiling, count_ceiling
     from durable_assets.kit.job import (
         BatchInput,
@@ -90,6 +100,7 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         frame_result,
         step_progress,
     )
+    from durable_assets.kit.summaries import batch_summary_spec, held_for_review_line, rows_line
     from durable_assets.kit.tables import (
         EMAIL_PATTERN,
         REASONS,
@@ -102,6 +113,7 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         read_text_table,
         reason_counts,
         require_columns,
+        text_columns,
     )
     from durable_assets.kit.tags import BATCH_TAG, HELD_FOR_REVIEW_KEY
 
@@ -141,11 +153,15 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "BATCH_TAG",
+    "BOOL",
     "EMAIL_PATTERN",
     "HELD_FOR_REVIEW_KEY",
+    "INT64",
     "REASONS",
     "ROW_NUMBER",
+    "TEXT",
     "TRANSIENT_RETRY",
+    "UTC_TIMESTAMP",
     "AccountBindings",
     "Backoff",
     "BatchInput",
@@ -184,6 +200,7 @@ __all__ = [
     "bad_encoding",
     "batch_check",
     "batch_dir",
+    "batch_summary_spec",
     "call_with_retries",
     "check_examples",
     "check_result",
@@ -193,6 +210,7 @@ __all__ = [
     "durable_step",
     "effect_runner",
     "frame_result",
+    "held_for_review_line",
     "paced_map",
     "path_and_size",
     "quarantine_file",
@@ -202,8 +220,11 @@ __all__ = [
     "report_file",
     "require_columns",
     "review_note",
+    "rows_line",
     "shared_limiter",
     "step_progress",
+    "text_columns",
+    "text_dtypes",
     "typed",
     "write_csv_atomically",
     "write_quarantine",

@@ -9,12 +9,13 @@ A change to a table here needs a revision in ``migrations/versions`` (see that p
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -22,7 +23,10 @@ from sqlalchemy.engine import Connection, Engine
 from durable_assets.kit.migrations import upgrade_to_head
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
     from dagster import DagsterInstance
+
+RowT = TypeVar("RowT", bound="DataclassInstance")
 
 metadata = sa.MetaData()
 
@@ -288,6 +292,22 @@ class DurableDatabase:
             stmt = sqlite_insert(table).values(**values)
         update = {k: v for k, v in values.items() if k not in index}
         return stmt.on_conflict_do_update(index_elements=index, set_=update)
+
+
+def from_row(cls: type[RowT], row: sa.Row[Any], **convert: Callable[[Any], Any]) -> RowT:
+    """A row of one of our tables as its dataclass: each field from the column of the same name.
+
+    ``convert`` names the fields whose column value is made into the field's type first (an
+    ``int`` or ``float`` whatever the backend's driver returns for the column); other columns of
+    the row are not read.
+    """
+    values = row._mapping
+    return cls(
+        **{
+            f.name: convert[f.name](values[f.name]) if f.name in convert else values[f.name]
+            for f in dataclasses.fields(cls)
+        }
+    )
 
 
 def now() -> float:

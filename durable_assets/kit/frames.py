@@ -6,11 +6,20 @@ import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Final
 
 import pandas as pd
 
+#: The dtypes a stored frame declares for :func:`typed`, named once. ``TEXT`` is pandas' default
+#: string dtype (Arrow-backed ``StringDtype`` under pandas 3); ``INT64`` holds minor units, counts
+#: and row numbers; timestamps are timezone-aware UTC.
+TEXT: Final = "str"
+INT64: Final = "int64"
+BOOL: Final = "bool"
+UTC_TIMESTAMP: Final = "datetime64[ns, UTC]"
+
 _FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
-_EMPTY_BY_DTYPE: dict[str, str | int | bool] = {"str": "", "int64": 0, "bool": False}
+_EMPTY_BY_DTYPE: dict[str, str | int | bool] = {TEXT: "", INT64: 0, BOOL: False}
 _PLAIN_NUMBER = r"^[-+]?\d+(\.\d+)?$"
 
 
@@ -25,6 +34,12 @@ def typed(df: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:
         if name not in out.columns:
             out[name] = _EMPTY_BY_DTYPE[dtype]
     return out[list(dtypes)].astype(dict(dtypes))
+
+
+def text_dtypes(*columns: str) -> dict[str, str]:
+    """``{column: TEXT}`` for each of ``columns``, in order: a frame's run of text columns, declared
+    as one (most columns of a stored frame are identifiers, codes and notes)."""
+    return dict.fromkeys(columns, TEXT)
 
 
 def frame_digest(df: pd.DataFrame) -> str:

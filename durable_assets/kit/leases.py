@@ -22,12 +22,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
 from durable_assets.errors import FencedOutError, LeaseHeldError
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
-from durable_assets.kit.db import DurableDatabase, leases, now
+from durable_assets.kit.db import DurableDatabase, from_row, leases, now
 from durable_assets.kit.settings import DEFAULT_LEASE_TTL_S
 
 
@@ -255,12 +256,5 @@ class Heartbeat:
             self.store.release(self.lease)
 
 
-def _to_lease(row: sa.Row) -> Lease:
-    return Lease(
-        batch_id=row.batch_id,
-        run_id=row.run_id,
-        owner=row.owner,
-        fence=row.fence,
-        expires_at=row.expires_at,
-        released=bool(row.released),
-    )
+def _to_lease(row: sa.Row[Any]) -> Lease:
+    return from_row(Lease, row, released=bool)

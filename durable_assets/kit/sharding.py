@@ -38,7 +38,7 @@ from dagster import (
 from durable_assets.errors import DurableError
 from durable_assets.kit.frames import frame_digest
 from durable_assets.kit.modes import MAX_SHARDS
-from durable_assets.kit.tags import SHARD_OF_KEY
+from durable_assets.kit.tags import ROWS_KEY, SHARD_OF_KEY
 
 _SHARD_NAME = re.compile(r"^(?P<step>.+)__shard_(?P<k>\d+)_of_(?P<n>\d+)$")
 
@@ -144,7 +144,7 @@ def _merge(original: AssetsDefinition, shards: Sequence[AssetsDefinition]) -> As
         out = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
         figures = [_shard_metadata(context, s.key) for s in shards]
         merged = merge_metadata(figures)
-        merged.update({"rows": len(out), "shards": len(shards)})
+        merged.update({ROWS_KEY: len(out), "shards": len(shards)})
         return MaterializeResult(value=out, data_version=_version(out), metadata=merged)
 
     return _merged
@@ -172,7 +172,7 @@ def merge_metadata(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for part in parts:
         for name, value in part.items():
-            if name == "rows":
+            if name == ROWS_KEY:
                 continue
             if name not in out:
                 out[name] = dict(value) if isinstance(value, Mapping) else value

@@ -47,7 +47,7 @@ from durable_assets.kit.pacing import PacedProvider, RateLimiter
 from durable_assets.kit.progress import Progress
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.kit.sharding import step_of_shard
-from durable_assets.kit.tags import CANCELED_KEY, EFFECT_SCOPE_KEY, LABEL_KEY, STEPS_KEY
+from durable_assets.kit.tags import CANCELED_KEY, EFFECT_SCOPE_KEY, LABEL_KEY, ROWS_KEY, STEPS_KEY
 
 #: Whole-step retries for transient faults that escape a step (the ledger makes a retried step
 #: resume where it stopped). A provider down for its whole down budget is not one of them:
@@ -287,7 +287,7 @@ def frame_result(df: pd.DataFrame, metadata: Mapping[str, Any]) -> MaterializeRe
     return MaterializeResult(
         value=df,
         data_version=DataVersion(frame_digest(df)),
-        metadata={"rows": len(df), **metadata},
+        metadata={ROWS_KEY: len(df), **metadata},
     )
 
 

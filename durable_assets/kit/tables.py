@@ -262,6 +262,29 @@ def clean_strings(series: pd.Series) -> pd.Series:
     return series.astype("str").fillna("").str.strip().reset_index(drop=True)
 
 
+def text_columns(
+    raw: pd.DataFrame,
+    columns: Sequence[str],
+    *,
+    required: Sequence[str],
+    what: str,
+    defaults: Mapping[str, str] | None = None,
+) -> dict[str, pd.Series]:
+    """The schema's ``columns`` of a raw frame as clean text (:func:`clean_strings`), cleaned once.
+
+    Every validation starts here, before any row is judged: a frame without a ``required`` column
+    is refused (:func:`require_columns`, naming ``what`` it is), and an optional column it lacks
+    reads as ``defaults[column]`` in every row.
+    """
+    require_columns(raw, required, what)
+    return {
+        name: clean_strings(raw[name])
+        if name in raw.columns
+        else pd.Series([(defaults or {})[name]] * len(raw), dtype="str")
+        for name in columns
+    }
+
+
 def as_mask(series: pd.Series) -> np.ndarray:
     """A boolean (possibly nullable) Series as a plain mask; missing counts as False."""
     return series.fillna(False).to_numpy(dtype=bool)

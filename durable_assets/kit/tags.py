@@ -96,6 +96,10 @@ SHARD_OF_KEY: Final = "durable/shard_of"
 #: ``needs_review`` of the status JSON), metrics and the end-of-batch summary. The batch's figure is
 #: that of the last step, in step order, that reports it.
 HELD_FOR_REVIEW_KEY: Final = "held_for_review"
+#: Materialization metadata: the row count of a step's output frame. Written by kit/steps.py
+#: (``frame_result``) and kit/sharding.py (a merged step: the sum of its shards'); read by the
+#: pipelines' end-of-batch summaries (kit/summaries.py).
+ROWS_KEY: Final = "rows"
 #: Engine-event metadata that marks the event as a progress report. Written by kit/progress.py;
 #: read by it for the event stream of ops/events.py.
 PROGRESS_METADATA_KEY: Final = "durable/progress"

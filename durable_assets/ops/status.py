@@ -130,6 +130,21 @@ class _Step:
             return "; ".join(self.check_failures.values())
         return self.error
 
+    def model(self, n: int) -> StepModel:
+        """The step as the status JSON shows it, the ``n``-th of its job: its effective status and
+        why, its times in ISO 8601."""
+        return StepModel(
+            step=n,
+            step_name=self.name,
+            status=self.effective_status,
+            error=self.reason,
+            executions=self.executions,
+            input_hash=self.input_hash,
+            output_ref=self.output_ref,
+            started_at=_iso(self.started_at),
+            finished_at=_iso(self.finished_at),
+        )
+
 
 def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z") if ts else None
@@ -470,22 +485,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         **_lineage_times(instance, runs),
         provider=_provider(db, batch_id),
         guardrails=guardrails_model(db, batch_id),
-        steps=[
-            StepModel(
-                step=n,
-                step_name=st.name,
-                status=st.effective_status,
-                error=st.reason,
-                executions=st.executions,
-                input_hash=st.input_hash,
-                output_ref=st.output_ref,
-                started_at=_iso(st.started_at),
-                finished_at=_iso(st.finished_at),
-            )
-            for n, st in enumerate(steps, start=1)
-        ]
-        if include_steps
-        else None,
+        steps=[st.model(n) for n, st in enumerate(steps, start=1)] if include_steps else None,
     )
     return model
 

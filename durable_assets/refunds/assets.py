@@ -7,36 +7,15 @@ through the idempotency ledger and check cancel and fencing before every request
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
-from dagster import (
-    AssetExecutionContext,
-    DynamicPartitionsDefinition,
-    MaterializeResult,
-    MetadataValue,
-)
+from dagster import AssetExecutionContext, DynamicPartitionsDefinition, MaterializeResult, MetadataValue
 
-from durable_assets.kit import (
-    HELD_FOR_REVIEW_KEY,
-    BatchInput,
-    BatchRuntime,
-    EffectReport,
-    IdempotencyLedger,
-    Intent,
-    LedgerEntry,
-    answer_mismatches,
-    durable_asset,
-    effect_runner,
-    frame_result,
-    paced_map,
-    review_note,
-    step_progress,
-    typed,
-    write_quarantine,
-    write_report,
-)
+from durable_assets import kit
+from durable_assets.payments.gateway import Charge, Refund
 from durable_assets.payments.resources import PaymentGateway
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.errors import RefundAboveRefundableError, RefundCeilingExceededError
@@ -47,20 +26,20 @@ from durable_assets.refunds.synthetic import synthetic_invoices
 from durable_assets.refunds.validation import read_invoice_file, validate_invoices
 
 BATCHES = DynamicPartitionsDefinition(name="batches")
+#: A step of this job: one partition of BATCHES per batch, so batches never share a checkpoint.
+step = functools.partial(kit.durable_asset, partitions_def=BATCHES)
 
 
-class InvoiceSource(BatchInput):
+class InvoiceSource(kit.BatchInput):
     # No docstring: Dagster would show it as this config's description, and the fields say it all.
     pass
 
 
-@durable_asset(label="Loading invoices", partitions_def=BATCHES, group_name="ingest", effect_scope="charge")
+@step(label="Loading invoices", group_name="ingest", effect_scope="charge")
 def invoices(
     context: AssetExecutionContext,
     config: InvoiceSource,
     payments: PaymentGateway,
-    ledger: IdempotencyLedger,
-    runtime: BatchRuntime,
 ) -> MaterializeResult:
     """Step 1 — the batch's invoices, as strings exactly as given.
 
@@ -70,24 +49,25 @@ def invoices(
     """
     if config.path:
         raw = read_invoice_file(config.path)
-        return frame_result(raw, {"source": config.path})
+        return kit.frame_result(raw, {"source": config.path})
     raw = synthetic_invoices(context.partition_key, config.size)
     chargeable = validate_invoices(raw, require_charge_id=False).valid
-    gateway = payments.gateway
 
-    def create_charge(intent: Intent) -> Mapping[str, Any]:
+    def create_charge(intent: kit.Intent) -> Mapping[str, Any]:
         p = intent.params
-        charge = gateway.create_charge(
+        charge = payments.gateway.create_charge(
             amount=p["amount"],
             currency=p["currency"],
             customer=p["customer"],
             metadata={"invoice_id": p["invoice_id"]},
             idempotency_key=intent.key,
         )
-        return {"id": charge.id, "amount": charge.amount, "currency": charge.currency}
+        return _money_answer(charge)
 
     intents = [
-        Intent(charge_key(inv), {"invoice_id": inv, "amount": int(amt), "currency": cur, "customer": cust})
+        kit.Intent(
+            charge_key(inv), {"invoice_id": inv, "amount": int(amt), "currency": cur, "customer": cust}
+        )
         for inv, amt, cur, cust in zip(
             chargeable[s.INVOICE_ID],
             chargeable[s.AMOUNT_CHARGED_CENTS],
@@ -96,20 +76,18 @@ def invoices(
             strict=True,
         )
     ]
-    report = effect_runner(context, runtime, ledger, perform=create_charge, provider=payments).run(intents)
+    report = kit.effect_runner(context, perform=create_charge, provider=payments).run(intents)
     charge_ids = {
         i.params["invoice_id"]: report.results[i.key]["id"] for i in intents if i.key in report.results
     }
     raw[s.CHARGE_ID] = raw[s.INVOICE_ID].map(charge_ids).fillna("")
-    return frame_result(
+    return kit.frame_result(
         raw, {"source": "synthetic", "charges_created": report.sent, "charges_reused": report.replayed}
     )
 
 
-@durable_asset(label="Validating invoices", partitions_def=BATCHES, group_name="ingest", retry_policy=None)
-def validated_invoices(
-    context: AssetExecutionContext, invoices: pd.DataFrame, runtime: BatchRuntime
-) -> MaterializeResult:
+@step(label="Validating invoices", group_name="ingest", retry_policy=None)
+def validated_invoices(context: AssetExecutionContext, invoices: pd.DataFrame) -> MaterializeResult:
     """Step 2 — typed, normalised invoices; every bad row is quarantined with its reasons.
 
     Nothing is dropped silently: valid + quarantined == input, and the quarantine file (with the
@@ -117,15 +95,11 @@ def validated_invoices(
     No refund is ever computed from a quarantined row.
     """
     result = validate_invoices(invoices)
-    return frame_result(result.valid, write_quarantine(context, result.quarantined))
+    return kit.frame_result(result.valid, kit.write_quarantine(context, result.quarantined))
 
 
-@durable_asset(
-    label="Computing refund candidates", partitions_def=BATCHES, group_name="policy", retry_policy=None
-)
-def refund_candidates(
-    context: AssetExecutionContext, validated_invoices: pd.DataFrame, runtime: BatchRuntime
-) -> MaterializeResult:
+@step(label="Computing refund candidates", group_name="policy", retry_policy=None)
+def refund_candidates(context: AssetExecutionContext, validated_invoices: pd.DataFrame) -> MaterializeResult:
     """Step 3 — who is owed what, by the documented, pure refund policy.
 
     Rules (first that applies wins): duplicate charge for the same customer, period and currency;
@@ -134,7 +108,7 @@ def refund_candidates(
     """
     candidates = compute_refund_candidates(validated_invoices)
     summary = summarize(candidates)
-    return frame_result(
+    return kit.frame_result(
         candidates,
         {"refund_total_cents": int(candidates["refund_cents"].sum()), "summary": MetadataValue.json(summary)},
     )
@@ -167,22 +141,20 @@ def enforce_guardrails(candidates: pd.DataFrame, limits: RefundLimits) -> None:
         )
 
 
-def verify_refund(intent: Intent, answer: Mapping[str, Any]) -> str | None:
+def verify_refund(intent: kit.Intent, answer: Mapping[str, Any]) -> str | None:
     """A provider answer that is not exactly what we asked for is held for review, never recorded as done."""
     fields = (("amount", "amount"), ("currency", "currency"), ("charge", "charge_id"))
-    problems = answer_mismatches(intent.params, answer, fields)
+    problems = kit.answer_mismatches(intent.params, answer, fields)
     if answer.get("status") not in ("succeeded", "pending"):
         problems.append(f"status {answer.get('status')!r}")
     return "; ".join(problems) or None
 
 
-@durable_asset(label="Issuing refunds", partitions_def=BATCHES, group_name="payouts", effect_scope="refund")
+@step(label="Issuing refunds", group_name="payouts", effect_scope="refund")
 def issued_refunds(
     context: AssetExecutionContext,
     refund_candidates: pd.DataFrame,
     payments: PaymentGateway,
-    ledger: IdempotencyLedger,
-    runtime: BatchRuntime,
     limits: RefundLimits,
 ) -> MaterializeResult:
     """Step 4 — refunds issued at the payment provider, exactly once each.
@@ -195,24 +167,25 @@ def issued_refunds(
     enforce_guardrails(refund_candidates, limits)
     gateway = payments.gateway
 
-    def create_refund(intent: Intent) -> Mapping[str, Any]:
+    def create_refund(intent: kit.Intent) -> Mapping[str, Any]:
         p = intent.params
-        refund = gateway.create_refund(
-            charge_id=p["charge_id"],
-            amount=p["amount"],
-            currency=p["currency"],
-            reason=p["reason"],
-            metadata={"invoice_id": p["invoice_id"]},
-            idempotency_key=intent.key,
+        return _refund_answer(
+            gateway.create_refund(
+                charge_id=p["charge_id"],
+                amount=p["amount"],
+                currency=p["currency"],
+                reason=p["reason"],
+                metadata={"invoice_id": p["invoice_id"]},
+                idempotency_key=intent.key,
+            )
         )
-        return _refund_dict(refund)
 
-    def lookup(entry: LedgerEntry) -> Mapping[str, Any] | None:
+    def lookup(entry: kit.LedgerEntry) -> Mapping[str, Any] | None:
         found = gateway.find_refund_by_key(charge_id=entry.params["charge_id"], idempotency_key=entry.key)
-        return _refund_dict(found) if found is not None else None
+        return _refund_answer(found) if found is not None else None
 
     intents = [
-        Intent(
+        kit.Intent(
             refund_key(str(row.invoice_id), str(row.reason)),
             {
                 "invoice_id": str(row.invoice_id),
@@ -225,24 +198,18 @@ def issued_refunds(
         )
         for row in refund_candidates.itertuples(index=False)
     ]
-    runner = effect_runner(
-        context,
-        runtime,
-        ledger,
-        perform=create_refund,
-        verify=verify_refund,
-        lookup=lookup,
-        provider=payments,
+    runner = kit.effect_runner(
+        context, perform=create_refund, verify=verify_refund, lookup=lookup, provider=payments
     )
     report = runner.run(intents)
     out = _outcome_frame(intents, report)
     refunded = out[out["status"] == s.RefundOutcome.REFUNDED]
-    return frame_result(
+    return kit.frame_result(
         out,
         {
             "refunds_issued": len(refunded),
             "refunded_cents": int(refunded["amount_cents"].sum()),
-            HELD_FOR_REVIEW_KEY: int((out["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
+            kit.HELD_FOR_REVIEW_KEY: int((out["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
             "already_refunded_for_charge": report.subject_taken,
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
@@ -251,17 +218,17 @@ def issued_refunds(
     )
 
 
-def _refund_dict(refund: Any) -> dict[str, Any]:
-    return {
-        "id": refund.id,
-        "amount": refund.amount,
-        "currency": refund.currency,
-        "charge": refund.charge_id,
-        "status": refund.status,
-    }
+def _money_answer(movement: Charge | Refund) -> dict[str, Any]:
+    """What the ledger records of a charge or a refund: its id and the money it moved."""
+    return {"id": movement.id, "amount": movement.amount, "currency": movement.currency}
 
 
-def _outcome_frame(intents: list[Intent], report: EffectReport) -> pd.DataFrame:
+def _refund_answer(refund: Refund) -> dict[str, Any]:
+    """A refund's answer adds what :func:`verify_refund` and the reconciliation check."""
+    return {**_money_answer(refund), "charge": refund.charge_id, "status": refund.status}
+
+
+def _outcome_frame(intents: list[kit.Intent], report: kit.EffectReport) -> pd.DataFrame:
     """One row per refund intent: refunded, or held for review with a note a person can act on."""
     rows = []
     for i in intents:
@@ -279,12 +246,12 @@ def _outcome_frame(intents: list[Intent], report: EffectReport) -> pd.DataFrame:
                 "review_note": "" if done else _review_note(i, report.review.get(i.key)),
             }
         )
-    return typed(pd.DataFrame(rows, columns=list(s.OUTCOME_DTYPES)), s.OUTCOME_DTYPES)
+    return kit.typed(pd.DataFrame(rows, columns=list(s.OUTCOME_DTYPES)), s.OUTCOME_DTYPES)
 
 
-def _review_note(intent: Intent, review: Mapping[str, Any] | None) -> str:
+def _review_note(intent: kit.Intent, review: Mapping[str, Any] | None) -> str:
     p = intent.params
-    return review_note(
+    return kit.review_note(
         review,
         subject_taken=lambda key, holder: (
             f"charge {p['charge_id']} was already refunded for {p['reason']} through invoice "
@@ -293,37 +260,36 @@ def _review_note(intent: Intent, review: Mapping[str, Any] | None) -> str:
     )
 
 
-@durable_asset(label="Reconciling with the provider", partitions_def=BATCHES, group_name="payouts")
+@step(label="Reconciling with the provider", group_name="payouts")
 def reconciled_refunds(
     context: AssetExecutionContext,
     issued_refunds: pd.DataFrame,
     payments: PaymentGateway,
-    runtime: BatchRuntime,
+    runtime: kit.BatchRuntime,
 ) -> MaterializeResult:
     """Step 5 — every refund we recorded, read back from the provider and compared.
 
     Read-only: a refund whose amount, currency or status at the provider differs from our record is
     flagged ``mismatch`` (and gets no customer notice) instead of being trusted.
     """
-    gateway = payments.gateway
     refunded = issued_refunds[issued_refunds["status"] == s.RefundOutcome.REFUNDED]
-    answers = paced_map(
-        lambda refund_id: _refund_dict(gateway.retrieve_refund(refund_id)),
+    answers = kit.paced_map(
+        lambda refund_id: _refund_answer(payments.gateway.retrieve_refund(refund_id)),
         [str(r) for r in refunded["provider_id"]],
         payments.limiter(),
         payments.backoff(),
         concurrency=payments.concurrency,
     )
-    out = typed(issued_refunds, s.OUTCOME_DTYPES)
+    out = kit.typed(issued_refunds, s.OUTCOME_DTYPES)
     out["reconciliation"] = "not_refunded"
     matches = [
         a["amount"] == amt and a["currency"] == cur and a["status"] in ("succeeded", "pending")
         for a, amt, cur in zip(answers, refunded["amount_cents"], refunded[s.CURRENCY], strict=True)
     ]
     out.loc[refunded.index, "reconciliation"] = ["matched" if m else "mismatch" for m in matches]
-    out = typed(out, s.RECONCILED_DTYPES)
-    runtime.report(step_progress(context, len(refunded), len(refunded)), force=True)
-    return frame_result(
+    out = kit.typed(out, s.RECONCILED_DTYPES)
+    runtime.report(kit.step_progress(context, len(refunded), len(refunded)), force=True)
+    return kit.frame_result(
         out,
         {
             "matched": int((out["reconciliation"] == "matched").sum()),
@@ -332,17 +298,13 @@ def reconciled_refunds(
     )
 
 
-@durable_asset(
-    label="Notifying customers", partitions_def=BATCHES, group_name="customers", effect_scope="notice"
-)
+@step(label="Notifying customers", group_name="customers", effect_scope="notice")
 def customer_notices(
     context: AssetExecutionContext,
     reconciled_refunds: pd.DataFrame,
     refund_candidates: pd.DataFrame,
     mailbox: CustomerMailbox,
-    ledger: IdempotencyLedger,
     payments: PaymentGateway,
-    runtime: BatchRuntime,
 ) -> MaterializeResult:
     """Step 6 — one notice per refunded customer invoice, through the same exactly-once ledger.
 
@@ -353,7 +315,7 @@ def customer_notices(
     emails = refund_candidates.set_index(s.INVOICE_ID)[s.CUSTOMER_EMAIL]
     matched = reconciled_refunds[reconciled_refunds["reconciliation"] == "matched"]
 
-    def send(intent: Intent) -> Mapping[str, Any]:
+    def send(intent: kit.Intent) -> Mapping[str, Any]:
         p = intent.params
         major, minor = divmod(int(p["amount"]), 100)
         return box.send(
@@ -364,7 +326,7 @@ def customer_notices(
         )
 
     intents = [
-        Intent(
+        kit.Intent(
             notice_key(str(row.invoice_id), str(row.reason)),
             {
                 "invoice_id": str(row.invoice_id),
@@ -377,11 +339,11 @@ def customer_notices(
         for row in matched.itertuples(index=False)
     ]
     # Notices go to the mailbox, not the provider: neither its rate nor its account is theirs.
-    runner = effect_runner(
-        context, runtime, ledger, perform=send, concurrency=payments.concurrency, backoff=payments.backoff()
+    runner = kit.effect_runner(
+        context, perform=send, concurrency=payments.concurrency, backoff=payments.backoff()
     )
     report = runner.run(intents)
-    out = typed(
+    out = kit.typed(
         pd.DataFrame(
             {
                 s.INVOICE_ID: [i.params["invoice_id"] for i in intents],
@@ -392,40 +354,37 @@ def customer_notices(
         ),
         s.NOTICE_DTYPES,
     )
-    return frame_result(out, {"notices_sent": report.sent, "notices_reused_from_ledger": report.replayed})
+    return kit.frame_result(out, {"notices_sent": report.sent, "notices_reused_from_ledger": report.replayed})
 
 
-@durable_asset(
-    label="Writing the batch report", partitions_def=BATCHES, group_name="reporting", retry_policy=None
-)
+@step(label="Writing the batch report", group_name="reporting", retry_policy=None)
 def batch_report(
     context: AssetExecutionContext,
     validated_invoices: pd.DataFrame,
     reconciled_refunds: pd.DataFrame,
     customer_notices: pd.DataFrame,
-    runtime: BatchRuntime,
 ) -> MaterializeResult:
     """Step 7 — the batch's report: one line per refund, and the totals, for finance and support.
 
     Written as CSV with spreadsheet formulas neutralised (invoice fields come from outside).
     """
-    notices = typed(customer_notices, s.NOTICE_DTYPES)
-    report = typed(reconciled_refunds, s.RECONCILED_DTYPES).merge(
+    notices = kit.typed(customer_notices, s.NOTICE_DTYPES)
+    report = kit.typed(reconciled_refunds, s.RECONCILED_DTYPES).merge(
         notices[[s.INVOICE_ID, "sent"]].rename(columns={"sent": "notice_sent"}),
         on=s.INVOICE_ID,
         how="left",
     )
     report["notice_sent"] = report["notice_sent"].fillna(False).astype(bool)
-    written = write_report(context, report, "refund_report.csv")
+    written = kit.write_report(context, report, "refund_report.csv")
     refunded = report[report["status"] == s.RefundOutcome.REFUNDED]
     totals = refunded.groupby(s.CURRENCY)["amount_cents"].sum()
-    return frame_result(
+    return kit.frame_result(
         report,
         {
             **written,
             "valid_invoices": len(validated_invoices),
             "refunds": len(refunded),
-            HELD_FOR_REVIEW_KEY: int((report["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
+            kit.HELD_FOR_REVIEW_KEY: int((report["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
             "notices_sent": int(report["notice_sent"].sum()),
             "refunded_by_currency_cents": MetadataValue.json({str(k): int(v) for k, v in totals.items()}),
         },

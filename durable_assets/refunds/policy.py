@@ -146,15 +146,16 @@ def compute_refund_candidates(valid: pd.DataFrame) -> pd.DataFrame:
     refund_sel = refund[selected]
     refundable_sel = refundable[selected]
     currency = sub[s.CURRENCY].astype("str").str.upper()
-    refund_txt = _money(refund_sel) + " " + currency
-    tail = " (refundable " + _money(refundable_sel) + " " + currency + ")"
+    # Every explanation says why (by its rule), then what is refunded of what was refundable.
+    refund_txt = "; refund " + _money(refund_sel) + " " + currency
+    refundable_txt = " (refundable " + _money(refundable_sel) + " " + currency + ")"
 
-    explanation = pd.Series([""] * len(selected), dtype="str")
+    why = pd.Series([""] * len(selected), dtype="str")
     dup = codes == 0
     if dup.any():
         orig = frame.iloc[original_pos[selected[dup]]].reset_index(drop=True)
         d = sub[dup].reset_index(drop=True)
-        text = (
+        why[dup] = (
             "duplicate charge: "
             + orig[s.INVOICE_ID].astype("str")
             + " (charged "
@@ -165,29 +166,21 @@ def compute_refund_candidates(valid: pd.DataFrame) -> pd.DataFrame:
             + d[s.SERVICE_PERIOD].astype("str")
             + " in "
             + currency[dup].reset_index(drop=True)
-            + "; refund "
-            + refund_txt[dup].reset_index(drop=True)
-            + tail[dup].reset_index(drop=True)
-        )
-        explanation[dup] = text.to_numpy()
+        ).to_numpy()
     canc = codes == 1
     if canc.any():
         c = sub[canc].reset_index(drop=True)
-        text = (
+        why[canc] = (
             "charged "
             + _iso_seconds(c[s.CHARGED_AT])
             + " after the subscription was cancelled "
             + _iso_seconds(c[s.CANCELLED_AT])
-            + "; refund "
-            + refund_txt[canc].reset_index(drop=True)
-            + tail[canc].reset_index(drop=True)
-        )
-        explanation[canc] = text.to_numpy()
+        ).to_numpy()
     over = codes == 2
     if over.any():
         o = sub[over].reset_index(drop=True)
         cur = currency[over].reset_index(drop=True)
-        text = (
+        why[over] = (
             "charged "
             + _money(o[s.AMOUNT_CHARGED_CENTS].to_numpy())
             + " "
@@ -196,11 +189,8 @@ def compute_refund_candidates(valid: pd.DataFrame) -> pd.DataFrame:
             + _money(o[s.CONTRACTED_CENTS].to_numpy())
             + " "
             + cur
-            + "; refund "
-            + refund_txt[over].reset_index(drop=True)
-            + tail[over].reset_index(drop=True)
-        )
-        explanation[over] = text.to_numpy()
+        ).to_numpy()
+    explanation = why + refund_txt + refundable_txt
 
     reasons = np.array([r.value for r in _PRECEDENCE], dtype=object)[codes]
     out = pd.DataFrame(

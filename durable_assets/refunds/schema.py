@@ -12,8 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final
 
-from durable_assets.kit import REASONS as KIT_REASONS
-from durable_assets.kit import ROW_NUMBER as KIT_ROW_NUMBER
+from durable_assets import kit
 from durable_assets.payments import money
 
 # --- input columns (the file / raw string frame) -------------------------------------------------
@@ -75,24 +74,24 @@ CENTS_PER_UNIT: Final = money.CENTS_PER_UNIT
 
 #: 1-based data row in the source and the quarantined rows' reason codes: the kit's names, shared by
 #: every pipeline's quarantine file.
-ROW_NUMBER: Final = KIT_ROW_NUMBER
-REASONS: Final = KIT_REASONS
+ROW_NUMBER: Final = kit.ROW_NUMBER
+REASONS: Final = kit.REASONS
 
-#: Pandas dtype of every column of the valid frame, in column order. ``"str"`` is pandas' default
-#: string dtype (Arrow-backed ``StringDtype`` under pandas 3); timestamps are timezone-aware UTC.
+#: Who and what an invoice is: the first text columns of the valid frame and of the candidates.
+_INVOICE_IDENTITY: Final[dict[str, str]] = kit.text_dtypes(
+    INVOICE_ID, CUSTOMER_ID, CUSTOMER_EMAIL, CHARGE_ID, CURRENCY
+)
+
+#: Pandas dtype of every column of the valid frame, in column order (the kit's dtype names).
 VALID_DTYPES: Final[dict[str, str]] = {
-    ROW_NUMBER: "int64",
-    INVOICE_ID: "str",
-    CUSTOMER_ID: "str",
-    CUSTOMER_EMAIL: "str",
-    CHARGE_ID: "str",
-    CURRENCY: "str",
-    AMOUNT_CHARGED_CENTS: "int64",
-    CONTRACTED_CENTS: "int64",
-    ALREADY_REFUNDED_CENTS: "int64",
-    SERVICE_PERIOD: "str",
-    CHARGED_AT: "datetime64[ns, UTC]",
-    CANCELLED_AT: "datetime64[ns, UTC]",
+    ROW_NUMBER: kit.INT64,
+    **_INVOICE_IDENTITY,
+    AMOUNT_CHARGED_CENTS: kit.INT64,
+    CONTRACTED_CENTS: kit.INT64,
+    ALREADY_REFUNDED_CENTS: kit.INT64,
+    SERVICE_PERIOD: kit.TEXT,
+    CHARGED_AT: kit.UTC_TIMESTAMP,
+    CANCELLED_AT: kit.UTC_TIMESTAMP,
 }
 VALID_COLUMNS: Final[tuple[str, ...]] = tuple(VALID_DTYPES)
 
@@ -142,7 +141,11 @@ def reason_for_column(reason: QuarantineReason, column: str) -> str:
 
 
 class RefundReason(StrEnum):
-    """Why the policy proposes a refund. Declared in precedence order (first wins)."""
+    """Why the policy proposes a refund. Declared in precedence order (first wins).
+
+    The values are part of every refund's and notice's idempotency key (:mod:`.keys`) and of the
+    charge's refund subject: renaming one would let the same refund be sent again.
+    """
 
     DUPLICATE_CHARGE = "duplicate_charge"
     CHARGED_AFTER_CANCELLATION = "charged_after_cancellation"
@@ -151,15 +154,11 @@ class RefundReason(StrEnum):
 
 #: Columns and dtypes of the refund-candidates frame (``policy.compute_refund_candidates``).
 CANDIDATE_DTYPES: Final[dict[str, str]] = {
-    INVOICE_ID: "str",
-    CUSTOMER_ID: "str",
-    CUSTOMER_EMAIL: "str",
-    CHARGE_ID: "str",
-    CURRENCY: "str",
-    "reason": "str",
-    "refund_cents": "int64",
-    "refundable_cents": "int64",
-    "explanation": "str",
+    **_INVOICE_IDENTITY,
+    "reason": kit.TEXT,
+    "refund_cents": kit.INT64,
+    "refundable_cents": kit.INT64,
+    "explanation": kit.TEXT,
 }
 CANDIDATE_COLUMNS: Final[tuple[str, ...]] = tuple(CANDIDATE_DTYPES)
 
@@ -178,24 +177,16 @@ class RefundOutcome(StrEnum):
 
 #: One row per refund candidate after step 4 (``issued_refunds``).
 OUTCOME_DTYPES: Final[dict[str, str]] = {
-    INVOICE_ID: "str",
-    CHARGE_ID: "str",
-    "idempotency_key": "str",
-    "provider_id": "str",
-    "amount_cents": "int64",
-    CURRENCY: "str",
-    "reason": "str",
-    "status": "str",
-    "review_note": "str",
+    **kit.text_dtypes(INVOICE_ID, CHARGE_ID, "idempotency_key", "provider_id"),
+    "amount_cents": kit.INT64,
+    **kit.text_dtypes(CURRENCY, "reason", "status", "review_note"),
 }
 
 #: Step 5 (``reconciled_refunds``) adds what the provider says about each refund.
-RECONCILED_DTYPES: Final[dict[str, str]] = {**OUTCOME_DTYPES, "reconciliation": "str"}
+RECONCILED_DTYPES: Final[dict[str, str]] = {**OUTCOME_DTYPES, "reconciliation": kit.TEXT}
 
 #: One row per customer notice of step 6 (``customer_notices``).
 NOTICE_DTYPES: Final[dict[str, str]] = {
-    INVOICE_ID: "str",
-    "recipient": "str",
-    "message_id": "str",
-    "sent": "bool",
+    **kit.text_dtypes(INVOICE_ID, "recipient", "message_id"),
+    "sent": kit.BOOL,
 }

@@ -7,36 +7,23 @@ the last one that did wins (a re-run step or the report repeats an earlier figur
 
 from __future__ import annotations
 
-from durable_assets.kit import (
-    HELD_FOR_REVIEW_KEY,
-    SummaryLine,
-    SummarySpec,
-    quarantine_file,
-    quarantine_line,
-    report_file,
-)
+from durable_assets.kit import SummaryLine, batch_summary_spec, held_for_review_line, rows_line
 
-REFUND_SUMMARY = SummarySpec(
+REFUND_SUMMARY = batch_summary_spec(
+    read=("records read", "invoices"),
+    validated="validated_invoices",
+    report="batch_report",
     lines=(
-        SummaryLine("records read", (("invoices", "rows"),)),
-        quarantine_line("validated_invoices"),
-        SummaryLine("refund candidates", (("refund_candidates", "rows"),)),
+        rows_line("refund candidates", "refund_candidates"),
         SummaryLine(
             "refunds issued",
             (("issued_refunds", "refunds_issued"), ("batch_report", "refunds")),
             detail=("batch_report", "refunded_by_currency_cents"),
             money_detail=True,
         ),
-        SummaryLine(
-            "held for review",
-            (("issued_refunds", HELD_FOR_REVIEW_KEY), ("batch_report", HELD_FOR_REVIEW_KEY)),
-        ),
+        held_for_review_line("issued_refunds", "batch_report"),
         SummaryLine("mismatched at provider", (("reconciled_refunds", "mismatched"),)),
         SummaryLine("notices sent", (("customer_notices", "notices_sent"), ("batch_report", "notices_sent"))),
-    ),
-    files=(
-        report_file("batch_report"),
-        quarantine_file("validated_invoices"),
     ),
     review_hint="the rows of the report with status held_for_review, and their review_note",
 )

@@ -23,16 +23,7 @@ from typing import Final
 import numpy as np
 import pandas as pd
 
-from durable_assets.kit import (
-    EMAIL_PATTERN,
-    RowChecks,
-    Validated,
-    as_mask,
-    bad_encoding,
-    clean_strings,
-    read_text_table,
-    require_columns,
-)
+from durable_assets import kit
 from durable_assets.payments.money import parse_money_cents, parse_money_column
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.schema import QuarantineReason as R
@@ -47,7 +38,7 @@ __all__ = [
 _SERVICE_PERIOD_PATTERN: Final = r"[0-9]{4}-(?:0[1-9]|1[0-2])"
 
 
-class ValidationResult(Validated):
+class ValidationResult(kit.Validated):
     """The two halves of a validated invoice frame.
 
     ``valid`` has exactly the columns of :data:`schema.VALID_DTYPES` (``row_number``, the string
@@ -68,7 +59,7 @@ def read_invoice_file(path: str | PathLike[str]) -> pd.DataFrame:
     :func:`durable_assets.kit.read_text_table` for what rejects a file: an unreadable one, a
     misaligned CSV row, a duplicated or missing required column).
     """
-    return read_text_table(path, columns=s.INPUT_COLUMNS, required=s.REQUIRED_COLUMNS)
+    return kit.read_text_table(path, columns=s.INPUT_COLUMNS, required=s.REQUIRED_COLUMNS)
 
 
 # --- validation -----------------------------------------------------------------------------------
@@ -93,35 +84,33 @@ def validate_invoices(raw: pd.DataFrame, *, require_charge_id: bool = True) -> V
     Raises :class:`InputFileError` if a required column is missing (the file-reading path names the
     file; this is the guard for frames built in code).
     """
-    require_columns(raw, s.REQUIRED_COLUMNS, "invoice frame")
-
+    col = kit.text_columns(
+        raw,
+        s.INPUT_COLUMNS,
+        required=s.REQUIRED_COLUMNS,
+        what="invoice frame",
+        defaults=s.OPTIONAL_COLUMN_DEFAULTS,
+    )
     n = len(raw)
-    col: dict[str, pd.Series] = {}
-    for name in s.INPUT_COLUMNS:
-        if name in raw.columns:
-            col[name] = clean_strings(raw[name])
-        else:
-            col[name] = pd.Series([s.OPTIONAL_COLUMN_DEFAULTS[name]] * n, dtype="str")
-
-    checks = RowChecks(n)
+    checks = kit.RowChecks(n)
     add = checks.add
 
     invoice_id = col[s.INVOICE_ID]
-    empty_id = as_mask(invoice_id == "")
+    empty_id = kit.as_mask(invoice_id == "")
     add(R.EMPTY_INVOICE_ID, empty_id)
     add(R.DUPLICATE_INVOICE_ID, invoice_id.duplicated(keep=False).to_numpy(dtype=bool) & ~empty_id)
-    add(R.MISSING_CUSTOMER_ID, as_mask(col[s.CUSTOMER_ID] == ""))
-    add(R.INVALID_EMAIL, ~as_mask(col[s.CUSTOMER_EMAIL].str.fullmatch(EMAIL_PATTERN)))
+    add(R.MISSING_CUSTOMER_ID, kit.as_mask(col[s.CUSTOMER_ID] == ""))
+    add(R.INVALID_EMAIL, ~kit.as_mask(col[s.CUSTOMER_EMAIL].str.fullmatch(kit.EMAIL_PATTERN)))
     if require_charge_id:
-        add(R.MISSING_CHARGE_ID, as_mask(col[s.CHARGE_ID] == ""))
+        add(R.MISSING_CHARGE_ID, kit.as_mask(col[s.CHARGE_ID] == ""))
     else:
         add(R.MISSING_CHARGE_ID, np.zeros(n, dtype=bool))
     # A charge pays one invoice. Rows that name the same charge contradict each other, and every
     # refund is a refund *of the charge*: refunding per row would pay one charge back several times.
     charge_id = col[s.CHARGE_ID]
-    add(R.SHARED_CHARGE_ID, as_mask(charge_id.duplicated(keep=False) & (charge_id != "")))
+    add(R.SHARED_CHARGE_ID, kit.as_mask(charge_id.duplicated(keep=False) & (charge_id != "")))
     currency = col[s.CURRENCY].str.lower()
-    add(R.UNKNOWN_CURRENCY, ~as_mask(currency.isin(s.ACCEPTED_CURRENCIES)))
+    add(R.UNKNOWN_CURRENCY, ~kit.as_mask(currency.isin(s.ACCEPTED_CURRENCIES)))
 
     money = {
         name: parse_money_column(col[name], empty_means_zero=name in s.OPTIONAL_COLUMN_DEFAULTS)
@@ -141,16 +130,16 @@ def validate_invoices(raw: pd.DataFrame, *, require_charge_id: bool = True) -> V
     for name, empty_allowed in s.TIMESTAMP_COLUMNS.items():
         text = col[name]
         parsed_ts = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
-        empty = as_mask(text == "")
+        empty = kit.as_mask(text == "")
         bad = parsed_ts.isna().to_numpy(dtype=bool) & ~(empty & empty_allowed)
         add(s.reason_for_column(R.INVALID_TIMESTAMP, name), bad)
         timestamps[name] = parsed_ts
 
     period = col[s.SERVICE_PERIOD]
-    empty_period = as_mask(period == "")
+    empty_period = kit.as_mask(period == "")
     add(R.MISSING_SERVICE_PERIOD, empty_period)
-    add(R.INVALID_SERVICE_PERIOD, ~empty_period & ~as_mask(period.str.fullmatch(_SERVICE_PERIOD_PATTERN)))
-    add(R.BAD_ENCODING, bad_encoding(raw))
+    add(R.INVALID_SERVICE_PERIOD, ~empty_period & ~kit.as_mask(period.str.fullmatch(_SERVICE_PERIOD_PATTERN)))
+    add(R.BAD_ENCODING, kit.bad_encoding(raw))
 
     valid = checks.valid_rows(
         {

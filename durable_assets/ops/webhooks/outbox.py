@@ -32,14 +32,14 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 
 from durable_assets.errors import UsageError, WebhookConfigError, WebhookVerificationError
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
-from durable_assets.kit.db import DurableDatabase, now, webhook_outbox
+from durable_assets.kit.db import DurableDatabase, from_row, now, webhook_outbox
 from durable_assets.ops.settings import WebhookVariables
 
 SECRET_PREFIX = "whsec_"
@@ -318,22 +318,8 @@ class Outbox:
         return out
 
 
-def _to_row(r: sa.Row) -> OutboxRow:
-    return OutboxRow(
-        webhook_id=r.webhook_id,
-        url=r.url,
-        batch_id=r.batch_id,
-        run_id=r.run_id,
-        event_type=r.event_type,
-        body=r.body,
-        state=r.state,
-        attempts=int(r.attempts),
-        next_attempt_at=float(r.next_attempt_at),
-        claimed_by=r.claimed_by,
-        claim_expires_at=float(r.claim_expires_at),
-        last_status=r.last_status,
-        last_error=r.last_error,
-    )
+def _to_row(r: sa.Row[Any]) -> OutboxRow:
+    return from_row(OutboxRow, r, attempts=int, next_attempt_at=float, claim_expires_at=float)
 
 
 # --- delivery -----------------------------------------------------------------------------------
@@ -411,23 +397,16 @@ Check = Callable[[OutboxRow], str | None]
 Sender = Callable[[str, bytes, Mapping[str, str], float], Answer]
 
 
+@dataclass(eq=False)
 class Deliverer:
     """Sends due outbox rows; any number of deliverers may run at once (claims keep them apart)."""
 
-    def __init__(
-        self,
-        outbox: Outbox,
-        settings: WebhookSettings,
-        *,
-        check: Check | None = None,
-        send: Sender = post,
-        concurrency: int = 8,
-    ) -> None:
-        self.outbox = outbox
-        self.settings = settings
-        self.check = check
-        self.send = send
-        self.concurrency = concurrency
+    outbox: Outbox
+    settings: WebhookSettings
+    _: KW_ONLY
+    check: Check | None = None
+    send: Sender = post
+    concurrency: int = 8
 
     def flush(self, *, batch_id: str | None = None, budget_s: float = 0.0) -> FlushReport:
         """Deliver pending rows (of one batch, or all) until none is left or ``budget_s`` runs out.
