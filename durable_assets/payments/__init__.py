@@ -1,4 +1,8 @@
-"""Payment providers: the embedded one, the Stripe-compatible simulator, and the gateway seam."""
+"""Payment providers: the embedded one, a Stripe-compatible API, and the gateway seam.
+
+The HTTP simulator (``job provider serve``) is development tooling: it lives in
+:mod:`durable_assets_testing.simulator`, which nothing here imports.
+"""
 
 from durable_assets.payments.embedded import EmbeddedProvider
 from durable_assets.payments.gateway import (
@@ -12,7 +16,6 @@ from durable_assets.payments.gateway import (
     StripeGateway,
     gateway_from_settings,
 )
-from durable_assets.payments.simulator import SimulatorServer, build_server, serve
 from durable_assets.payments.store import PaymentStore, StripeApiError
 
 __all__ = [
@@ -25,10 +28,7 @@ __all__ = [
     "PaymentStore",
     "Refund",
     "RefundGateway",
-    "SimulatorServer",
     "StripeApiError",
     "StripeGateway",
-    "build_server",
     "gateway_from_settings",
-    "serve",
 ]

@@ -30,7 +30,7 @@ from durable_assets.payments.gateway import (
     StripeGateway,
     gateway_from_settings,
 )
-from durable_assets.payments.simulator import SimulatorServer, build_server, format_retry_after
+from durable_assets_testing.simulator import SimulatorServer, build_server, format_retry_after
 from tests.support.network import ServedInThread, free_port
 from tests.support.polling import wait_until
 from tests.support.simulator import SimulatorProcess, ThreadedSimulator
