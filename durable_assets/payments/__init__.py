@@ -4,7 +4,6 @@ The HTTP simulator (``job provider serve``) is development tooling: it lives in
 :mod:`durable_assets_testing.simulator`, which nothing here imports.
 """
 
-from durable_assets.payments.embedded import EmbeddedProvider
 from durable_assets.payments.gateway import (
     BalanceTransaction,
     Charge,
@@ -24,7 +23,6 @@ __all__ = [
     "Customer",
     "CustomerGateway",
     "EmbeddedGateway",
-    "EmbeddedProvider",
     "PaymentStore",
     "Refund",
     "RefundGateway",

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from durable_assets.payments.embedded import EmbeddedProvider
+from durable_assets.payments.gateway import EmbeddedGateway
 from durable_assets.payments.store import PaymentStore, StripeApiError
 
 
@@ -276,11 +276,20 @@ def test_retrieve_refund(store: PaymentStore) -> None:
 
 
 def test_stats_persist_across_reopen(db_path: str) -> None:
-    provider = EmbeddedProvider(db_path)
-    charge = provider.create_charge(amount=1000, currency="usd")["id"]
-    provider.create_refund(charge=charge, amount=10, idempotency_key="k1")
-    provider.create_refund(charge=charge, amount=10, idempotency_key="k1")
-    provider.close()
+    gateway = EmbeddedGateway(db_path)
+    charge = gateway.create_charge(
+        amount=1000, currency="usd", customer="cus_1", metadata={}, idempotency_key="c1"
+    )
+    for _ in range(2):
+        gateway.create_refund(
+            charge_id=charge.id,
+            amount=10,
+            currency="usd",
+            reason="overcharge",
+            metadata={},
+            idempotency_key="k1",
+        )
+    gateway.close()
 
     with PaymentStore(db_path) as reopened:
         assert reopened.stats() == {
