@@ -14,6 +14,7 @@ import pytest
 
 from durable_assets.payments.gateway import EmbeddedGateway
 from durable_assets.payments.store import PaymentStore, StripeApiError
+from tests.support.counters import counters
 
 
 @pytest.fixture
@@ -103,14 +104,7 @@ def test_same_key_and_params_replays_the_stored_body(store: PaymentStore) -> Non
 
     assert second.body == first.body
     assert (first.replayed, second.replayed) == (False, True)
-    assert store.stats() == {
-        "refund_requests": 0,
-        "refunds_created": 1,
-        "idempotent_replays": 1,
-        "customers_created": 0,
-        "balance_transactions_created": 0,
-        "customers_deleted": 0,
-    }
+    assert store.stats() == counters(refunds_created=1, idempotent_replays=1)
 
 
 def test_same_key_different_params_is_refused(store: PaymentStore) -> None:
@@ -134,14 +128,7 @@ def test_client_errors_are_stored_and_replayed(store: PaymentStore) -> None:
     assert first.to_body() == replay.to_body()
     assert (first.replayed, replay.replayed) == (False, True)
     assert rebound.error_type == "idempotency_error"
-    assert store.stats() == {
-        "refund_requests": 0,
-        "refunds_created": 0,
-        "idempotent_replays": 1,
-        "customers_created": 0,
-        "balance_transactions_created": 0,
-        "customers_deleted": 0,
-    }
+    assert store.stats() == counters(idempotent_replays=1)
 
 
 def test_validation_errors_are_not_stored(store: PaymentStore) -> None:
@@ -190,14 +177,7 @@ def test_threads_racing_one_key_create_one_refund(store: PaymentStore) -> None:
         thread.join(timeout=10)
 
     assert len(ids) == 16 and len(set(ids)) == 1
-    assert store.stats() == {
-        "refund_requests": 0,
-        "refunds_created": 1,
-        "idempotent_replays": 15,
-        "customers_created": 0,
-        "balance_transactions_created": 0,
-        "customers_deleted": 0,
-    }
+    assert store.stats() == counters(refunds_created=1, idempotent_replays=15)
 
 
 def _race_worker(db_path: str, ready: Queue[None], go: Event, out: Queue[list[str]]) -> None:
@@ -236,14 +216,7 @@ def test_processes_racing_one_key_create_one_refund(db_path: str) -> None:
     assert [worker.exitcode for worker in workers] == [0, 0]
     assert len(ids) == 20 and len(set(ids)) == 1
     with PaymentStore(db_path) as store:
-        assert store.stats() == {
-            "refund_requests": 0,
-            "refunds_created": 1,
-            "idempotent_replays": 19,
-            "customers_created": 0,
-            "balance_transactions_created": 0,
-            "customers_deleted": 0,
-        }
+        assert store.stats() == counters(refunds_created=1, idempotent_replays=19)
 
 
 def test_list_is_newest_first_paginated_and_filtered(store: PaymentStore) -> None:
@@ -292,14 +265,7 @@ def test_stats_persist_across_reopen(db_path: str) -> None:
     gateway.close()
 
     with PaymentStore(db_path) as reopened:
-        assert reopened.stats() == {
-            "refund_requests": 2,
-            "refunds_created": 1,
-            "idempotent_replays": 1,
-            "customers_created": 0,
-            "balance_transactions_created": 0,
-            "customers_deleted": 0,
-        }
+        assert reopened.stats() == counters(refund_requests=2, refunds_created=1, idempotent_replays=1)
 
 
 def test_forgotten_keys_no_longer_replay(store: PaymentStore) -> None:
