@@ -627,7 +627,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     _check_before_instance(args)
     if args.command == "provider":
         # The one import of the testing package from the runtime: loaded only to run the simulator.
-        from durable_assets_testing.simulator import Faults
+        from durable_assets_testing.simulator import Faults, build_server
         from durable_assets_testing.simulator import serve as serve_simulator
 
         faults = Faults(
@@ -637,7 +637,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             rate_limit=args.rate_limit,
         )
         try:
-            serve_simulator(args.host, args.port, args.db, faults, seed=args.seed, api_keys=args.api_keys)
+            server = build_server(
+                args.host, args.port, args.db, faults, seed=args.seed, api_keys=args.api_keys
+            )
+            serve_simulator(server)
         except OSError as exc:  # bind or database open: what the user changes is --port or --db
             raise UsageError(
                 f"cannot serve on {args.host}:{args.port} with --db {args.db}: {exc.strerror or exc}; "

@@ -756,12 +756,14 @@ class EmbeddedGateway(_GatewayBase):
 
     def _post_charge(self, request: ChargeRequest) -> object:
         return _embedded_call(
-            lambda: self._store.create_charge(
-                amount=request.amount,
-                currency=request.currency,
-                customer=request.customer,
-                metadata=request.metadata,
-                idempotency_key=request.idempotency_key,
+            lambda: (
+                self._store.create_charge(
+                    amount=request.amount,
+                    currency=request.currency,
+                    customer=request.customer,
+                    metadata=request.metadata,
+                    idempotency_key=request.idempotency_key,
+                ).body
             ),
             request.idempotency_key,
         )
@@ -775,7 +777,7 @@ class EmbeddedGateway(_GatewayBase):
                 reason=request.reason,
                 metadata=request.metadata,
                 idempotency_key=request.idempotency_key,
-            )
+            ).body
 
         return _embedded_call(counted, request.idempotency_key)
 

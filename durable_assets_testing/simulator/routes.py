@@ -120,7 +120,7 @@ def _created(
 _create_charge = _created(
     "charge",
     {"amount", "currency", "customer", "description", "source"},
-    lambda store, params, key, _: store.create_charge_result(
+    lambda store, params, key, _: store.create_charge(
         amount=required_int(params, "amount"),
         currency=required_str(params, "currency"),
         customer=params.values.get("customer"),
@@ -132,7 +132,7 @@ _create_charge = _created(
 _create_refund = _created(
     "refund",
     {"charge", "amount", "reason"},
-    lambda store, params, key, _: store.create_refund_result(
+    lambda store, params, key, _: store.create_refund(
         charge=required_str(params, "charge"),
         amount=optional_int(params, "amount"),
         reason=params.values.get("reason") or None,

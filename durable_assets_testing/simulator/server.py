@@ -189,18 +189,12 @@ def build_server(
         raise
 
 
-def serve(
-    host: str,
-    port: int,
-    db_path: str,
-    faults: Faults | None = None,
-    *,
-    seed: int | None = None,
-    api_keys: Iterable[str] = (),
-) -> None:
-    """Serves until interrupted; one line on stderr says where, nothing per request."""
-    server = build_server(host, port, db_path, faults, seed=seed, api_keys=api_keys)
-    print(f"payment simulator listening on {server.url} (db: {db_path})", file=sys.stderr, flush=True)
+def serve(server: SimulatorServer) -> None:
+    """Serves a :func:`build_server` server until interrupted, then closes it; one line on stderr
+    says where, nothing per request."""
+    print(
+        f"payment simulator listening on {server.url} (db: {server.store.path})", file=sys.stderr, flush=True
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -29,7 +29,7 @@ def store(db_path: str) -> Iterator[PaymentStore]:
 
 
 def _charge(store: PaymentStore, amount: int = 1000) -> str:
-    return str(store.create_charge(amount=amount, currency="USD", customer="cus_1")["id"])
+    return str(store.create_charge(amount=amount, currency="USD", customer="cus_1").body["id"])
 
 
 def _error(call: Any) -> StripeApiError:
@@ -39,7 +39,7 @@ def _error(call: Any) -> StripeApiError:
 
 
 def test_charge_is_stripe_shaped(store: PaymentStore) -> None:
-    charge = store.create_charge(amount=1234, currency="EUR", metadata={"invoice": "inv_1"})
+    charge = store.create_charge(amount=1234, currency="EUR", metadata={"invoice": "inv_1"}).body
 
     assert charge["id"].startswith("ch_")
     assert charge["object"] == "charge"
@@ -54,7 +54,7 @@ def test_refund_never_exceeds_the_unrefunded_amount(store: PaymentStore) -> None
     store.create_refund(charge=charge, amount=600)
 
     too_large = _error(lambda: store.create_refund(charge=charge, amount=401))
-    rest = store.create_refund(charge=charge)  # no amount: everything still refundable
+    rest = store.create_refund(charge=charge).body  # no amount: everything still refundable
     exhausted = _error(lambda: store.create_refund(charge=charge, amount=1))
 
     assert (too_large.http_status, too_large.error_type, too_large.code) == (
@@ -95,10 +95,10 @@ def test_unknown_charge_is_resource_missing(store: PaymentStore) -> None:
 
 def test_same_key_and_params_replays_the_stored_body(store: PaymentStore) -> None:
     charge = _charge(store)
-    first = store.create_refund_result(
+    first = store.create_refund(
         charge=charge, amount=100, reason="duplicate", metadata={"a": "1", "b": "2"}, idempotency_key="k1"
     )
-    second = store.create_refund_result(
+    second = store.create_refund(
         charge=charge, amount=100, reason="duplicate", metadata={"b": "2", "a": "1"}, idempotency_key="k1"
     )
 
@@ -137,7 +137,7 @@ def test_validation_errors_are_not_stored(store: PaymentStore) -> None:
         lambda: store.create_refund(charge=charge, amount=1, reason="bogus", idempotency_key="k1")
     )
 
-    refund = store.create_refund(charge=charge, amount=1, reason="fraudulent", idempotency_key="k1")
+    refund = store.create_refund(charge=charge, amount=1, reason="fraudulent", idempotency_key="k1").body
 
     assert (invalid.http_status, invalid.to_body()["error"]["param"]) == (400, "reason")
     assert refund["reason"] == "fraudulent"
@@ -154,9 +154,9 @@ def test_metadata_follows_stripe_limits(store: PaymentStore) -> None:
 
 
 def test_keys_are_scoped_per_endpoint(store: PaymentStore) -> None:
-    charge = store.create_charge(amount=1000, currency="usd", idempotency_key="shared")
+    charge = store.create_charge(amount=1000, currency="usd", idempotency_key="shared").body
 
-    refund = store.create_refund(charge=charge["id"], amount=10, idempotency_key="shared")
+    refund = store.create_refund(charge=charge["id"], amount=10, idempotency_key="shared").body
 
     assert refund["object"] == "refund"
 
@@ -168,7 +168,7 @@ def test_threads_racing_one_key_create_one_refund(store: PaymentStore) -> None:
 
     def race() -> None:
         barrier.wait(timeout=10)
-        ids.append(store.create_refund(charge=charge, amount=100, idempotency_key="race")["id"])
+        ids.append(store.create_refund(charge=charge, amount=100, idempotency_key="race").body["id"])
 
     threads = [threading.Thread(target=race) for _ in range(16)]
     for thread in threads:
@@ -186,9 +186,11 @@ def _race_worker(db_path: str, ready: Queue[None], go: Event, out: Queue[list[st
     go.wait(timeout=30)
     try:
         with PaymentStore(db_path) as store:
-            charge = str(store.create_charge(amount=10_000, currency="usd", idempotency_key="charge")["id"])
+            charge = str(
+                store.create_charge(amount=10_000, currency="usd", idempotency_key="charge").body["id"]
+            )
             ids = [
-                str(store.create_refund(charge=charge, amount=100, idempotency_key="race")["id"])
+                str(store.create_refund(charge=charge, amount=100, idempotency_key="race").body["id"])
                 for _ in range(10)
             ]
     except Exception as error:  # report instead of leaving the parent waiting on the queue
@@ -221,7 +223,7 @@ def test_processes_racing_one_key_create_one_refund(db_path: str) -> None:
 
 def test_list_is_newest_first_paginated_and_filtered(store: PaymentStore) -> None:
     charge, other = _charge(store), _charge(store)
-    created = [store.create_refund(charge=charge, amount=1)["id"] for _ in range(5)]
+    created = [store.create_refund(charge=charge, amount=1).body["id"] for _ in range(5)]
     store.create_refund(charge=other, amount=1)
 
     pages, cursor = [], None
@@ -242,7 +244,7 @@ def test_list_is_newest_first_paginated_and_filtered(store: PaymentStore) -> Non
 
 
 def test_retrieve_refund(store: PaymentStore) -> None:
-    refund = store.create_refund(charge=_charge(store), amount=5, metadata={"idempotency_key": "k"})
+    refund = store.create_refund(charge=_charge(store), amount=5, metadata={"idempotency_key": "k"}).body
 
     assert store.retrieve_refund(refund["id"]) == refund
     assert _error(lambda: store.retrieve_refund("re_nope")).code == "resource_missing"

@@ -265,7 +265,7 @@ def test_a_version_1_file_gains_customers_and_keeps_its_refunds(tmp_path: Path) 
     conn.close()
 
     with PaymentStore(path) as migrated:
-        refund = migrated.create_refund(charge="ch_old")
+        refund = migrated.create_refund(charge="ch_old").body
         customer = _customer(migrated)
         version = migrated._conn.execute("PRAGMA user_version").fetchone()[0]
 
