@@ -451,6 +451,14 @@ def _every_page(fetch: Callable[[str | None], object], parse: Callable[[object],
 # --- the shared template -------------------------------------------------------------------------
 
 
+def _at_most_one(matches: list[_I], violation: Callable[[str], str]) -> _I | None:
+    """The one match, or None; two or more mean an exactly-once guarantee broke upstream, which is
+    reported (``violation`` of their ids) instead of silently picking one."""
+    if len(matches) > 1:
+        raise ProviderResponseMismatchError(violation(", ".join(match.id for match in matches)))
+    return matches[0] if matches else None
+
+
 def _first_item(body: object, parse: Callable[[object], _I]) -> _I | None:
     """The first item of one list page (newest first), or None for an empty list."""
     items, _has_more = _list_items(body)
@@ -582,13 +590,14 @@ class _GatewayBase(ABC):
         """Reads every page, so a second refund with the same key (a broken exactly-once
         guarantee) is reported instead of silently picking one."""
         matches = [r for r in self.list_charge_refunds(charge_id) if r.idempotency_key == idempotency_key]
-        if len(matches) > 1:
-            ids = ", ".join(refund.id for refund in matches)
-            raise ProviderResponseMismatchError(
-                f"Charge {charge_id} has {len(matches)} refunds with idempotency key {idempotency_key!r} "
-                f"({ids}); exactly-once was violated upstream. Investigate before refunding anything else."
-            )
-        return matches[0] if matches else None
+        return _at_most_one(
+            matches,
+            lambda ids: (
+                f"Charge {charge_id} has {len(matches)} refunds with idempotency key "
+                f"{idempotency_key!r} ({ids}); exactly-once was violated upstream. Investigate before "
+                "refunding anything else."
+            ),
+        )
 
     # customers and their balances
 
@@ -632,13 +641,13 @@ class _GatewayBase(ABC):
             for customer in self.list_customers(email=email)
             if customer.metadata.get(metadata_key) == value
         ]
-        if len(matches) > 1:
-            ids = ", ".join(customer.id for customer in matches)
-            raise ProviderResponseMismatchError(
-                f"{len(matches)} customers have metadata {metadata_key}={value!r} ({ids}); exactly-once was "
-                "violated upstream. Investigate before moving any balance."
-            )
-        return matches[0] if matches else None
+        return _at_most_one(
+            matches,
+            lambda ids: (
+                f"{len(matches)} customers have metadata {metadata_key}={value!r} ({ids}); "
+                "exactly-once was violated upstream. Investigate before moving any balance."
+            ),
+        )
 
     def create_balance_transaction(
         self,
