@@ -1,7 +1,9 @@
 """Stripe's charge, refund, customer and idempotency semantics, durable in one SQLite file.
 
-This is the single source of truth for both provider fronts: the HTTP simulator
-(``job provider serve``) and the embedded provider. Keeping one implementation means a
+This is the single source of truth for both provider fronts: the embedded provider
+(:class:`~durable_assets.payments.gateway.EmbeddedGateway`) and the HTTP simulator
+(``job provider serve``, in :mod:`durable_assets_testing.simulator`, which imports this module;
+nothing here imports it). Keeping one implementation means a
 pipeline behaves identically whichever front it talks to, and a test against one front is
 evidence about the other.
 
