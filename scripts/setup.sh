@@ -77,13 +77,21 @@ fi
 # its console scripts present: nothing to do, no network.
 requirements_met() {
   .venv/bin/python - <<'EOF' 2>/dev/null
-import sys, tomllib
+import os, sys, tomllib
 from importlib.metadata import PackageNotFoundError, version
+from importlib.util import find_spec
 from pathlib import Path
 from packaging.requirements import Requirement
 
-project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
+pyproject = tomllib.loads(Path("pyproject.toml").read_text())
+project = pyproject["project"]
 version(project["name"])
+# Every top-level package is found through the install, not through this folder: an editable
+# install made before a package was added (durable_assets_testing) does not know it.
+sys.path = [entry for entry in sys.path if entry not in ("", os.getcwd())]
+for pattern in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]:
+    if "." not in pattern:
+        assert find_spec(pattern) is not None, pattern
 for name in project.get("scripts", {}):
     assert (Path(".venv/bin") / name).exists(), name
 for line in project["dependencies"] + project["optional-dependencies"]["dev"]:

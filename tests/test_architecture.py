@@ -13,7 +13,10 @@ too. The rules:
   never a pipeline: it finds jobs through the registry, so it serves any registered job.
 - a pipeline imports the kit only through its public API (``from durable_assets.kit import X``
   with ``X`` in ``__all__``), never ``ops``, and never another pipeline.
-- ``payments`` (the provider: embedded, simulator, gateway) imports neither ops nor a pipeline.
+- ``payments`` (the provider: store, embedded, gateway) imports neither ops nor a pipeline.
+- ``durable_assets_testing`` (development tools: the HTTP simulator) sits outside the runtime: it
+  may import the provider and the errors, and nothing under ``durable_assets`` imports it but
+  ``job provider serve``, lazily, inside the function that runs that command.
 - ``location`` (a code location's ``Definitions``: the kit's jobs with the operations layer's daemon
   parts) sits above both and imports no pipeline and no provider; nothing imports it but code
   locations (``durable_assets/definitions.py``, a user's module), so no layer can reach it.
@@ -33,6 +36,7 @@ import pytest
 import durable_assets.kit
 
 PACKAGE = Path(durable_assets.kit.__file__).parent.parent
+TESTING = PACKAGE.parent / "durable_assets_testing"
 PIPELINES = ("refunds", "credit_migration")
 
 
@@ -232,3 +236,48 @@ def test_every_kit_module_serves_a_job_author() -> None:
     modules = {p.stem for p in kit.glob("*.py") if p.stem != "__init__"}
     unused = sorted(modules - used - _LOADED_BY_DAGSTER)
     assert unused == [], f"kit modules no job author reaches (move them to ops/): {unused}"
+
+
+def _testing_imports(path: Path) -> list[tuple[str, str]]:
+    """(module, enclosing function or ``<module>``) for every import of ``durable_assets_testing``."""
+    found: list[tuple[str, str]] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            modules: list[str] = []
+            if isinstance(child, ast.Import):
+                modules = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.module:
+                modules = [child.module]
+            found.extend((m, function) for m in modules if m.split(".")[0] == "durable_assets_testing")
+            scope = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else function
+            visit(child, scope)
+
+    visit(ast.parse(path.read_text(), str(path)), "<module>")
+    return found
+
+
+#: The one way the runtime reaches the testing package: `job provider serve` loads the simulator
+#: inside the function that dispatches the command, so no other command (and no import) loads it.
+_SIMULATOR_COMMAND = ("durable_assets/ops/cli.py", "durable_assets_testing.simulator", "_dispatch")
+
+
+def test_the_runtime_never_imports_the_testing_package() -> None:
+    found = [
+        (str(path.relative_to(PACKAGE.parent)), module, function)
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for module, function in _testing_imports(path)
+    ]
+    assert set(found) <= {_SIMULATOR_COMMAND}, found
+    assert found, "job provider serve no longer imports the simulator: update this rule"
+
+
+def test_the_testing_package_imports_only_the_provider_and_the_errors() -> None:
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)} imports {module}"
+        for path in sorted(TESTING.rglob("*.py"))
+        for module, _names in _imports(path)
+        if _layer_of(module) not in ("payments", "errors")
+    ]
+    assert sorted(TESTING.rglob("*.py"))
+    assert wrong == []

@@ -630,20 +630,21 @@ def check_worker_env() -> None:
 def _dispatch(args: argparse.Namespace) -> int:
     _check_before_instance(args)
     if args.command == "provider":
-        from durable_assets.payments.simulator import serve as serve_simulator
+        # The one import of the testing package from the runtime: loaded only to run the simulator.
+        from durable_assets_testing.simulator import Faults, build_server
+        from durable_assets_testing.simulator import serve as serve_simulator
 
+        faults = Faults(
+            latency_ms=args.latency_ms,
+            error_rate=args.error_rate,
+            lost_response_rate=args.lost_response_rate,
+            rate_limit=args.rate_limit,
+        )
         try:
-            serve_simulator(
-                args.host,
-                args.port,
-                args.db,
-                latency_ms=args.latency_ms,
-                error_rate=args.error_rate,
-                lost_response_rate=args.lost_response_rate,
-                rate_limit=args.rate_limit,
-                seed=args.seed,
-                api_keys=args.api_keys,
+            server = build_server(
+                args.host, args.port, args.db, faults, seed=args.seed, api_keys=args.api_keys
             )
+            serve_simulator(server)
         except OSError as exc:  # bind or database open: what the user changes is --port or --db
             raise UsageError(
                 f"cannot serve on {args.host}:{args.port} with --db {args.db}: {exc.strerror or exc}; "

@@ -1,6 +1,9 @@
-"""Payment providers: the embedded one, the Stripe-compatible simulator, and the gateway seam."""
+"""Payment providers: the embedded one, a Stripe-compatible API, and the gateway seam.
 
-from durable_assets.payments.embedded import EmbeddedProvider
+The HTTP simulator (``job provider serve``) is development tooling: it lives in
+:mod:`durable_assets_testing.simulator`, which nothing here imports.
+"""
+
 from durable_assets.payments.gateway import (
     BalanceTransaction,
     Charge,
@@ -12,7 +15,6 @@ from durable_assets.payments.gateway import (
     StripeGateway,
     gateway_from_settings,
 )
-from durable_assets.payments.simulator import SimulatorServer, build_server, serve
 from durable_assets.payments.store import PaymentStore, StripeApiError
 
 __all__ = [
@@ -21,14 +23,10 @@ __all__ = [
     "Customer",
     "CustomerGateway",
     "EmbeddedGateway",
-    "EmbeddedProvider",
     "PaymentStore",
     "Refund",
     "RefundGateway",
-    "SimulatorServer",
     "StripeApiError",
     "StripeGateway",
-    "build_server",
     "gateway_from_settings",
-    "serve",
 ]

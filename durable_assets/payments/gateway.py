@@ -1,19 +1,17 @@
 """The seam the pipelines talk to (refunds; customers and their balances), and its two
 implementations.
 
-The refund step must not care whether refunds go to the embedded provider or over HTTP to a
-Stripe-compatible API: both gateways share one template (:class:`_GatewayBase`) that builds the
-request, validates the answer and maps failures onto :mod:`durable_assets.errors`. Only the
-transport differs, so a retry policy written against one behaves identically against the other.
+The pipelines must not care whether effects go to the embedded provider or over HTTP to a
+Stripe-compatible API: both gateways share one template (:class:`_GatewayBase`) that builds every
+request, validates every answer and reads every page. Only the transport differs (one primitive
+per endpoint: the store's method, or the SDK's), and both map failures onto
+:mod:`durable_assets.errors` through :func:`provider_error`, so a retry policy written against one
+behaves identically against the other.
 
 Everything the provider answers is checked against what was asked (amount, currency, charge,
-idempotency key) and anything that does not match raises
+customer, idempotency key) and anything that does not match raises
 :class:`~durable_assets.errors.ProviderResponseMismatchError`: for money, failing closed is the
 only safe reaction to an answer we do not understand.
-
-Customers (:class:`CustomerGateway`, for the credit migration) are deliberately thinner: each
-gateway method calls its transport directly (the store, or the SDK) with typed arguments and
-hands the answer to one shared check, instead of adding another template layer.
 """
 
 from __future__ import annotations
@@ -29,11 +27,15 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import requests
 import stripe
+from stripe import RequestOptions
 from stripe.params import (
+    ChargeCreateParams,
     CustomerBalanceTransactionCreateParams,
     CustomerBalanceTransactionListParams,
     CustomerCreateParams,
     CustomerListParams,
+    RefundCreateParams,
+    RefundListParams,
 )
 
 from durable_assets.errors import (
@@ -47,7 +49,6 @@ from durable_assets.errors import (
     UsageError,
 )
 from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.payments.embedded import EmbeddedProvider
 from durable_assets.payments.store import JsonObject, PaymentStore, StripeApiError
 
 #: Metadata keys the gateways own; callers may not set them to something else.
@@ -417,41 +418,6 @@ def is_live_key(api_key: str) -> bool:
     return api_key.startswith(_LIVE_KEY_PREFIXES)
 
 
-def _checked_deleted(body: object, customer_id: str) -> Customer:
-    customer = parse_customer(body)
-    _expect(body, "a deleted customer", customer.id, customer_id)
-    _expect(body, "a customer deleted flag of", customer.deleted, True)
-    return customer
-
-
-def _checked_balance_transaction_of(
-    body: object, customer_id: str, transaction_id: str
-) -> BalanceTransaction:
-    transaction = parse_balance_transaction(body)
-    _expect(body, "balance transaction", transaction.id, transaction_id)
-    _expect(body, "a balance transaction of customer", transaction.customer_id, customer_id)
-    return transaction
-
-
-def _checked_customer(body: object, *, email: str | None, name: str | None, idempotency_key: str) -> Customer:
-    customer = parse_customer(body)
-    _expect(body, "a customer email of", customer.email, email)
-    _expect(body, "a customer name of", customer.name, name)
-    _expect(body, "a customer key of", customer.idempotency_key, idempotency_key)
-    return customer
-
-
-def _checked_balance_transaction(
-    body: object, *, customer_id: str, amount: int, currency: str, idempotency_key: str
-) -> BalanceTransaction:
-    transaction = parse_balance_transaction(body)
-    _expect(body, "a balance transaction of customer", transaction.customer_id, customer_id)
-    _expect(body, "a balance transaction amount of", transaction.amount, amount)
-    _expect(body, "a balance transaction currency of", transaction.currency, currency)
-    _expect(body, "a balance transaction key of", transaction.idempotency_key, idempotency_key)
-    return transaction
-
-
 class _Identified(Protocol):
     @property
     def id(self) -> str: ...
@@ -485,19 +451,71 @@ def _every_page(fetch: Callable[[str | None], object], parse: Callable[[object],
 # --- the shared template -------------------------------------------------------------------------
 
 
+def _at_most_one(matches: list[_I], violation: Callable[[str], str]) -> _I | None:
+    """The one match, or None; two or more mean an exactly-once guarantee broke upstream, which is
+    reported (``violation`` of their ids) instead of silently picking one."""
+    if len(matches) > 1:
+        raise ProviderResponseMismatchError(violation(", ".join(match.id for match in matches)))
+    return matches[0] if matches else None
+
+
 def _first_item(body: object, parse: Callable[[object], _I]) -> _I | None:
     """The first item of one list page (newest first), or None for an empty list."""
     items, _has_more = _list_items(body)
     return parse(items[0]) if items else None
 
 
-class _GatewayBase(ABC):
-    """Request building, answer validation and pagination; subclasses supply only transport."""
+@dataclass(frozen=True, kw_only=True)
+class _Creation:
+    """What every creation sends besides its fields: the caller's metadata with the gateway's own
+    keys added (the idempotency key, found again there once the provider forgets it), and the key."""
 
-    def __init__(self, *, page_size: int) -> None:
+    metadata: dict[str, str]
+    idempotency_key: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChargeRequest(_Creation):
+    amount: int
+    currency: str  # lowercased, as the provider answers it
+    customer: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefundRequest(_Creation):
+    """Stripe's coarse ``reason``; ours travels in ``metadata``."""
+
+    charge: str
+    amount: int
+    reason: StripeReason
+
+
+@dataclass(frozen=True, kw_only=True)
+class CustomerRequest(_Creation):
+    email: str | None
+    name: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BalanceTransactionRequest(_Creation):
+    customer_id: str
+    amount: int  # negative: credit owed to the customer
+    currency: str
+    description: str | None
+
+
+class _GatewayBase(ABC):
+    """Request building, answer validation and pagination, once for both providers; subclasses
+    supply only transport: one primitive per endpoint, answering the provider's JSON object."""
+
+    def __init__(self, *, page_size: int, provider: str, livemode: bool) -> None:
         if not 1 <= page_size <= 100:
             raise UsageError(f"page_size must be 1..100, got {page_size}.")
         self._page_size = page_size
+        self._provider = provider
+        self._livemode = livemode
+
+    # charges and refunds
 
     def create_charge(
         self, *, amount: int, currency: str, customer: str, metadata: dict[str, str], idempotency_key: str
@@ -505,11 +523,13 @@ class _GatewayBase(ABC):
         currency = currency.lower()
         owned = with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key})
         body = self._post_charge(
-            amount=amount,
-            currency=currency,
-            customer=customer,
-            metadata=owned,
-            idempotency_key=idempotency_key,
+            ChargeRequest(
+                amount=amount,
+                currency=currency,
+                customer=customer,
+                metadata=owned,
+                idempotency_key=idempotency_key,
+            )
         )
         charge = parse_charge(body)
         _expect(body, "a charge amount of", charge.amount, amount)
@@ -532,11 +552,13 @@ class _GatewayBase(ABC):
             metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key, DURABLE_REASON_METADATA: reason}
         )
         body = self._post_refund(
-            charge=charge_id,
-            amount=amount,
-            reason=stripe_reason(reason),
-            metadata=owned,
-            idempotency_key=idempotency_key,
+            RefundRequest(
+                charge=charge_id,
+                amount=amount,
+                reason=stripe_reason(reason),
+                metadata=owned,
+                idempotency_key=idempotency_key,
+            )
         )
         refund = parse_refund(body)
         _expect(body, "a refund of charge", refund.charge_id, charge_id)
@@ -560,7 +582,7 @@ class _GatewayBase(ABC):
             return refund
 
         return _every_page(
-            lambda after: self._list_refunds(charge=charge_id, limit=self._page_size, starting_after=after),
+            lambda after: self._list_refunds(charge_id, limit=self._page_size, starting_after=after),
             of_this_charge,
         )
 
@@ -568,13 +590,47 @@ class _GatewayBase(ABC):
         """Reads every page, so a second refund with the same key (a broken exactly-once
         guarantee) is reported instead of silently picking one."""
         matches = [r for r in self.list_charge_refunds(charge_id) if r.idempotency_key == idempotency_key]
-        if len(matches) > 1:
-            ids = ", ".join(refund.id for refund in matches)
-            raise ProviderResponseMismatchError(
-                f"Charge {charge_id} has {len(matches)} refunds with idempotency key {idempotency_key!r} "
-                f"({ids}); exactly-once was violated upstream. Investigate before refunding anything else."
-            )
-        return matches[0] if matches else None
+        return _at_most_one(
+            matches,
+            lambda ids: (
+                f"Charge {charge_id} has {len(matches)} refunds with idempotency key "
+                f"{idempotency_key!r} ({ids}); exactly-once was violated upstream. Investigate before "
+                "refunding anything else."
+            ),
+        )
+
+    # customers and their balances
+
+    def create_customer(
+        self, *, email: str | None, name: str | None, metadata: dict[str, str], idempotency_key: str
+    ) -> Customer:
+        owned = with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key})
+        body = self._post_customer(
+            CustomerRequest(email=email, name=name, metadata=owned, idempotency_key=idempotency_key)
+        )
+        customer = parse_customer(body)
+        _expect(body, "a customer email of", customer.email, email)
+        _expect(body, "a customer name of", customer.name, name)
+        _expect(body, "a customer key of", customer.idempotency_key, idempotency_key)
+        return customer
+
+    def retrieve_customer(self, customer_id: str) -> Customer:
+        """The customer; a deleted one is returned (``deleted=True``), not raised."""
+        return parse_customer(self._get_customer(customer_id))
+
+    def delete_customer(self, customer_id: str) -> Customer:
+        """Deletes at the provider; answers the deleted customer. Deleting it again is a 404."""
+        body = self._delete_customer(customer_id)
+        customer = parse_customer(body)
+        _expect(body, "a deleted customer", customer.id, customer_id)
+        _expect(body, "a customer deleted flag of", customer.deleted, True)
+        return customer
+
+    def list_customers(self, *, email: str | None = None) -> list[Customer]:
+        return _every_page(
+            lambda after: self._list_customers(limit=self._page_size, starting_after=after, email=email),
+            parse_customer,
+        )
 
     def find_customer(self, *, metadata_key: str, value: str, email: str | None = None) -> Customer | None:
         """The one customer whose ``metadata[metadata_key] == value``, read from the list (narrowed
@@ -585,98 +641,13 @@ class _GatewayBase(ABC):
             for customer in self.list_customers(email=email)
             if customer.metadata.get(metadata_key) == value
         ]
-        if len(matches) > 1:
-            ids = ", ".join(customer.id for customer in matches)
-            raise ProviderResponseMismatchError(
-                f"{len(matches)} customers have metadata {metadata_key}={value!r} ({ids}); exactly-once was "
-                "violated upstream. Investigate before moving any balance."
-            )
-        return matches[0] if matches else None
-
-    @abstractmethod
-    def list_customers(self, *, email: str | None = None) -> list[Customer]: ...
-
-    # transport, implemented by subclasses; each returns the provider's JSON object as a dict
-
-    @abstractmethod
-    def _post_charge(
-        self, *, amount: int, currency: str, customer: str, metadata: dict[str, str], idempotency_key: str
-    ) -> object: ...
-
-    @abstractmethod
-    def _post_refund(
-        self,
-        *,
-        charge: str,
-        amount: int,
-        reason: StripeReason,
-        metadata: dict[str, str],
-        idempotency_key: str,
-    ) -> object: ...
-
-    @abstractmethod
-    def _get_refund(self, refund_id: str) -> object: ...
-
-    @abstractmethod
-    def _list_refunds(self, *, charge: str, limit: int, starting_after: str | None) -> object: ...
-
-
-# --- embedded ------------------------------------------------------------------------------------
-
-
-class EmbeddedGateway(_GatewayBase):
-    """The in-instance provider behind the same seam; nothing to start."""
-
-    def __init__(self, path: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> None:
-        super().__init__(page_size=page_size)
-        self._provider = EmbeddedProvider(path)
-        self._store: PaymentStore = self._provider.store
-
-    def stats(self) -> dict[str, int]:
-        return self._provider.stats()
-
-    def close(self) -> None:
-        self._provider.close()
-
-    # customers: straight to the store, which holds every rule
-
-    def create_customer(
-        self, *, email: str | None, name: str | None, metadata: dict[str, str], idempotency_key: str
-    ) -> Customer:
-        owned = with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key})
-        body = _embedded_call(
-            lambda: (
-                self._store.create_customer(
-                    email=email, name=name, metadata=owned, idempotency_key=idempotency_key
-                ).body
+        return _at_most_one(
+            matches,
+            lambda ids: (
+                f"{len(matches)} customers have metadata {metadata_key}={value!r} ({ids}); "
+                "exactly-once was violated upstream. Investigate before moving any balance."
             ),
-            idempotency_key,
         )
-        return _checked_customer(body, email=email, name=name, idempotency_key=idempotency_key)
-
-    def retrieve_customer(self, customer_id: str) -> Customer:
-        return parse_customer(_embedded_call(lambda: self._store.retrieve_customer(customer_id)))
-
-    def delete_customer(self, customer_id: str) -> Customer:
-        return _checked_deleted(_embedded_call(lambda: self._store.delete_customer(customer_id)), customer_id)
-
-    def retrieve_balance_transaction(self, customer_id: str, transaction_id: str) -> BalanceTransaction:
-        body = _embedded_call(lambda: self._store.retrieve_balance_transaction(customer_id, transaction_id))
-        return _checked_balance_transaction_of(body, customer_id, transaction_id)
-
-    def account(self) -> ProviderAccount:
-        """The store file's own id; never live: no real money moves here."""
-        return ProviderAccount("embedded", parse_account_id(self._store.account()), livemode=False)
-
-    def list_customers(self, *, email: str | None = None) -> list[Customer]:
-        def page(starting_after: str | None) -> JsonObject:
-            return _embedded_call(
-                lambda: self._store.list_customers(
-                    limit=self._page_size, starting_after=starting_after, email=email
-                )
-            )
-
-        return _every_page(page, parse_customer)
 
     def create_balance_transaction(
         self,
@@ -690,78 +661,196 @@ class EmbeddedGateway(_GatewayBase):
     ) -> BalanceTransaction:
         currency = currency.lower()
         owned = with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key})
-        body = _embedded_call(
-            lambda: (
-                self._store.create_balance_transaction(
-                    customer_id,
-                    amount=amount,
-                    currency=currency,
-                    description=description,
-                    metadata=owned,
-                    idempotency_key=idempotency_key,
-                ).body
-            ),
-            idempotency_key,
-        )
-        return _checked_balance_transaction(
-            body, customer_id=customer_id, amount=amount, currency=currency, idempotency_key=idempotency_key
-        )
-
-    def list_balance_transactions(self, customer_id: str) -> list[BalanceTransaction]:
-        def page(starting_after: str | None) -> JsonObject:
-            return _embedded_call(
-                lambda: self._store.list_balance_transactions(
-                    customer_id, limit=self._page_size, starting_after=starting_after
-                )
-            )
-
-        return _every_page(page, parse_balance_transaction)
-
-    def latest_balance_transaction(self, customer_id: str) -> BalanceTransaction | None:
-        body = _embedded_call(lambda: self._store.list_balance_transactions(customer_id, limit=1))
-        return _first_item(body, parse_balance_transaction)
-
-    def _post_charge(
-        self, *, amount: int, currency: str, customer: str, metadata: dict[str, str], idempotency_key: str
-    ) -> object:
-        return _embedded_call(
-            lambda: self._provider.create_charge(
+        body = self._post_balance_transaction(
+            BalanceTransactionRequest(
+                customer_id=customer_id,
                 amount=amount,
                 currency=currency,
-                customer=customer,
-                metadata=metadata,
+                description=description,
+                metadata=owned,
                 idempotency_key=idempotency_key,
+            )
+        )
+        transaction = parse_balance_transaction(body)
+        _expect(body, "a balance transaction of customer", transaction.customer_id, customer_id)
+        _expect(body, "a balance transaction amount of", transaction.amount, amount)
+        _expect(body, "a balance transaction currency of", transaction.currency, currency)
+        _expect(body, "a balance transaction key of", transaction.idempotency_key, idempotency_key)
+        return transaction
+
+    def list_balance_transactions(self, customer_id: str) -> list[BalanceTransaction]:
+        return _every_page(
+            lambda after: self._list_balance_transactions(
+                customer_id, limit=self._page_size, starting_after=after
             ),
-            idempotency_key,
+            parse_balance_transaction,
         )
 
-    def _post_refund(
-        self,
-        *,
-        charge: str,
-        amount: int,
-        reason: StripeReason,
-        metadata: dict[str, str],
-        idempotency_key: str,
-    ) -> object:
+    def retrieve_balance_transaction(self, customer_id: str, transaction_id: str) -> BalanceTransaction:
+        body = self._get_balance_transaction(customer_id, transaction_id)
+        transaction = parse_balance_transaction(body)
+        _expect(body, "balance transaction", transaction.id, transaction_id)
+        _expect(body, "a balance transaction of customer", transaction.customer_id, customer_id)
+        return transaction
+
+    def latest_balance_transaction(self, customer_id: str) -> BalanceTransaction | None:
+        """The customer's newest balance transaction (one request), or None if it has none."""
+        body = self._list_balance_transactions(customer_id, limit=1, starting_after=None)
+        return _first_item(body, parse_balance_transaction)
+
+    def account(self) -> ProviderAccount:
+        """The account's ``acct_`` id as the provider answers it (the embedded store's own id, made
+        with its file); live only for a Stripe live key, as at Stripe (one account, two modes)."""
+        return ProviderAccount(self._provider, parse_account_id(self._get_account()), livemode=self._livemode)
+
+    # transport, implemented by subclasses; each answers the provider's JSON object (a dict) or
+    # raises the failure already mapped by provider_error
+
+    @abstractmethod
+    def _post_charge(self, request: ChargeRequest) -> object: ...
+
+    @abstractmethod
+    def _post_refund(self, request: RefundRequest) -> object: ...
+
+    @abstractmethod
+    def _get_refund(self, refund_id: str) -> object: ...
+
+    @abstractmethod
+    def _list_refunds(self, charge: str, *, limit: int, starting_after: str | None) -> object: ...
+
+    @abstractmethod
+    def _post_customer(self, request: CustomerRequest) -> object: ...
+
+    @abstractmethod
+    def _get_customer(self, customer_id: str) -> object: ...
+
+    @abstractmethod
+    def _delete_customer(self, customer_id: str) -> object: ...
+
+    @abstractmethod
+    def _list_customers(self, *, limit: int, starting_after: str | None, email: str | None) -> object: ...
+
+    @abstractmethod
+    def _post_balance_transaction(self, request: BalanceTransactionRequest) -> object: ...
+
+    @abstractmethod
+    def _get_balance_transaction(self, customer_id: str, transaction_id: str) -> object: ...
+
+    @abstractmethod
+    def _list_balance_transactions(
+        self, customer_id: str, *, limit: int, starting_after: str | None
+    ) -> object: ...
+
+    @abstractmethod
+    def _get_account(self) -> object: ...
+
+
+# --- embedded ------------------------------------------------------------------------------------
+
+
+class EmbeddedGateway(_GatewayBase):
+    """The in-instance provider behind the same seam; nothing to start. Its transport is the
+    store itself, which holds every rule the HTTP simulator serves too."""
+
+    def __init__(self, path: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> None:
+        # Never live: no real money moves here.
+        super().__init__(page_size=page_size, provider="embedded", livemode=False)
+        self._store = PaymentStore(path)
+
+    def stats(self) -> dict[str, int]:
+        return self._store.stats()
+
+    def close(self) -> None:
+        self._store.close()
+
+    def _post_charge(self, request: ChargeRequest) -> object:
         return _embedded_call(
-            lambda: self._provider.create_refund(
-                charge=charge,
-                amount=amount,
-                reason=reason,
-                metadata=metadata,
-                idempotency_key=idempotency_key,
+            lambda: (
+                self._store.create_charge(
+                    amount=request.amount,
+                    currency=request.currency,
+                    customer=request.customer,
+                    metadata=request.metadata,
+                    idempotency_key=request.idempotency_key,
+                ).body
             ),
-            idempotency_key,
+            request.idempotency_key,
         )
+
+    def _post_refund(self, request: RefundRequest) -> object:
+        def counted() -> JsonObject:
+            self._store.record_refund_request()  # first, exactly where the HTTP front counts it
+            return self._store.create_refund(
+                charge=request.charge,
+                amount=request.amount,
+                reason=request.reason,
+                metadata=request.metadata,
+                idempotency_key=request.idempotency_key,
+            ).body
+
+        return _embedded_call(counted, request.idempotency_key)
 
     def _get_refund(self, refund_id: str) -> object:
-        return _embedded_call(lambda: self._provider.retrieve_refund(refund_id))
+        return _embedded_call(lambda: self._store.retrieve_refund(refund_id))
 
-    def _list_refunds(self, *, charge: str, limit: int, starting_after: str | None) -> object:
+    def _list_refunds(self, charge: str, *, limit: int, starting_after: str | None) -> object:
         return _embedded_call(
-            lambda: self._provider.list_refunds(limit=limit, starting_after=starting_after, charge=charge)
+            lambda: self._store.list_refunds(limit=limit, starting_after=starting_after, charge=charge)
         )
+
+    def _post_customer(self, request: CustomerRequest) -> object:
+        return _embedded_call(
+            lambda: (
+                self._store.create_customer(
+                    email=request.email,
+                    name=request.name,
+                    metadata=request.metadata,
+                    idempotency_key=request.idempotency_key,
+                ).body
+            ),
+            request.idempotency_key,
+        )
+
+    def _get_customer(self, customer_id: str) -> object:
+        return _embedded_call(lambda: self._store.retrieve_customer(customer_id))
+
+    def _delete_customer(self, customer_id: str) -> object:
+        return _embedded_call(lambda: self._store.delete_customer(customer_id))
+
+    def _list_customers(self, *, limit: int, starting_after: str | None, email: str | None) -> object:
+        return _embedded_call(
+            lambda: self._store.list_customers(limit=limit, starting_after=starting_after, email=email)
+        )
+
+    def _post_balance_transaction(self, request: BalanceTransactionRequest) -> object:
+        return _embedded_call(
+            lambda: (
+                self._store.create_balance_transaction(
+                    request.customer_id,
+                    amount=request.amount,
+                    currency=request.currency,
+                    description=request.description,
+                    metadata=request.metadata,
+                    idempotency_key=request.idempotency_key,
+                ).body
+            ),
+            request.idempotency_key,
+        )
+
+    def _get_balance_transaction(self, customer_id: str, transaction_id: str) -> object:
+        return _embedded_call(lambda: self._store.retrieve_balance_transaction(customer_id, transaction_id))
+
+    def _list_balance_transactions(
+        self, customer_id: str, *, limit: int, starting_after: str | None
+    ) -> object:
+        return _embedded_call(
+            lambda: self._store.list_balance_transactions(
+                customer_id, limit=limit, starting_after=starting_after
+            )
+        )
+
+    def _get_account(self) -> object:
+        return _embedded_call(self._store.account)
 
 
 def _embedded_call(request: Callable[[], JsonObject], idempotency_key: str | None = None) -> JsonObject:
@@ -791,15 +880,16 @@ class StripeGateway(_GatewayBase):
     The SDK's own retries are off (``max_network_retries=0``): retrying is the caller's decision,
     made with the same idempotency key and visible in its ledger. ``RequestsClient`` keeps one
     keep-alive session per thread, which makes the gateway safe and fast from many threads.
+    Unset fields are left out of the parameters, not sent as None: the SDK would send an empty value.
     """
 
     def __init__(
         self, base_url: str, api_key: str, timeout_s: float = 10.0, *, page_size: int = DEFAULT_PAGE_SIZE
     ) -> None:
-        super().__init__(page_size=page_size)
+        # The mode is the key's, as at Stripe (one account, two modes).
+        super().__init__(page_size=page_size, provider="stripe", livemode=is_live_key(api_key))
         self._base_url = base_url.rstrip("/")
         self._timeout_s = timeout_s
-        self._livemode = is_live_key(api_key)
         self._http = stripe.RequestsClient(timeout=timeout_s)
         self._client = stripe.StripeClient(
             api_key,
@@ -821,139 +911,100 @@ class StripeGateway(_GatewayBase):
         except (requests.RequestException, ValueError, AttributeError) as error:
             raise TransientProviderError(f"Payment simulator stats unavailable: {error}") from error
 
-    # customers: straight to the SDK
-
-    def create_customer(
-        self, *, email: str | None, name: str | None, metadata: dict[str, str], idempotency_key: str
-    ) -> Customer:
-        # Unset fields are left out, not sent as None: the SDK would send an empty value.
-        params: CustomerCreateParams = {
-            "metadata": with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key})
+    def _post_charge(self, request: ChargeRequest) -> object:
+        params: ChargeCreateParams = {
+            "amount": request.amount,
+            "currency": request.currency,
+            "customer": request.customer,
+            "metadata": request.metadata,
         }
-        if email is not None:
-            params["email"] = email
-        if name is not None:
-            params["name"] = name
-        body = _sdk_call(
-            lambda: self._client.v1.customers.create(
-                params=params, options={"idempotency_key": idempotency_key}
-            ),
-            idempotency_key,
+        return _sdk_call(
+            lambda: self._client.v1.charges.create(params=params, options=_keyed(request.idempotency_key)),
+            request.idempotency_key,
         )
-        return _checked_customer(body, email=email, name=name, idempotency_key=idempotency_key)
 
-    def retrieve_customer(self, customer_id: str) -> Customer:
-        return parse_customer(_sdk_call(lambda: self._client.v1.customers.retrieve(customer_id)))
-
-    def delete_customer(self, customer_id: str) -> Customer:
-        return _checked_deleted(_sdk_call(lambda: self._client.v1.customers.delete(customer_id)), customer_id)
-
-    def retrieve_balance_transaction(self, customer_id: str, transaction_id: str) -> BalanceTransaction:
-        body = _sdk_call(
-            lambda: self._client.v1.customers.balance_transactions.retrieve(customer_id, transaction_id)
-        )
-        return _checked_balance_transaction_of(body, customer_id, transaction_id)
-
-    def account(self) -> ProviderAccount:
-        """``GET /v1/account``'s id; the mode is the key's, as at Stripe (one account, two modes)."""
-        body = _sdk_call(lambda: self._client.v1.accounts.retrieve_current())
-        return ProviderAccount("stripe", parse_account_id(body), livemode=self._livemode)
-
-    def list_customers(self, *, email: str | None = None) -> list[Customer]:
-        def page(starting_after: str | None) -> object:
-            params: CustomerListParams = {"limit": self._page_size}
-            if starting_after is not None:
-                params["starting_after"] = starting_after
-            if email is not None:
-                params["email"] = email
-            return _sdk_call(lambda: self._client.v1.customers.list(params=params))
-
-        return _every_page(page, parse_customer)
-
-    def create_balance_transaction(
-        self,
-        *,
-        customer_id: str,
-        amount: int,
-        currency: str,
-        description: str | None,
-        metadata: dict[str, str],
-        idempotency_key: str,
-    ) -> BalanceTransaction:
-        currency = currency.lower()
-        params: CustomerBalanceTransactionCreateParams = {
-            "amount": amount,
-            "currency": currency,
-            "metadata": with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key}),
+    def _post_refund(self, request: RefundRequest) -> object:
+        params: RefundCreateParams = {
+            "charge": request.charge,
+            "amount": request.amount,
+            "reason": request.reason,
+            "metadata": request.metadata,
         }
-        if description is not None:
-            params["description"] = description
-        body = _sdk_call(
-            lambda: self._client.v1.customers.balance_transactions.create(
-                customer_id, params=params, options={"idempotency_key": idempotency_key}
-            ),
-            idempotency_key,
-        )
-        return _checked_balance_transaction(
-            body, customer_id=customer_id, amount=amount, currency=currency, idempotency_key=idempotency_key
-        )
-
-    def list_balance_transactions(self, customer_id: str) -> list[BalanceTransaction]:
-        def page(starting_after: str | None) -> object:
-            params: CustomerBalanceTransactionListParams = {"limit": self._page_size}
-            if starting_after is not None:
-                params["starting_after"] = starting_after
-            return _sdk_call(
-                lambda: self._client.v1.customers.balance_transactions.list(customer_id, params=params)
-            )
-
-        return _every_page(page, parse_balance_transaction)
-
-    def latest_balance_transaction(self, customer_id: str) -> BalanceTransaction | None:
-        body = _sdk_call(
-            lambda: self._client.v1.customers.balance_transactions.list(customer_id, params={"limit": 1})
-        )
-        return _first_item(body, parse_balance_transaction)
-
-    def _post_charge(
-        self, *, amount: int, currency: str, customer: str, metadata: dict[str, str], idempotency_key: str
-    ) -> object:
         return _sdk_call(
-            lambda: self._client.v1.charges.create(
-                params={"amount": amount, "currency": currency, "customer": customer, "metadata": metadata},
-                options={"idempotency_key": idempotency_key},
-            ),
-            idempotency_key,
-        )
-
-    def _post_refund(
-        self,
-        *,
-        charge: str,
-        amount: int,
-        reason: StripeReason,
-        metadata: dict[str, str],
-        idempotency_key: str,
-    ) -> object:
-        return _sdk_call(
-            lambda: self._client.v1.refunds.create(
-                params={"charge": charge, "amount": amount, "reason": reason, "metadata": metadata},
-                options={"idempotency_key": idempotency_key},
-            ),
-            idempotency_key,
+            lambda: self._client.v1.refunds.create(params=params, options=_keyed(request.idempotency_key)),
+            request.idempotency_key,
         )
 
     def _get_refund(self, refund_id: str) -> object:
         return _sdk_call(lambda: self._client.v1.refunds.retrieve(refund_id))
 
-    def _list_refunds(self, *, charge: str, limit: int, starting_after: str | None) -> object:
-        if starting_after is None:
-            return _sdk_call(lambda: self._client.v1.refunds.list(params={"charge": charge, "limit": limit}))
+    def _list_refunds(self, charge: str, *, limit: int, starting_after: str | None) -> object:
+        params: RefundListParams = {"charge": charge, "limit": limit}
+        if starting_after is not None:
+            params["starting_after"] = starting_after
+        return _sdk_call(lambda: self._client.v1.refunds.list(params=params))
+
+    def _post_customer(self, request: CustomerRequest) -> object:
+        params: CustomerCreateParams = {"metadata": request.metadata}
+        if request.email is not None:
+            params["email"] = request.email
+        if request.name is not None:
+            params["name"] = request.name
         return _sdk_call(
-            lambda: self._client.v1.refunds.list(
-                params={"charge": charge, "limit": limit, "starting_after": starting_after}
-            )
+            lambda: self._client.v1.customers.create(params=params, options=_keyed(request.idempotency_key)),
+            request.idempotency_key,
         )
+
+    def _get_customer(self, customer_id: str) -> object:
+        return _sdk_call(lambda: self._client.v1.customers.retrieve(customer_id))
+
+    def _delete_customer(self, customer_id: str) -> object:
+        return _sdk_call(lambda: self._client.v1.customers.delete(customer_id))
+
+    def _list_customers(self, *, limit: int, starting_after: str | None, email: str | None) -> object:
+        params: CustomerListParams = {"limit": limit}
+        if starting_after is not None:
+            params["starting_after"] = starting_after
+        if email is not None:
+            params["email"] = email
+        return _sdk_call(lambda: self._client.v1.customers.list(params=params))
+
+    def _post_balance_transaction(self, request: BalanceTransactionRequest) -> object:
+        params: CustomerBalanceTransactionCreateParams = {
+            "amount": request.amount,
+            "currency": request.currency,
+            "metadata": request.metadata,
+        }
+        if request.description is not None:
+            params["description"] = request.description
+        return _sdk_call(
+            lambda: self._client.v1.customers.balance_transactions.create(
+                request.customer_id, params=params, options=_keyed(request.idempotency_key)
+            ),
+            request.idempotency_key,
+        )
+
+    def _get_balance_transaction(self, customer_id: str, transaction_id: str) -> object:
+        return _sdk_call(
+            lambda: self._client.v1.customers.balance_transactions.retrieve(customer_id, transaction_id)
+        )
+
+    def _list_balance_transactions(
+        self, customer_id: str, *, limit: int, starting_after: str | None
+    ) -> object:
+        params: CustomerBalanceTransactionListParams = {"limit": limit}
+        if starting_after is not None:
+            params["starting_after"] = starting_after
+        return _sdk_call(
+            lambda: self._client.v1.customers.balance_transactions.list(customer_id, params=params)
+        )
+
+    def _get_account(self) -> object:
+        return _sdk_call(self._client.v1.accounts.retrieve_current)
+
+
+def _keyed(idempotency_key: str) -> RequestOptions:
+    return {"idempotency_key": idempotency_key}
 
 
 def _sdk_call(request: Callable[[], stripe.StripeObject], idempotency_key: str | None = None) -> object:

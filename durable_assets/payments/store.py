@@ -1,7 +1,9 @@
 """Stripe's charge, refund, customer and idempotency semantics, durable in one SQLite file.
 
-This is the single source of truth for both provider fronts: the HTTP simulator
-(``job provider serve``) and the embedded provider. Keeping one implementation means a
+This is the single source of truth for both provider fronts: the embedded provider
+(:class:`~durable_assets.payments.gateway.EmbeddedGateway`) and the HTTP simulator
+(``job provider serve``, in :mod:`durable_assets_testing.simulator`, which imports this module;
+nothing here imports it). Keeping one implementation means a
 pipeline behaves identically whichever front it talks to, and a test against one front is
 evidence about the other.
 
@@ -122,7 +124,9 @@ def invalid_request(message: str, *, code: str | None = None, param: str | None 
 
 @dataclass(frozen=True)
 class StoreResult:
-    """A successful answer plus whether it came from a stored idempotency key."""
+    """A successful answer plus whether it came from a stored idempotency key: every creation
+    answers one, so the embedded gateway reads ``.body`` and the HTTP front also the replay flag
+    (Stripe's ``Idempotent-Replayed`` header) from the same method."""
 
     body: JsonObject
     replayed: bool = False
@@ -181,28 +185,8 @@ class PaymentStore:
         description: str | None = None,
         metadata: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
-    ) -> JsonObject:
-        """Creates a succeeded charge; the simulator has no cards, so nothing can decline."""
-        return self.create_charge_result(
-            amount=amount,
-            currency=currency,
-            customer=customer,
-            description=description,
-            metadata=metadata,
-            idempotency_key=idempotency_key,
-        ).body
-
-    def create_charge_result(
-        self,
-        *,
-        amount: int,
-        currency: str,
-        customer: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, str] | None = None,
-        idempotency_key: str | None = None,
     ) -> StoreResult:
-        """Like :meth:`create_charge`, also telling the HTTP front whether the answer is a replay."""
+        """Creates a succeeded charge; the simulator has no cards, so nothing can decline."""
         params = {
             "amount": _check_amount(amount),
             "currency": _check_currency(currency),
@@ -230,22 +214,8 @@ class PaymentStore:
         reason: str | None = None,
         metadata: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
-    ) -> JsonObject:
-        """Refunds ``amount`` (default: everything still refundable) of ``charge``."""
-        return self.create_refund_result(
-            charge=charge, amount=amount, reason=reason, metadata=metadata, idempotency_key=idempotency_key
-        ).body
-
-    def create_refund_result(
-        self,
-        *,
-        charge: str,
-        amount: int | None = None,
-        reason: str | None = None,
-        metadata: Mapping[str, str] | None = None,
-        idempotency_key: str | None = None,
     ) -> StoreResult:
-        """Like :meth:`create_refund`, also telling the HTTP front whether the answer is a replay."""
+        """Refunds ``amount`` (default: everything still refundable) of ``charge``."""
         params = {
             "charge": _check_id(charge, "charge"),
             "amount": None if amount is None else _check_amount(amount),
@@ -302,8 +272,6 @@ class PaymentStore:
         return _list_body([_refund_body(row) for row in rows], has_more, "/v1/refunds")
 
     # --- customers and their balances -------------------------------------------------------------
-    # One method per operation, answering a StoreResult (the body plus whether it is a replay):
-    # the embedded gateway reads ``.body``, the HTTP front also the replay flag.
 
     def create_customer(
         self,

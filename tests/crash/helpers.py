@@ -309,7 +309,7 @@ class Simulator(ThreadedSimulator):
         Workers given different ``STRIPE_API_KEY`` values can then be told apart, which is how
         a test proves that a fenced-out orphan sent nothing.
         """
-        from durable_assets.payments.simulator import SimulatorHandler
+        from durable_assets_testing.simulator import SimulatorHandler
 
         log: list[RefundRequest] = []
         lock = threading.Lock()

@@ -17,7 +17,7 @@ from durable_assets.kit.pacing import (
     call_with_retries,
     shared_limiter,
 )
-from durable_assets.payments.simulator import TokenBucket
+from durable_assets_testing.simulator import TokenBucket
 
 
 class Clock:

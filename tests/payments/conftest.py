@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_assets.payments.simulator import SimulatorServer
+from durable_assets_testing.simulator import SimulatorServer
 from tests.support.simulator import ThreadedSimulator
 
 

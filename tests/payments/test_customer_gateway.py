@@ -31,7 +31,7 @@ from durable_assets.payments.gateway import (
     StripeGateway,
     gateway_from_settings,
 )
-from durable_assets.payments.simulator import SimulatorServer
+from durable_assets_testing.simulator import SimulatorServer
 from tests.support.polling import wait_until
 from tests.support.simulator import SimulatorProcess
 

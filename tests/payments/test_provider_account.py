@@ -32,8 +32,8 @@ from durable_assets.payments.gateway import (
     parse_account_id,
 )
 from durable_assets.payments.resources import PaymentGateway, resolve_provider_account
-from durable_assets.payments.simulator import SimulatorServer
 from durable_assets.payments.store import PaymentStore
+from durable_assets_testing.simulator import SimulatorServer
 from tests.payments.old_files import old_store_file
 from tests.support.network import free_port
 from tests.support.simulator import SimulatorProcess, ThreadedSimulator

@@ -30,7 +30,8 @@ from durable_assets.payments.gateway import (
     StripeGateway,
     gateway_from_settings,
 )
-from durable_assets.payments.simulator import SimulatorServer, build_server, format_retry_after
+from durable_assets_testing.simulator import SimulatorServer, build_server, format_retry_after
+from tests.support.counters import counters
 from tests.support.network import ServedInThread, free_port
 from tests.support.polling import wait_until
 from tests.support.simulator import SimulatorProcess, ThreadedSimulator
@@ -92,15 +93,8 @@ def test_charge_and_refund_round_trip(sim: SimulatorServer, gateway: StripeGatew
         "r1",
     )
     assert gateway.retrieve_refund(refund.id) == refund
-    assert gateway.stats() == {
-        "refund_requests": 1,
-        "refunds_created": 1,
-        "idempotent_replays": 0,
-        "customers_created": 0,
-        "balance_transactions_created": 0,
-        "customers_deleted": 0,
-        "requests": 3,  # every request the test sent, whatever its answer
-    }
+    # requests: every request the test sent, whatever its answer (so in every test below)
+    assert gateway.stats() == counters(refund_requests=1, refunds_created=1, requests=3)
 
 
 def test_replay_returns_the_same_refund(gateway: StripeGateway) -> None:
@@ -110,15 +104,7 @@ def test_replay_returns_the_same_refund(gateway: StripeGateway) -> None:
     second = _refund(gateway, charge_id, "r1")
 
     assert second == first
-    assert gateway.stats() == {
-        "refund_requests": 2,
-        "refunds_created": 1,
-        "idempotent_replays": 1,
-        "customers_created": 0,
-        "balance_transactions_created": 0,
-        "customers_deleted": 0,
-        "requests": 3,  # every request the test sent, whatever its answer
-    }
+    assert gateway.stats() == counters(refund_requests=2, refunds_created=1, idempotent_replays=1, requests=3)
 
 
 def test_same_key_different_amount_is_a_mismatch(gateway: StripeGateway) -> None:
@@ -147,59 +133,32 @@ def test_second_request_with_an_in_flight_key_gets_409(sim: SimulatorServer, gat
     sim.configure(latency_ms=0)
 
     assert _refund(gateway, charge_id, "r1") == first[0]
-    assert gateway.stats() == {
-        "refund_requests": 3,
-        "refunds_created": 1,
-        "idempotent_replays": 1,
-        "customers_created": 0,
-        "balance_transactions_created": 0,
-        "customers_deleted": 0,
-        "requests": 4,  # every request the test sent, whatever its answer
-    }
+    assert gateway.stats() == counters(refund_requests=3, refunds_created=1, idempotent_replays=1, requests=4)
 
 
-def test_lost_response_then_retry_with_same_key(sim: SimulatorServer, gateway: StripeGateway) -> None:
+@pytest.mark.parametrize(
+    ("fault", "status", "committed"),
+    [("lost_response_rate", None, True), ("error_rate", 500, False)],
+    ids=["lost response: committed, then replayed", "injected 500: nothing processed"],
+)
+def test_a_failed_request_retried_with_its_key_refunds_once(
+    sim: SimulatorServer, gateway: StripeGateway, fault: str, status: int | None, committed: bool
+) -> None:
     charge_id = _charge(gateway)
-    sim.configure(lost_response_rate=1.0)
-
-    with pytest.raises(TransientProviderError) as lost:
-        _refund(gateway, charge_id, "r1")
-    sim.configure(lost_response_rate=0.0)
-    committed = gateway.find_refund_by_key(charge_id=charge_id, idempotency_key="r1")
-    retried = _refund(gateway, charge_id, "r1")
-
-    assert lost.value.http_status is None
-    assert committed is not None and retried == committed
-    assert gateway.stats() == {
-        "refund_requests": 2,
-        "refunds_created": 1,
-        "idempotent_replays": 1,
-        "customers_created": 0,
-        "balance_transactions_created": 0,
-        "customers_deleted": 0,
-        "requests": 4,  # every request the test sent, whatever its answer
-    }
-
-
-def test_injected_500_processes_nothing(sim: SimulatorServer, gateway: StripeGateway) -> None:
-    charge_id = _charge(gateway)
-    sim.configure(error_rate=1.0)
+    sim.configure(**{fault: 1.0})
 
     with pytest.raises(TransientProviderError) as failed:
         _refund(gateway, charge_id, "r1")
-    sim.configure(error_rate=0.0)
-    _refund(gateway, charge_id, "r1")
+    sim.configure(**{fault: 0.0})
+    found = gateway.find_refund_by_key(charge_id=charge_id, idempotency_key="r1")
+    retried = _refund(gateway, charge_id, "r1")
 
-    assert failed.value.http_status == 500
-    assert gateway.stats() == {
-        "refund_requests": 2,
-        "refunds_created": 1,
-        "idempotent_replays": 0,
-        "customers_created": 0,
-        "balance_transactions_created": 0,
-        "customers_deleted": 0,
-        "requests": 3,  # every request the test sent, whatever its answer
-    }
+    assert failed.value.http_status == status
+    assert found == (retried if committed else None)
+    replays = 1 if committed else 0  # a lost answer's refund exists: the retry replays it
+    assert gateway.stats() == counters(
+        refund_requests=2, refunds_created=1, idempotent_replays=replays, requests=4
+    )
 
 
 def test_rate_limit_answers_429_with_retry_after(sim: SimulatorServer, gateway: StripeGateway) -> None:
@@ -211,15 +170,7 @@ def test_rate_limit_answers_429_with_retry_after(sim: SimulatorServer, gateway: 
 
     assert limited.value.http_status == 429
     assert limited.value.retry_after is not None and 1.0 < limited.value.retry_after <= 2.0
-    assert gateway.stats() == {
-        "refund_requests": 1,
-        "refunds_created": 0,
-        "idempotent_replays": 0,
-        "customers_created": 0,
-        "balance_transactions_created": 0,
-        "customers_deleted": 0,
-        "requests": 2,  # every request the test sent, whatever its answer
-    }
+    assert gateway.stats() == counters(refund_requests=1, requests=2)
 
 
 def test_rate_limit_headers_and_body(sim: SimulatorServer, http: httpx.Client) -> None:

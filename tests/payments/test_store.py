@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from durable_assets.payments.embedded import EmbeddedProvider
+from durable_assets.payments.gateway import EmbeddedGateway
 from durable_assets.payments.store import PaymentStore, StripeApiError
+from tests.support.counters import counters
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def store(db_path: str) -> Iterator[PaymentStore]:
 
 
 def _charge(store: PaymentStore, amount: int = 1000) -> str:
-    return str(store.create_charge(amount=amount, currency="USD", customer="cus_1")["id"])
+    return str(store.create_charge(amount=amount, currency="USD", customer="cus_1").body["id"])
 
 
 def _error(call: Any) -> StripeApiError:
@@ -38,7 +39,7 @@ def _error(call: Any) -> StripeApiError:
 
 
 def test_charge_is_stripe_shaped(store: PaymentStore) -> None:
-    charge = store.create_charge(amount=1234, currency="EUR", metadata={"invoice": "inv_1"})
+    charge = store.create_charge(amount=1234, currency="EUR", metadata={"invoice": "inv_1"}).body
 
     assert charge["id"].startswith("ch_")
     assert charge["object"] == "charge"
@@ -53,7 +54,7 @@ def test_refund_never_exceeds_the_unrefunded_amount(store: PaymentStore) -> None
     store.create_refund(charge=charge, amount=600)
 
     too_large = _error(lambda: store.create_refund(charge=charge, amount=401))
-    rest = store.create_refund(charge=charge)  # no amount: everything still refundable
+    rest = store.create_refund(charge=charge).body  # no amount: everything still refundable
     exhausted = _error(lambda: store.create_refund(charge=charge, amount=1))
 
     assert (too_large.http_status, too_large.error_type, too_large.code) == (
@@ -94,23 +95,16 @@ def test_unknown_charge_is_resource_missing(store: PaymentStore) -> None:
 
 def test_same_key_and_params_replays_the_stored_body(store: PaymentStore) -> None:
     charge = _charge(store)
-    first = store.create_refund_result(
+    first = store.create_refund(
         charge=charge, amount=100, reason="duplicate", metadata={"a": "1", "b": "2"}, idempotency_key="k1"
     )
-    second = store.create_refund_result(
+    second = store.create_refund(
         charge=charge, amount=100, reason="duplicate", metadata={"b": "2", "a": "1"}, idempotency_key="k1"
     )
 
     assert second.body == first.body
     assert (first.replayed, second.replayed) == (False, True)
-    assert store.stats() == {
-        "refund_requests": 0,
-        "refunds_created": 1,
-        "idempotent_replays": 1,
-        "customers_created": 0,
-        "balance_transactions_created": 0,
-        "customers_deleted": 0,
-    }
+    assert store.stats() == counters(refunds_created=1, idempotent_replays=1)
 
 
 def test_same_key_different_params_is_refused(store: PaymentStore) -> None:
@@ -134,14 +128,7 @@ def test_client_errors_are_stored_and_replayed(store: PaymentStore) -> None:
     assert first.to_body() == replay.to_body()
     assert (first.replayed, replay.replayed) == (False, True)
     assert rebound.error_type == "idempotency_error"
-    assert store.stats() == {
-        "refund_requests": 0,
-        "refunds_created": 0,
-        "idempotent_replays": 1,
-        "customers_created": 0,
-        "balance_transactions_created": 0,
-        "customers_deleted": 0,
-    }
+    assert store.stats() == counters(idempotent_replays=1)
 
 
 def test_validation_errors_are_not_stored(store: PaymentStore) -> None:
@@ -150,7 +137,7 @@ def test_validation_errors_are_not_stored(store: PaymentStore) -> None:
         lambda: store.create_refund(charge=charge, amount=1, reason="bogus", idempotency_key="k1")
     )
 
-    refund = store.create_refund(charge=charge, amount=1, reason="fraudulent", idempotency_key="k1")
+    refund = store.create_refund(charge=charge, amount=1, reason="fraudulent", idempotency_key="k1").body
 
     assert (invalid.http_status, invalid.to_body()["error"]["param"]) == (400, "reason")
     assert refund["reason"] == "fraudulent"
@@ -167,9 +154,9 @@ def test_metadata_follows_stripe_limits(store: PaymentStore) -> None:
 
 
 def test_keys_are_scoped_per_endpoint(store: PaymentStore) -> None:
-    charge = store.create_charge(amount=1000, currency="usd", idempotency_key="shared")
+    charge = store.create_charge(amount=1000, currency="usd", idempotency_key="shared").body
 
-    refund = store.create_refund(charge=charge["id"], amount=10, idempotency_key="shared")
+    refund = store.create_refund(charge=charge["id"], amount=10, idempotency_key="shared").body
 
     assert refund["object"] == "refund"
 
@@ -181,7 +168,7 @@ def test_threads_racing_one_key_create_one_refund(store: PaymentStore) -> None:
 
     def race() -> None:
         barrier.wait(timeout=10)
-        ids.append(store.create_refund(charge=charge, amount=100, idempotency_key="race")["id"])
+        ids.append(store.create_refund(charge=charge, amount=100, idempotency_key="race").body["id"])
 
     threads = [threading.Thread(target=race) for _ in range(16)]
     for thread in threads:
@@ -190,14 +177,7 @@ def test_threads_racing_one_key_create_one_refund(store: PaymentStore) -> None:
         thread.join(timeout=10)
 
     assert len(ids) == 16 and len(set(ids)) == 1
-    assert store.stats() == {
-        "refund_requests": 0,
-        "refunds_created": 1,
-        "idempotent_replays": 15,
-        "customers_created": 0,
-        "balance_transactions_created": 0,
-        "customers_deleted": 0,
-    }
+    assert store.stats() == counters(refunds_created=1, idempotent_replays=15)
 
 
 def _race_worker(db_path: str, ready: Queue[None], go: Event, out: Queue[list[str]]) -> None:
@@ -206,9 +186,11 @@ def _race_worker(db_path: str, ready: Queue[None], go: Event, out: Queue[list[st
     go.wait(timeout=30)
     try:
         with PaymentStore(db_path) as store:
-            charge = str(store.create_charge(amount=10_000, currency="usd", idempotency_key="charge")["id"])
+            charge = str(
+                store.create_charge(amount=10_000, currency="usd", idempotency_key="charge").body["id"]
+            )
             ids = [
-                str(store.create_refund(charge=charge, amount=100, idempotency_key="race")["id"])
+                str(store.create_refund(charge=charge, amount=100, idempotency_key="race").body["id"])
                 for _ in range(10)
             ]
     except Exception as error:  # report instead of leaving the parent waiting on the queue
@@ -236,19 +218,12 @@ def test_processes_racing_one_key_create_one_refund(db_path: str) -> None:
     assert [worker.exitcode for worker in workers] == [0, 0]
     assert len(ids) == 20 and len(set(ids)) == 1
     with PaymentStore(db_path) as store:
-        assert store.stats() == {
-            "refund_requests": 0,
-            "refunds_created": 1,
-            "idempotent_replays": 19,
-            "customers_created": 0,
-            "balance_transactions_created": 0,
-            "customers_deleted": 0,
-        }
+        assert store.stats() == counters(refunds_created=1, idempotent_replays=19)
 
 
 def test_list_is_newest_first_paginated_and_filtered(store: PaymentStore) -> None:
     charge, other = _charge(store), _charge(store)
-    created = [store.create_refund(charge=charge, amount=1)["id"] for _ in range(5)]
+    created = [store.create_refund(charge=charge, amount=1).body["id"] for _ in range(5)]
     store.create_refund(charge=other, amount=1)
 
     pages, cursor = [], None
@@ -269,28 +244,30 @@ def test_list_is_newest_first_paginated_and_filtered(store: PaymentStore) -> Non
 
 
 def test_retrieve_refund(store: PaymentStore) -> None:
-    refund = store.create_refund(charge=_charge(store), amount=5, metadata={"idempotency_key": "k"})
+    refund = store.create_refund(charge=_charge(store), amount=5, metadata={"idempotency_key": "k"}).body
 
     assert store.retrieve_refund(refund["id"]) == refund
     assert _error(lambda: store.retrieve_refund("re_nope")).code == "resource_missing"
 
 
 def test_stats_persist_across_reopen(db_path: str) -> None:
-    provider = EmbeddedProvider(db_path)
-    charge = provider.create_charge(amount=1000, currency="usd")["id"]
-    provider.create_refund(charge=charge, amount=10, idempotency_key="k1")
-    provider.create_refund(charge=charge, amount=10, idempotency_key="k1")
-    provider.close()
+    gateway = EmbeddedGateway(db_path)
+    charge = gateway.create_charge(
+        amount=1000, currency="usd", customer="cus_1", metadata={}, idempotency_key="c1"
+    )
+    for _ in range(2):
+        gateway.create_refund(
+            charge_id=charge.id,
+            amount=10,
+            currency="usd",
+            reason="overcharge",
+            metadata={},
+            idempotency_key="k1",
+        )
+    gateway.close()
 
     with PaymentStore(db_path) as reopened:
-        assert reopened.stats() == {
-            "refund_requests": 2,
-            "refunds_created": 1,
-            "idempotent_replays": 1,
-            "customers_created": 0,
-            "balance_transactions_created": 0,
-            "customers_deleted": 0,
-        }
+        assert reopened.stats() == counters(refund_requests=2, refunds_created=1, idempotent_replays=1)
 
 
 def test_forgotten_keys_no_longer_replay(store: PaymentStore) -> None:

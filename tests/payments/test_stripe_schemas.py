@@ -25,7 +25,7 @@ import httpx
 import jsonschema_rs
 import pytest
 
-from durable_assets.payments.simulator import SimulatorHandler, SimulatorServer
+from durable_assets_testing.simulator import SimulatorHandler, SimulatorServer
 from tests.support.polling import wait_until
 from tests.support.simulator import ThreadedSimulator
 

@@ -51,8 +51,8 @@ def _refunds_of(store: PaymentStore, charge: str) -> list[dict[str, Any]]:
 
 def test_rows_and_batches_naming_one_charge_refund_it_once(dagster_home: Path) -> None:
     store = PaymentStore(str(dagster_home / "payments.db"))
-    shared = store.create_charge(amount=1200, currency="usd", customer="C1")["id"]
-    single = store.create_charge(amount=1200, currency="usd", customer="C4")["id"]
+    shared = store.create_charge(amount=1200, currency="usd", customer="C1").body["id"]
+    single = store.create_charge(amount=1200, currency="usd", customer="C4").body["id"]
     with DagsterInstance.get() as instance:
         # Three invoice rows on one charge: ambiguous, so all three are quarantined, none refunded.
         _batch(

@@ -12,7 +12,7 @@ Both are context managers, so a fixture is ``with ThreadedSimulator(path) as sim
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,21 +23,31 @@ from .polling import wait_until
 from .processes import JOB, Process
 
 if TYPE_CHECKING:
-    from durable_assets.payments.simulator import SimulatorServer
+    from durable_assets_testing.simulator import SimulatorServer
 
 
 class ThreadedSimulator(ServedInThread):
     """``build_server`` on a free port of 127.0.0.1, serving from a daemon thread until :meth:`close`.
 
-    ``options`` are ``build_server``'s (faults such as ``latency_ms``, ``seed``, ``api_keys``).
+    ``faults`` are :class:`~durable_assets_testing.simulator.Faults`' fields (``latency_ms``,
+    ``error_rate``, ...); ``seed`` and ``api_keys`` are ``build_server``'s.
     """
 
     server: SimulatorServer
 
-    def __init__(self, db_path: Path, *, poll_interval: float = 0.02, **options: Any) -> None:
-        from durable_assets.payments.simulator import build_server
+    def __init__(
+        self,
+        db_path: Path,
+        *,
+        poll_interval: float = 0.02,
+        seed: int | None = None,
+        api_keys: Iterable[str] = (),
+        **faults: Any,
+    ) -> None:
+        from durable_assets_testing.simulator import Faults, build_server
 
-        super().__init__(build_server("127.0.0.1", 0, str(db_path), **options), poll_interval)
+        server = build_server("127.0.0.1", 0, str(db_path), Faults(**faults), seed=seed, api_keys=api_keys)
+        super().__init__(server, poll_interval)
 
     @property
     def url(self) -> str:

@@ -1,0 +1,61 @@
+"""Which API keys the simulator accepts and how it reads them, as Stripe does: a wrong key is a
+401 here too, so a client misconfigured for Stripe fails against the simulator first."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from durable_assets.errors import UsageError
+
+#: Accepted when no ``--api-key`` is given: any test-mode secret key, like the one in Stripe's docs.
+TEST_KEY_PREFIX = "sk_test_"
+_KEY_PREFIXES = tuple(f"{kind}_{mode}_" for kind in ("sk", "rk", "pk") for mode in ("test", "live"))
+
+
+@dataclass(frozen=True)
+class ApiKeys:
+    """Which API keys the simulator accepts: the ``--api-key`` values, or any ``sk_test_`` key.
+
+    Stripe answers 401 for a key it does not know; accepting anything would let a client whose
+    ``STRIPE_API_KEY`` is wrong pass every test here and fail on its first call to Stripe.
+    """
+
+    keys: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, keys: Iterable[str]) -> ApiKeys:
+        accepted = frozenset(keys)
+        for key in accepted:
+            if not key or any(character.isspace() or character == ":" for character in key):
+                raise UsageError(f"--api-key must be non-empty, without spaces or ':', got {key!r}.")
+        return cls(accepted)
+
+    def accepts(self, key: str) -> bool:
+        if self.keys:
+            return key in self.keys
+        return key.startswith(TEST_KEY_PREFIX) and len(key) > len(TEST_KEY_PREFIX)
+
+
+def api_key_from(header: str | None) -> str:
+    """The key of ``Bearer KEY``, or of HTTP Basic with the key as user (``curl -u KEY:``); else ``""``."""
+    scheme, _, credentials = (header or "").strip().partition(" ")
+    credentials = credentials.strip()
+    if scheme.lower() == "bearer":
+        return credentials
+    if scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return ""
+        return decoded.partition(":")[0]
+    return ""
+
+
+def mask_api_key(key: str) -> str:
+    """Stripe's way of naming a wrong key: the mode prefix and the last four characters only."""
+    prefix = next((prefix for prefix in _KEY_PREFIXES if key.startswith(prefix)), "")
+    rest = key[len(prefix) :]
+    return prefix + "*" * max(len(rest) - 4, 0) + rest[-4:]
