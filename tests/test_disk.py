@@ -56,15 +56,23 @@ def test_the_documented_line() -> None:
     )
 
 
+def _wal_database(path: Path, *values: int, checkpoint: bool = True) -> sqlite3.Connection:
+    """A WAL-mode database whose table ``t`` holds ``values``, committed; without ``checkpoint``
+    the commits stay in the WAL only (as a worker killed before any checkpoint leaves them)."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    if not checkpoint:
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t (n INTEGER)")
+    conn.executemany("INSERT INTO t VALUES (?)", [(v,) for v in values])
+    conn.commit()
+    return conn
+
+
 def test_a_wal_database_without_its_index_is_read_as_immutable(tmp_path: Path) -> None:
     """What `job status` meets after a full disk: every commit checkpointed, WAL and index gone."""
     path = tmp_path / "runs.db"
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("CREATE TABLE t (n INTEGER)")
-    conn.execute("INSERT INTO t VALUES (1), (2)")
-    conn.commit()
-    conn.close()
+    _wal_database(path, 1, 2).close()
     assert not Path(f"{path}-shm").exists()  # the last close removed the index
     cargs: list[object] = [str(path)]
     cparams: dict[str, object] = {}
@@ -79,12 +87,7 @@ def test_a_wal_database_without_its_index_is_read_as_immutable(tmp_path: Path) -
 def test_a_wal_with_commits_and_no_index_is_read_with_the_index_in_memory(tmp_path: Path) -> None:
     """A worker that died with commits only in the WAL, and no index left: they are read, not lost."""
     live = tmp_path / "live.db"
-    writer = sqlite3.connect(live)
-    writer.execute("PRAGMA journal_mode=WAL")
-    writer.execute("PRAGMA wal_autocheckpoint=0")
-    writer.execute("CREATE TABLE t (n INTEGER)")
-    writer.execute("INSERT INTO t VALUES (7)")
-    writer.commit()
+    writer = _wal_database(live, 7, checkpoint=False)
     path = tmp_path / "d.db"  # the files as the dead worker left them, minus the index
     path.write_bytes(live.read_bytes())
     Path(f"{path}-wal").write_bytes(Path(f"{live}-wal").read_bytes())

@@ -15,6 +15,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,23 +76,33 @@ def _kill_mid_sending(
     return at_kill
 
 
-def test_the_tutorial_job_is_served_killed_and_resumed_exactly_once(tmp_path: Path, folder: Path) -> None:
-    batch = "cards-1"
+def _print_shop_home(
+    tmp_path: Path, folder: Path, location: str, **extra: object
+) -> tuple[Path, Path, Path, dict[str, str]]:
+    """An instance, the print shop's file, a log folder and the environment `job` runs with in the
+    tutorial's folder: the location is found there, not on this repository's PYTHONPATH."""
     shop = tmp_path / "shop.db"
     home = make_home(tmp_path)
     logs = tmp_path / "logs"
     logs.mkdir()
-    env = job_env(
-        home,
-        DURABLE_CODE_LOCATION="postcards",
-        PRINT_SHOP_DB=str(shop),
-        PRINT_SHOP_LATENCY_MS=40,  # 120 cards, 4 at a time: ~1.2 s of sending to kill inside
-    )
+    env = job_env(home, DURABLE_CODE_LOCATION=location, PRINT_SHOP_DB=str(shop), **extra)
     assert str(folder) not in env.get("PYTHONPATH", "").split(os.pathsep)
+    return home, shop, logs, env
 
+
+def _described(env: dict[str, str], logs: Path, folder: Path) -> dict[str, Any]:
+    """`job jobs --json` run in the folder: the location's one job, as a user lists it."""
     listed = job(["jobs", "--json"], env, logs, timeout=60, cwd=folder)
     assert listed.proc.returncode == EXIT_OK, listed.tail()
     [described] = json.loads(listed.stdout)
+    return dict(described)
+
+
+def test_the_tutorial_job_is_served_killed_and_resumed_exactly_once(tmp_path: Path, folder: Path) -> None:
+    batch = "cards-1"
+    # 120 cards at 40 ms, 4 at a time: ~1.2 s of sending to kill inside
+    home, shop, logs, env = _print_shop_home(tmp_path, folder, "postcards", PRINT_SHOP_LATENCY_MS=40)
+    described = _described(env, logs, folder)
     assert described["name"] == "postcards"
     assert [(s["step_name"], s["effect_scope"]) for s in described["steps"]] == [
         ("recipients", None),
@@ -119,20 +130,10 @@ def test_the_five_step_job_is_capped_scheduled_killed_and_resumed_exactly_once(
     tmp_path: Path, folder: Path
 ) -> None:
     """Section 5 as printed: 300 guests of which 30 have no name, killed while greetings go out."""
-    shop = tmp_path / "shop.db"
-    home = make_home(tmp_path)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    env = job_env(
-        home,
-        DURABLE_CODE_LOCATION="greetings",
-        PRINT_SHOP_DB=str(shop),
-        PRINT_SHOP_LATENCY_MS=20,
-        MAX_CARDS_PER_BATCH=500,
+    home, shop, logs, env = _print_shop_home(
+        tmp_path, folder, "greetings", PRINT_SHOP_LATENCY_MS=20, MAX_CARDS_PER_BATCH=500
     )
-    listed = job(["jobs", "--json"], env, logs, timeout=60, cwd=folder)
-    assert listed.proc.returncode == EXIT_OK, listed.tail()
-    [described] = json.loads(listed.stdout)
+    described = _described(env, logs, folder)
     assert described["name"] == "greetings" and len(described["steps"]) == 5
     assert [s["step_name"] for s in described["steps"] if s["effect_scope"]] == ["sent_greetings"]
     assert "daily_greetings" in json.dumps(described)

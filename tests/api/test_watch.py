@@ -81,6 +81,15 @@ def _poll_percent(base: str, stop: threading.Event) -> list[float]:
     return seen
 
 
+def _wait_for_batch(base: str, batch: str, worker: JobProcess) -> None:
+    """Until the API knows the batch (or its worker ended, which the caller's assertions report)."""
+    wait_until(
+        lambda: httpx.get(f"{base}/runs/{batch}", timeout=30).status_code == 200 or not worker.alive(),
+        timeout=120,
+        what=f"batch {batch} to exist",
+    )
+
+
 def _position(events: list[Event], step: int, status: str) -> int:
     return next(
         i
@@ -103,14 +112,7 @@ def test_watch_a_running_batch_over_http(tmp_path: Path) -> None:
         )
         stop = threading.Event()
         poller, percents_box = _in_thread(_poll_percent, base, stop)
-        wait_until(
-            lambda: (
-                httpx.get(f"{base}/runs/{BATCH}", timeout=30).status_code == 200
-                or worker.proc.poll() is not None
-            ),
-            timeout=120,
-            what="the batch to exist",
-        )
+        _wait_for_batch(base, BATCH, worker)
         full_thread, full_box = _in_thread(read_stream, events_url)
         resumed_thread, resumed_box = _in_thread(_reconnecting_reader, events_url, [5, 20])
 
@@ -180,14 +182,7 @@ def test_cancel_over_http_stops_the_batch_and_the_stream_ends_with_it(tmp_path: 
             job_env(home, DURABLE_STEP_DELAY_S=1.0),
             tmp_path,
         )
-        wait_until(
-            lambda: (
-                httpx.get(f"{base}/runs/cancel-1", timeout=30).status_code == 200
-                or worker.proc.poll() is not None
-            ),
-            timeout=120,
-            what="the batch to exist",
-        )
+        _wait_for_batch(base, "cancel-1", worker)
         stream_thread, stream_box = _in_thread(read_stream, f"{base}/runs/cancel-1/events")
         wait_until(
             lambda: (

@@ -10,6 +10,7 @@ generator and policy, independently of anything the worker stored.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import signal
 import threading
@@ -302,6 +303,16 @@ class Simulator(ThreadedSimulator):
         #: The simulator's own SQLite store: read it (e.g. ``ProviderCredits.of_store``) after :meth:`quiet`.
         self.db = db_path
         self._http = requests.Session()
+
+    def kill_inside(self, worker: JobProcess, counter: str, of: int, share: float = 0.3) -> dict[str, Any]:
+        """SIGKILL ``worker`` once ``share`` of the ``of`` effects counted by ``counter`` reached this
+        provider, then return its counters once the dead worker's in-flight requests have committed
+        or failed: the kill must have landed inside the step (some sent, not all)."""
+        k = math.ceil(share * of)
+        worker.kill_when(lambda: self.stats()[counter] >= k, what=f"{k} of {of} {counter} at the provider")
+        before = self.quiet()
+        assert k <= before[counter] < of, (before, of)
+        return before
 
     def record_refund_requests(self) -> list[RefundRequest]:
         """From now on, note every refund request as it arrives: when, from which API key, which key.

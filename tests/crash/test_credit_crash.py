@@ -145,19 +145,11 @@ def test_kill_inside_apply_step(home: Path, tmp_path: Path, simulator: Callable[
     batch, size = "credit-kill-in-apply", 300
     expected = expected_balances([(batch, size)])
     n = _moves({}, expected)
-    k = math.ceil(0.3 * n)
     sim = simulator(latency_ms=30)
     env = job_env(home, payments_url=sim.url, DURABLE_CONCURRENCY=4)
     with instance_reader(home) as reader:
         worker = JobProcess(_run_args(batch, size), env, tmp_path)
-        worker.kill_when(
-            lambda: sim.stats()["balance_transactions_created"] >= k,
-            timeout=180,
-            interval=0.01,
-            what=f"{k} balance transactions at the provider",
-        )
-        before = sim.quiet()  # the dead worker's in-flight requests have committed or failed
-        assert k <= before["balance_transactions_created"] < n, (before, n)
+        before = sim.kill_inside(worker, "balance_transactions_created", of=n)
         assert before["customers_created"] == len(expected), before
         at_kill = reader.status(batch)
         assert at_kill is not None and at_kill["steps"][4]["status"] in INTERRUPTED, at_kill
@@ -375,19 +367,11 @@ def test_kill_inside_customers_step(home: Path, tmp_path: Path, simulator: Calla
     batch, size = "credit-kill-in-customers", 300
     expected = expected_balances([(batch, size)])
     n = len(expected)
-    k = math.ceil(0.3 * n)
     sim = simulator(latency_ms=30)
     env = job_env(home, payments_url=sim.url, DURABLE_CONCURRENCY=4)
     with instance_reader(home) as reader:
         worker = JobProcess(_run_args(batch, size), env, tmp_path)
-        worker.kill_when(
-            lambda: sim.stats()["customers_created"] >= k,
-            timeout=180,
-            interval=0.01,
-            what=f"{k} customers at the provider",
-        )
-        before = sim.quiet()
-        assert k <= before["customers_created"] < n, (before, n)
+        before = sim.kill_inside(worker, "customers_created", of=n)
         assert before["balance_transactions_created"] == 0, before
         at_kill = reader.status(batch)
         assert at_kill is not None and at_kill["steps"][2]["status"] in INTERRUPTED, at_kill

@@ -51,11 +51,16 @@ def test_clean_batch_passes_every_check_with_the_money_in_metadata(dagster_home:
         assert evals["no_duplicate_refunds_at_provider"].metadata["refunds_checked"].value > 0
 
 
+def _an_overcharge_refund(dagster_home: Path, batch: str) -> pd.Series:
+    """One refund the batch issued for an overcharge, as its step stored it (charge, key, ...)."""
+    issued = pd.read_pickle(dagster_home / "storage" / "issued_refunds" / batch)
+    return issued.query("reason == 'overcharge'").iloc[0]
+
+
 def test_a_second_refund_under_one_key_at_the_provider_fails_and_blocks_notices(dagster_home: Path) -> None:
     with DagsterInstance.get() as instance:
         assert _run(instance, "dup").success
-        issued = pd.read_pickle(dagster_home / "storage" / "issued_refunds" / "dup")
-        row = issued.query("reason == 'overcharge'").iloc[0]
+        row = _an_overcharge_refund(dagster_home, "dup")
         # Someone else paid out under our key (e.g. a provider that forgot the key): money paid twice.
         store = PaymentStore(str(dagster_home / "payments.db"))
         store.create_refund(
@@ -81,8 +86,7 @@ def test_a_second_refund_of_one_charge_for_one_reason_fails_the_check(dagster_ho
     """Issue #14.3: another key (another invoice, an earlier system) refunding the charge again."""
     with DagsterInstance.get() as instance:
         assert _run(instance, "twice").success
-        issued = pd.read_pickle(dagster_home / "storage" / "issued_refunds" / "twice")
-        row = issued.query("reason == 'overcharge'").iloc[0]
+        row = _an_overcharge_refund(dagster_home, "twice")
         store = PaymentStore(str(dagster_home / "payments.db"))
         store.create_refund(
             charge=row["charge_id"],

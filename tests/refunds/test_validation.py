@@ -358,10 +358,19 @@ def test_unsupported_extension(tmp_path: Path, name: str) -> None:
         read_invoice_file(path)
 
 
-def test_empty_csv_is_an_input_error(tmp_path: Path) -> None:
-    path = tmp_path / "empty.csv"
-    path.write_bytes(b"")
-    with pytest.raises(InputFileError, match=r"empty\.csv.*empty"):
+@pytest.mark.parametrize(
+    ("name", "content", "says"),
+    [
+        ("empty.csv", b"", r"empty\.csv.*empty"),
+        ("corrupt.parquet", b"PAR1 definitely not parquet", r"corrupt\.parquet.*cannot read Parquet"),
+    ],
+)
+def test_an_unreadable_file_is_an_input_error_naming_it(
+    tmp_path: Path, name: str, content: bytes, says: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(InputFileError, match=says):
         read_invoice_file(path)
 
 
@@ -490,13 +499,6 @@ def test_parquet_with_typed_columns_is_read_as_text(tmp_path: Path) -> None:
     assert valid[s.AMOUNT_CHARGED_CENTS].tolist() == [1234]
     assert valid[s.CONTRACTED_CENTS].tolist() == [1000]
     assert valid[s.CHARGED_AT].tolist() == [pd.Timestamp("2026-10-01T10:00:00Z")]
-
-
-def test_corrupt_parquet_is_an_input_error(tmp_path: Path) -> None:
-    path = tmp_path / "corrupt.parquet"
-    path.write_bytes(b"PAR1 definitely not parquet")
-    with pytest.raises(InputFileError, match=r"corrupt\.parquet.*cannot read Parquet"):
-        read_invoice_file(path)
 
 
 def test_parquet_missing_columns_names_file_and_columns(tmp_path: Path) -> None:
