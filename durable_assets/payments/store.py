@@ -28,12 +28,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from durable_assets.errors import UsageError
+from durable_assets.payments.group_write import GroupWriter
 from durable_assets.payments.migrations import STORE_SCHEMA
 
 JsonObject = dict[str, Any]
+_T = TypeVar("_T")
 
 #: Stripe's refund reasons a client may send (``expired_uncaptured_charge`` is Stripe-set only).
 REFUND_REASONS = frozenset({"duplicate", "fraudulent", "requested_by_customer"})
@@ -160,6 +162,7 @@ class PaymentStore:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._conn = _connect(path)
+        self._writer = GroupWriter(self._transaction)
         self._migrate()
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -203,8 +206,7 @@ class PaymentStore:
 
         Both fronts call this, so ``refund_requests`` means the same thing whichever is used.
         """
-        with self._write() as conn:
-            _bump(conn, "refund_requests")
+        self._write(lambda conn: _bump(conn, "refund_requests"))
 
     def create_refund(
         self,
@@ -396,10 +398,13 @@ class PaymentStore:
     def delete_customer(self, customer_id: str) -> JsonObject:
         """Stripe's delete: the id keeps answering (``deleted: true``), lists and writes no longer
         see the customer, and deleting it again is a 404."""
-        with self._write() as conn:
+
+        def delete(conn: sqlite3.Connection) -> None:
             _require_customer(conn, customer_id, param="id")
             conn.execute("UPDATE customers SET deleted = 1 WHERE id = ?", (customer_id,))
             _bump(conn, "customers_deleted")
+
+        self._write(delete)
         return _deleted_customer_body(customer_id)
 
     # --- the account -----------------------------------------------------------------------------
@@ -444,8 +449,9 @@ class PaymentStore:
         its metadata) against a provider that no longer remembers the key.
         """
         cutoff = time.time() - older_than_s
-        with self._write() as conn:
-            return conn.execute("DELETE FROM idempotency_keys WHERE created <= ?", (cutoff,)).rowcount
+        return self._write(
+            lambda conn: conn.execute("DELETE FROM idempotency_keys WHERE created <= ?", (cutoff,)).rowcount
+        )
 
     # --- transactions ----------------------------------------------------------------------------
 
@@ -460,21 +466,24 @@ class PaymentStore:
         if key is not None:
             _check_idempotency_key(key)
         fingerprint = _fingerprint(params)
-        with self._write() as conn:
+
+        def check_and_create(conn: sqlite3.Connection) -> _Outcome:
             stored = None if key is None else _load_key(conn, endpoint, key)
             if stored is not None:
-                outcome = _replay(conn, endpoint, key or "", stored, fingerprint)
-            else:
-                outcome = _execute(conn, action)
-                if key is not None:
-                    _store_key(conn, endpoint, key, fingerprint, outcome)
-        return outcome.unwrap()
+                return _replay(conn, endpoint, key or "", stored, fingerprint)
+            outcome = _execute(conn, action)
+            if key is not None:
+                _store_key(conn, endpoint, key, fingerprint, outcome)
+            return outcome
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` takes the write lock first, so no other process can interleave."""
-        with self._transaction("BEGIN IMMEDIATE") as conn:
-            yield conn
+        # ``BEGIN IMMEDIATE`` takes the write lock first, so no other process can interleave; the
+        # group writer shares that transaction (and its fsync) among this process's threads.
+        return self._write(check_and_create).unwrap()
+
+    def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``work`` in a write transaction, answered once committed (:mod:`.group_write`)."""
+        self._reopen_after_fork()  # a child must not wait on a group its parent's threads led
+        return self._writer.write(work)
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -502,6 +511,7 @@ class PaymentStore:
             self._lock = threading.Lock()
             self._pid = os.getpid()
             self._conn = _connect(self.path)
+            self._writer = GroupWriter(self._transaction)
 
     def _migrate(self) -> None:
         """Brings the file to the newest schema (``payments/migrations``) before any query runs."""
