@@ -270,6 +270,20 @@ class DurableDatabase:
             conn.execution_options(**{_READ_ONLY: True})
             yield conn
 
+    def clock(self, conn: Connection) -> float:
+        """Seconds since the epoch on the one clock that leases, fences and the shared rate bucket use.
+
+        Processes on several hosts do not share a clock, so a lease written from one and judged from
+        another must both read the database server's: on Postgres ``clock_timestamp()``, the time
+        when this statement runs. Not ``now()``: that is the transaction's start, and a caller reads
+        the clock after taking a row lock, so time spent waiting for the lock must count as passed
+        (a lease that lapsed during the wait has lapsed). On SQLite every process is on one host and
+        reads the same clock the database would (``julianday('now')`` is this clock in milliseconds).
+        """
+        if self.is_postgres:
+            return float(conn.execute(sa.text("SELECT EXTRACT(EPOCH FROM clock_timestamp())")).scalar_one())
+        return now()
+
     def insert_ignore(self, table: sa.Table) -> Any:
         """An INSERT that skips rows whose primary key exists, in this database's dialect."""
         if self.is_postgres:
@@ -299,17 +313,19 @@ def from_row(cls: type[RowT], row: sa.Row[Any], **convert: Callable[[Any], Any])
 
     ``convert`` names the fields whose column value is made into the field's type first (an
     ``int`` or ``float`` whatever the backend's driver returns for the column); other columns of
-    the row are not read.
+    the row are not read, and a field the row has no column for keeps its default.
     """
     values = row._mapping
     return cls(
         **{
             f.name: convert[f.name](values[f.name]) if f.name in convert else values[f.name]
             for f in dataclasses.fields(cls)
+            if f.name in values
         }
     )
 
 
 def now() -> float:
-    """Wall-clock seconds; one place to read time so tests can reason about it."""
+    """This process's wall-clock seconds, for what only this process compares (throttles, ages,
+    timestamps); what several processes compare reads :meth:`DurableDatabase.clock`."""
     return time.time()
