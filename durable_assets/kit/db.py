@@ -100,6 +100,23 @@ progress = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
 )
 
+shard_progress = sa.Table(
+    "durable_shard_progress",
+    metadata,
+    # One row per shard of a sharded step (kit/sharding.py): the batch's ``durable_progress`` row
+    # shows their sum while the step runs, so shards reporting at once add up instead of overwriting.
+    sa.Column("batch_id", sa.String(64), primary_key=True),
+    sa.Column("step", sa.String(255), primary_key=True),  # the step's key, not the shard's
+    sa.Column("shards", sa.Integer, primary_key=True),
+    sa.Column("shard", sa.Integer, primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False),  # the run that wrote it last
+    sa.Column("done", sa.BigInteger, nullable=False),
+    sa.Column("of", sa.BigInteger, nullable=False),
+    # False: ``of`` is the shard's row count, from before the shard counted its own work.
+    sa.Column("counted", sa.Boolean, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
 webhook_outbox = sa.Table(
     "durable_webhook_outbox",
     metadata,
