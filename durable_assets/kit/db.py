@@ -298,8 +298,15 @@ class DurableDatabase:
         reads the same clock the database would (``julianday('now')`` is this clock in milliseconds).
         """
         if self.is_postgres:
-            return float(conn.execute(sa.text("SELECT EXTRACT(EPOCH FROM clock_timestamp())")).scalar_one())
+            return float(conn.execute(sa.select(self.clock_column())).scalar_one())
         return now()
+
+    def clock_column(self) -> sa.ColumnElement[float]:
+        """:meth:`clock` as a column, so that a read gets its rows and the time to judge them by in
+        one statement."""
+        if self.is_postgres:
+            return sa.cast(sa.extract("epoch", sa.func.clock_timestamp()), sa.Float).label("db_now")
+        return sa.literal(now(), sa.Float).label("db_now")
 
     def insert_ignore(self, table: sa.Table) -> Any:
         """An INSERT that skips rows whose primary key exists, in this database's dialect."""

@@ -143,9 +143,10 @@ class LeaseStore:
         self.ttl_s = ttl_s
 
     def get(self, batch_id: str) -> Lease | None:
+        query = sa.select(leases, self.db.clock_column()).where(leases.c.batch_id == batch_id)
         with self.db.read() as conn:
-            row = conn.execute(sa.select(leases).where(leases.c.batch_id == batch_id)).first()
-            return _to_lease(row, self.db.clock(conn)) if row else None
+            row = conn.execute(query).first()
+        return _to_lease(row, row.db_now) if row else None
 
     def acquire(self, batch_id: str, run_id: str, owner: str | None = None) -> Lease:
         """Take the batch's lease for ``run_id``, or raise :class:`LeaseHeldError`.

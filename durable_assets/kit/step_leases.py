@@ -109,10 +109,13 @@ class StepLeaseStore:
     def of_run(self, run_id: str) -> dict[str, StepLease]:
         c = step_leases.c
         with self.db.read() as conn:
-            rows = conn.execute(sa.select(step_leases).where(c.run_id == run_id)).all()
-            t = self.db.clock(conn)
+            rows = conn.execute(
+                sa.select(step_leases, self.db.clock_column()).where(c.run_id == run_id)
+            ).all()
         return {
-            r.step_key: StepLease(r.run_id, r.step_key, r.attempt, r.owner, r.expires_at, bool(r.finished), t)
+            r.step_key: StepLease(
+                r.run_id, r.step_key, r.attempt, r.owner, r.expires_at, bool(r.finished), r.db_now
+            )
             for r in rows
         }
 
