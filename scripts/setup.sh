@@ -41,6 +41,9 @@ fi
 if [ $with_postgres = 1 ] && ! command -v pg_ctlcluster >/dev/null; then
   need_apt+=(postgresql) why+=("postgresql for the Postgres tests")
 fi
+if [ $with_postgres = 1 ] && ! command -v faketime >/dev/null; then  # the clock-skew tests' other clocks
+  need_apt+=(faketime) why+=("faketime for the clock-skew tests")
+fi
 amqp_up() { (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; }  # anything answering on RabbitMQ's port
 if [ $with_rabbitmq = 1 ] && ! amqp_up && ! command -v rabbitmq-server >/dev/null; then
   need_apt+=(rabbitmq-server) why+=("rabbitmq-server for the distributed tests")

@@ -100,6 +100,23 @@ progress = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
 )
 
+shard_progress = sa.Table(
+    "durable_shard_progress",
+    metadata,
+    # One row per shard of a sharded step (kit/sharding.py): the batch's ``durable_progress`` row
+    # shows their sum while the step runs, so shards reporting at once add up instead of overwriting.
+    sa.Column("batch_id", sa.String(64), primary_key=True),
+    sa.Column("step", sa.String(255), primary_key=True),  # the step's key, not the shard's
+    sa.Column("shards", sa.Integer, primary_key=True),
+    sa.Column("shard", sa.Integer, primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False),  # the run that wrote it last
+    sa.Column("done", sa.BigInteger, nullable=False),
+    sa.Column("of", sa.BigInteger, nullable=False),
+    # False: ``of`` is the shard's row count, from before the shard counted its own work.
+    sa.Column("counted", sa.Boolean, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
 webhook_outbox = sa.Table(
     "durable_webhook_outbox",
     metadata,
@@ -270,6 +287,27 @@ class DurableDatabase:
             conn.execution_options(**{_READ_ONLY: True})
             yield conn
 
+    def clock(self, conn: Connection) -> float:
+        """Seconds since the epoch on the one clock that leases, fences and the shared rate bucket use.
+
+        Processes on several hosts do not share a clock, so a lease written from one and judged from
+        another must both read the database server's: on Postgres ``clock_timestamp()``, the time
+        when this statement runs. Not ``now()``: that is the transaction's start, and a caller reads
+        the clock after taking a row lock, so time spent waiting for the lock must count as passed
+        (a lease that lapsed during the wait has lapsed). On SQLite every process is on one host and
+        reads the same clock the database would (``julianday('now')`` is this clock in milliseconds).
+        """
+        if self.is_postgres:
+            return float(conn.execute(sa.select(self.clock_column())).scalar_one())
+        return now()
+
+    def clock_column(self) -> sa.ColumnElement[float]:
+        """:meth:`clock` as a column, so that a read gets its rows and the time to judge them by in
+        one statement."""
+        if self.is_postgres:
+            return sa.cast(sa.extract("epoch", sa.func.clock_timestamp()), sa.Float).label("db_now")
+        return sa.literal(now(), sa.Float).label("db_now")
+
     def insert_ignore(self, table: sa.Table) -> Any:
         """An INSERT that skips rows whose primary key exists, in this database's dialect."""
         if self.is_postgres:
@@ -299,17 +337,19 @@ def from_row(cls: type[RowT], row: sa.Row[Any], **convert: Callable[[Any], Any])
 
     ``convert`` names the fields whose column value is made into the field's type first (an
     ``int`` or ``float`` whatever the backend's driver returns for the column); other columns of
-    the row are not read.
+    the row are not read, and a field the row has no column for keeps its default.
     """
     values = row._mapping
     return cls(
         **{
             f.name: convert[f.name](values[f.name]) if f.name in convert else values[f.name]
             for f in dataclasses.fields(cls)
+            if f.name in values
         }
     )
 
 
 def now() -> float:
-    """Wall-clock seconds; one place to read time so tests can reason about it."""
+    """This process's wall-clock seconds, for what only this process compares (throttles, ages,
+    timestamps); what several processes compare reads :meth:`DurableDatabase.clock`."""
     return time.time()

@@ -472,10 +472,9 @@ class DurableCeleryExecutor(Executor):
             rows = store.of_run(ctx.dagster_run.run_id)
         except Exception:  # a database hiccup: look again next second
             return
-        t = now()
         for step_key, flight in list(in_flight.items()):
             row = rows.get(step_key)
-            if row is None or row.finished or row.attempt != flight.attempt or row.expires_at > t:
+            if row is None or row.finished or row.attempt != flight.attempt or not row.lapsed:
                 continue  # queued, done, an older execution's row, or alive
             yield from self._resend_or_fail(ctx, active, step_key, flight, sends, send, knobs, in_flight)
 

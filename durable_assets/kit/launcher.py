@@ -55,7 +55,11 @@ class LeaseAwareRunLauncher(DefaultRunLauncher):
         lease = LeaseStore(DurableDatabase.for_instance(self._instance)).get(batch_id)
         record = self._instance.get_run_record_by_id(run.run_id)
         started_at = record.start_time if record is not None else None
-        health = health_from_lease(run.run_id, lease, started_at, now())
+        # A lease is judged on the database's clock, read with it; only a batch without one is judged
+        # on ours (the start time is Dagster's record, written on some worker's clock anyway).
+        health = health_from_lease(
+            run.run_id, lease, started_at, lease.db_now if lease is not None else now()
+        )
         if health.status == WorkerStatus.FAILED:
             # Monitoring fails the run right after this answer; the tag says why, for metrics.
             self._instance.add_run_tags(run.run_id, {WORKER_LOST_TAG: WORKER_LOST_LEASE_EXPIRED})
@@ -68,7 +72,7 @@ class LeaseAwareRunLauncher(DefaultRunLauncher):
             return f"no lease recorded for batch {batch_id!r}"
         return (
             f"batch {batch_id!r} lease: run {lease.run_id}, owner {lease.owner}, fence {lease.fence}, "
-            f"expired {now() - lease.expires_at:.1f} s ago"
+            f"expired {-lease.seconds_left():.1f} s ago"
         )
 
 
@@ -79,7 +83,10 @@ STARTUP_GRACE_S = 60.0
 def health_from_lease(
     run_id: str, lease: Lease | None, started_at: float | None, at: float
 ) -> CheckRunHealthResult:
-    """Pure, so testable without a daemon. Anything but RUNNING/SUCCESS makes monitoring fail the run."""
+    """Pure, so testable without a daemon. Anything but RUNNING/SUCCESS makes monitoring fail the run.
+
+    ``at`` is the database's clock when the lease was read (``Lease.db_now``), the clock it was written on.
+    """
     if lease is not None and lease.run_id == run_id:
         if lease.is_live(at):
             return CheckRunHealthResult(WorkerStatus.RUNNING, f"lease live for {lease.expires_at - at:.1f} s")

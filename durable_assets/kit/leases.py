@@ -10,6 +10,11 @@ A lease also names its holder's process (host, pid, and the pid's incarnation: p
 start time). A process on the same host can therefore see that the holder no longer exists and take
 the batch over at once instead of waiting out the TTL; a holder on another host, in another pid
 namespace, or merely frozen (SIGSTOP) still keeps its lease until it lapses.
+
+Every time a lease is written with or judged against is the database server's
+(:meth:`DurableDatabase.clock`), read in the same transaction as the row: processes on hosts whose
+clocks disagree by a minute still agree on which lease is live, so none steals a live lease and
+none keeps a lapsed one.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +33,7 @@ import sqlalchemy as sa
 
 from durable_assets.errors import FencedOutError, LeaseHeldError
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
-from durable_assets.kit.db import DurableDatabase, from_row, leases, now
+from durable_assets.kit.db import DurableDatabase, from_row, leases
 from durable_assets.kit.settings import DEFAULT_LEASE_TTL_S
 
 
@@ -110,12 +115,26 @@ class Lease:
     fence: int
     expires_at: float
     released: bool = False
+    #: The database's clock when this copy was read or written (None for one built by hand).
+    read_at: float | None = None
+
+    @property
+    def db_now(self) -> float:
+        """The time this copy is judged at: the database's, on the clock that wrote ``expires_at``
+        (this process's own clock may be a minute off the writer's)."""
+        if self.read_at is None:
+            raise ValueError("this lease was not read from the database: judge it at an explicit time")
+        return self.read_at
 
     def is_live(self, at: float | None = None) -> bool:
         """Whether the holder may still act: not released, not lapsed, and not a process of this
         host known to be gone (whose lease is therefore taken over without waiting out the TTL)."""
-        lapsed = self.expires_at <= (now() if at is None else at)
+        lapsed = self.seconds_left(at) <= 0
         return not self.released and not lapsed and not holder_is_gone(self.owner)
+
+    def seconds_left(self, at: float | None = None) -> float:
+        """Until the lease lapses unless renewed (negative: since it lapsed), at ``at`` or when read."""
+        return self.expires_at - (self.db_now if at is None else at)
 
 
 class LeaseStore:
@@ -124,9 +143,10 @@ class LeaseStore:
         self.ttl_s = ttl_s
 
     def get(self, batch_id: str) -> Lease | None:
+        query = sa.select(leases, self.db.clock_column()).where(leases.c.batch_id == batch_id)
         with self.db.read() as conn:
-            row = conn.execute(sa.select(leases).where(leases.c.batch_id == batch_id)).first()
-        return _to_lease(row) if row else None
+            row = conn.execute(query).first()
+        return _to_lease(row, row.db_now) if row else None
 
     def acquire(self, batch_id: str, run_id: str, owner: str | None = None) -> Lease:
         """Take the batch's lease for ``run_id``, or raise :class:`LeaseHeldError`.
@@ -135,13 +155,13 @@ class LeaseStore:
         fence: the CLI takes the lease before it creates the run, and the run then adopts it.
         """
         owner = owner or process_owner()
-        t = now()
         with self.db.transaction() as conn:
             query = sa.select(leases).where(leases.c.batch_id == batch_id)
             if self.db.is_postgres:
                 query = query.with_for_update()
             row = conn.execute(query).first()
-            current = _to_lease(row) if row else None
+            t = self.db.clock(conn)  # under the row's lock: a lease that lapsed while we waited has lapsed
+            current = _to_lease(row, t) if row else None
             if current and current.is_live(t) and current.owner != owner:
                 raise LeaseHeldError(
                     f"batch {batch_id!r} is held by worker {current.owner} (run {current.run_id}); "
@@ -164,13 +184,15 @@ class LeaseStore:
             else:
                 conn.execute(leases.update().where(leases.c.batch_id == batch_id).values(**values))
         crash_point(CrashPoint.AFTER_LEASE_TAKEOVER)
-        return Lease(batch_id, run_id, owner, fence, t + self.ttl_s)
+        return Lease(batch_id, run_id, owner, fence, t + self.ttl_s, read_at=t)
 
     def renew(self, lease: Lease) -> bool:
         """Extend the lease; False when another worker has taken over (our fence is stale)."""
-        t = now()
         c = leases.c
         with self.db.transaction() as conn:
+            # Read before the UPDATE waits for the row, if it must: the lease then ends that much
+            # sooner, never later; and a takeover in between changed the fence, so nothing is renewed.
+            t = self.db.clock(conn)
             updated = conn.execute(
                 leases.update()
                 .where(c.batch_id == lease.batch_id, c.fence == lease.fence, c.owner == lease.owner)
@@ -185,7 +207,7 @@ class LeaseStore:
             conn.execute(
                 leases.update()
                 .where(c.batch_id == lease.batch_id, c.fence == lease.fence, c.owner == lease.owner)
-                .values(released=True, expires_at=now())
+                .values(released=True, expires_at=self.db.clock(conn))
             )
 
     def check_fence(self, batch_id: str, fence: int) -> None:
@@ -256,5 +278,5 @@ class Heartbeat:
             self.store.release(self.lease)
 
 
-def _to_lease(row: sa.Row[Any]) -> Lease:
-    return from_row(Lease, row, released=bool)
+def _to_lease(row: sa.Row[Any], read_at: float) -> Lease:
+    return replace(from_row(Lease, row, released=bool), read_at=read_at)

@@ -114,10 +114,12 @@ class Ledger:
         """
         if not intents:
             return Claim()
-        t = now()
         if len({i.key for i in intents}) != len(intents):
             raise IdempotencyKeyMismatchError(f"duplicate idempotency keys in one {scope!r} chunk")
         with self.db.transaction() as conn:
+            # Claims expire on the database's clock: a worker whose own clock runs ahead must not
+            # see another's live claim as expired. Read before the keys' locks, it errs toward live.
+            t = self.db.clock(conn)
             taken = self._claim_subjects(conn, scope, intents, t)
             claim = self._claim_keys(conn, scope, [i for i in intents if i.key not in taken], owner, fence, t)
         crash_point(CrashPoint.AFTER_INTENT_COMMIT)

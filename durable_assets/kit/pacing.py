@@ -33,7 +33,6 @@ from durable_assets.errors import (
     TransientProviderError,
 )
 from durable_assets.kit.db import DurableDatabase, rate_limits
-from durable_assets.kit.db import now as db_now
 from durable_assets.kit.settings import KitSettings
 
 if TYPE_CHECKING:
@@ -185,9 +184,10 @@ SHARED_DRAW_S = 0.05
 class SharedBucket:
     """A token bucket in a ``durable_rate_limits`` row: one rate for the account, however many processes.
 
-    Tokens accrue in the row at ``rate`` per second (wall clock) up to ``rate * SHARED_DRAW_S``; a
-    process takes what it may in one short transaction (``SELECT ... FOR UPDATE`` on Postgres, a
-    write lock on SQLite) and spends it locally. Tokens exist only at the account's rate, so the
+    Tokens accrue in the row at ``rate`` per second of the database server's clock (one clock for
+    every process, whatever its host's says) up to ``rate * SHARED_DRAW_S``; a process takes what it
+    may in one short transaction (``SELECT ... FOR UPDATE`` on Postgres, a write lock on SQLite) and
+    spends it locally. Tokens exist only at the account's rate, so the
     processes together never exceed it; each draws up to 50 ms of it, so together they reach it.
     """
 
@@ -212,7 +212,8 @@ class SharedBucket:
     def _draw(self) -> tuple[float, float]:
         c = rate_limits.c
         with self.db.transaction() as conn:
-            first = {"name": self.name, "tokens": self.capacity, "updated_at": db_now()}
+            # A new bucket is full: as if last drawn from long ago (no clock read before the lock).
+            first = {"name": self.name, "tokens": self.capacity, "updated_at": 0.0}
             conn.execute(self.db.insert_ignore(rate_limits).values(**first))
             query = sa.select(c.tokens, c.updated_at).where(c.name == self.name)
             if self.db.is_postgres:
@@ -220,7 +221,7 @@ class SharedBucket:
             row = conn.execute(query).one()
             # The clock is read under the row's lock and never moves the row back: a time read
             # before waiting for the lock would count an interval another process drew again.
-            t = max(db_now(), row.updated_at)
+            t = max(self.db.clock(conn), row.updated_at)
             tokens = min(self.capacity, row.tokens + (t - row.updated_at) * self.rate)
             got = float(math.floor(min(tokens, self.capacity)))
             conn.execute(

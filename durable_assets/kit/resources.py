@@ -12,7 +12,7 @@ provider (``DURABLE_CONCURRENCY``, ``DURABLE_RATE_LIMIT``, ``DURABLE_PROVIDER_DO
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dagster import ConfigurableResource, DagsterInstance, InitResourceContext
@@ -32,7 +32,7 @@ from durable_assets.kit.leases import (
 from durable_assets.kit.ledger import Ledger
 from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.pacing import Backoff
-from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore, event_log_sink
+from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore, ShardOf, event_log_sink
 from durable_assets.kit.settings import KitSettings
 from durable_assets.kit.step_leases import TaskContext, current_task
 from durable_assets.kit.tags import BATCH_TAG, EXECUTOR_TAG, PARTITION_TAG
@@ -220,9 +220,14 @@ class BatchRuntime(ConfigurableResource):
                 )
             self._task.stand_down_if_superseded()
 
-    def report(self, p: Progress, *, force: bool = False) -> None:
+    def report(self, p: Progress, *, force: bool = False, shard: ShardOf | None = None) -> None:
         if self._reporter is not None:
-            self._reporter.report(p, force=force)
+            self._reporter.report(p, force=force, shard=shard)
+
+    def expect_shards(self, step: str, rows: Sequence[int]) -> None:
+        """A sharded step starts: each shard's rows stand for its count until it counts its work."""
+        if self._db is not None and self._batch_id:
+            ProgressStore(self._db).expect_shards(self._batch_id, self._run_id, step, rows)
 
 
 def default_resources(settings: KitSettings) -> dict[str, Any]:

@@ -38,6 +38,8 @@ from dagster import (
 from durable_assets.errors import DurableError
 from durable_assets.kit.frames import frame_digest
 from durable_assets.kit.modes import MAX_SHARDS
+from durable_assets.kit.progress import ShardOf
+from durable_assets.kit.resources import BatchRuntime
 from durable_assets.kit.tags import ROWS_KEY, SHARD_OF_KEY
 
 _SHARD_NAME = re.compile(r"^(?P<step>.+)__shard_(?P<k>\d+)_of_(?P<n>\d+)$")
@@ -51,6 +53,12 @@ def step_of_shard(step_key: str) -> str:
     """The user-facing step a Dagster step key belongs to (itself unless it is a shard)."""
     match = _SHARD_NAME.match(step_key)
     return match.group("step") if match else step_key
+
+
+def shard_position(step_key: str) -> ShardOf | None:
+    """Which shard of which step a Dagster step key is, or None for a step that is not a shard."""
+    match = _SHARD_NAME.match(step_key)
+    return ShardOf(match.group("step"), int(match.group("k")), int(match.group("n"))) if match else None
 
 
 def shard_of(value: object, n: int) -> int:
@@ -121,9 +129,17 @@ def _shard(
                 raise Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
         column = shard_column or str(frame.columns[0])
         values[first] = frame[in_shard(frame[column], k, n)].reset_index(drop=True)
+        for runtime in (r for r in bound.values() if isinstance(r, BatchRuntime)):
+            runtime.expect_shards(step, rows_per_shard(frame[column], n))
         return fn(context, **values, **bound)
 
     return _run_shard
+
+
+def rows_per_shard(column: pd.Series, n: int) -> list[int]:
+    """How many rows each of the ``n`` shards takes: the count of each shard until it counts its own."""
+    counts = column.map(lambda v: shard_of(v, n)).value_counts()
+    return [int(counts.get(k, 0)) for k in range(n)]
 
 
 def _merge(original: AssetsDefinition, shards: Sequence[AssetsDefinition]) -> AssetsDefinition:

@@ -4,7 +4,8 @@ A Celery task can vanish without a result (its worker SIGKILLed, frozen, cut off
 a ``durable_step_leases`` row for its (run, step) every TTL/3; the orchestrator re-sends a step
 whose row lapsed, as a new *attempt*. A newer execution of a step supersedes an older one: the
 older stops before its next provider request. No Celery here, so the step's resources can check
-the lease without loading it.
+the lease without loading it. Expiry is written and judged on the database's clock (as for run
+leases, kit/leases.py): a worker whose clock is off neither looks dead early nor lives on too long.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from durable_assets.kit.db import DurableDatabase, now, step_leases
+from durable_assets.kit.db import DurableDatabase, step_leases
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,13 @@ class StepLease:
     owner: str
     expires_at: float
     finished: bool
+    #: The database's clock when the row was read: the time ``expires_at`` is judged at.
+    read_at: float
+
+    @property
+    def lapsed(self) -> bool:
+        """Not renewed in time: the execution that holds it is presumed lost."""
+        return self.expires_at <= self.read_at
 
 
 class StepLeaseStore:
@@ -44,12 +52,12 @@ class StepLeaseStore:
         again is the broker's redelivery of a task whose worker it judged lost, and takes over.
         """
         c = step_leases.c
-        t = now()
         with self.db.transaction() as conn:
             query = sa.select(step_leases).where(c.run_id == run_id, c.step_key == step_key)
             if self.db.is_postgres:
                 query = query.with_for_update()
             row = conn.execute(query).first()
+            t = self.db.clock(conn)
             values = {
                 "run_id": run_id,
                 "step_key": step_key,
@@ -72,8 +80,8 @@ class StepLeaseStore:
 
     def renew(self, run_id: str, step_key: str, owner: str) -> bool:
         c = step_leases.c
-        t = now()
         with self.db.transaction() as conn:
+            t = self.db.clock(conn)
             updated = conn.execute(
                 step_leases.update()
                 .where(c.run_id == run_id, c.step_key == step_key, c.owner == owner, c.finished.is_(False))
@@ -87,7 +95,7 @@ class StepLeaseStore:
             conn.execute(
                 step_leases.update()
                 .where(c.run_id == run_id, c.step_key == step_key, c.owner == owner)
-                .values(finished=True, expires_at=now())
+                .values(finished=True, expires_at=self.db.clock(conn))
             )
 
     def owns(self, run_id: str, step_key: str, owner: str) -> bool:
@@ -101,9 +109,13 @@ class StepLeaseStore:
     def of_run(self, run_id: str) -> dict[str, StepLease]:
         c = step_leases.c
         with self.db.read() as conn:
-            rows = conn.execute(sa.select(step_leases).where(c.run_id == run_id)).all()
+            rows = conn.execute(
+                sa.select(step_leases, self.db.clock_column()).where(c.run_id == run_id)
+            ).all()
         return {
-            r.step_key: StepLease(r.run_id, r.step_key, r.attempt, r.owner, r.expires_at, bool(r.finished))
+            r.step_key: StepLease(
+                r.run_id, r.step_key, r.attempt, r.owner, r.expires_at, bool(r.finished), r.db_now
+            )
             for r in rows
         }
 

@@ -12,6 +12,7 @@ import functools
 import inspect
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from inspect import Parameter, Signature
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -44,9 +45,9 @@ from durable_assets.kit.frames import frame_digest
 from durable_assets.kit.ledger import Intent, LedgerEntry
 from durable_assets.kit.pacing import Backoff as PacingBackoff
 from durable_assets.kit.pacing import PacedProvider, RateLimiter
-from durable_assets.kit.progress import Progress
+from durable_assets.kit.progress import Progress, ShardOf
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
-from durable_assets.kit.sharding import step_of_shard
+from durable_assets.kit.sharding import shard_position, step_of_shard
 from durable_assets.kit.tags import CANCELED_KEY, EFFECT_SCOPE_KEY, LABEL_KEY, ROWS_KEY, STEPS_KEY
 
 #: Whole-step retries for transient faults that escape a step (the ledger makes a retried step
@@ -82,7 +83,7 @@ def durable_step(fn: Callable[P, R]) -> Callable[P, R]:
             kwargs.pop(name, None)
         if isinstance(context, AssetExecutionContext) and isinstance(runtime, BatchRuntime):
             # First the step's own report (no count yet: of=0), so progress never names the step before.
-            runtime.report(step_progress(context, 0, 0), force=True)
+            runtime.report(step_progress(context, 0, 0), force=True, shard=_shard(context))
             if runtime.step_delay_s:
                 time.sleep(runtime.step_delay_s)  # demos and crash tests: a visibly slow batch
             _check_step_boundary(context, runtime)
@@ -93,6 +94,8 @@ def durable_step(fn: Callable[P, R]) -> Callable[P, R]:
             raise
         except DurableError as exc:
             raise step_failure(exc) from exc
+        if isinstance(context, AssetExecutionContext) and isinstance(runtime, BatchRuntime):
+            _report_shard_done(context, runtime)
         crash_point(CrashPoint.STEP_BODY_DONE)
         return output
 
@@ -162,6 +165,18 @@ def step_failure(exc: DurableError) -> Failure:
         metadata={CANCELED_KEY: True} if canceled else None,
         allow_retries=False,
     )
+
+
+def _shard(context: AssetExecutionContext) -> ShardOf | None:
+    """The shard of a sharded step this is (its reports are counts of one shard), else None."""
+    return shard_position(context.asset_key.path[-1])
+
+
+def _report_shard_done(context: AssetExecutionContext, runtime: BatchRuntime) -> None:
+    """A shard whose body returned did all its work: the step's sum says so, whatever it counted last."""
+    shard = _shard(context)
+    if shard is not None:
+        runtime.report(step_progress(context, 0, 0), force=True, shard=replace(shard, finished=True))
 
 
 def step_progress(context: AssetExecutionContext, done: int, of: int) -> Progress:
@@ -244,7 +259,9 @@ def effect_runner(
         backoff=backoff or ledger.backoff(),
         key_retention_s=ledger.key_retention_s,
         lookup_first=lookup_first,
-        on_progress=lambda done, of: runtime.report(step_progress(context, done, of), force=done == of),
+        on_progress=lambda done, of: runtime.report(
+            step_progress(context, done, of), force=done == of, shard=_shard(context)
+        ),
         **optional,
     )
 

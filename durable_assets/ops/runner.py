@@ -282,7 +282,7 @@ def _wait_for_worker(
                 told = True
             # Sleep until the lease would lapse (plus a margin), never past the deadline, and look
             # again at least every second: a live holder renews, a finishing one releases.
-            until_lapse = (lease.expires_at - now() + 0.05) if lease is not None else 0.25
+            until_lapse = (lease.seconds_left() + 0.05) if lease is not None else 0.25
             time.sleep(max(0.05, min(until_lapse, left, 1.0)))
 
 
@@ -290,11 +290,10 @@ def _refuse_if_worker_alive(instance: DagsterInstance, leases: LeaseStore, run: 
     if run.status not in LIVE:
         return
     lease = leases.get(run.tags.get(BATCH_TAG, ""))
-    t = now()
-    if lease is not None and lease.is_live(t):
+    if lease is not None and lease.is_live():
         raise LeaseHeldError(
             f"batch {run.tags.get(BATCH_TAG)!r} is still being run by {lease.owner} (run {lease.run_id}); "
-            f"its lease expires in {lease.expires_at - t:.1f} s if that worker is dead. Try again then, "
+            f"its lease expires in {lease.seconds_left():.1f} s if that worker is dead. Try again then, "
             "or `job cancel` it."
         )
     if lease is None or lease.run_id != run.run_id:
@@ -311,7 +310,7 @@ def _refuse_if_worker_alive(instance: DagsterInstance, leases: LeaseStore, run: 
             )
         # A CLI run that never started (its process died right after creating it) is dead once the
         # lease it would have adopted has lapsed; without any lease, wait for one as before.
-        if (started is None and lease is None) or (started is not None and t - started < leases.ttl_s):
+        if (started is None and lease is None) or (started is not None and now() - started < leases.ttl_s):
             raise LeaseHeldError(
                 f"run {run.run_id} of batch {run.tags.get(BATCH_TAG)!r} has not taken its lease yet; "
                 f"try again in {leases.ttl_s:.0f} s"

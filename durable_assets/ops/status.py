@@ -333,8 +333,7 @@ def worker_lost(instance: DagsterInstance, run: DagsterRun, lease: Lease | None,
     """
     if run.status not in _MAY_BE_LIVE:
         return False
-    t = now()
-    if lease is not None and lease.is_live(t):
+    if lease is not None and lease.is_live():  # judged on the database's clock, read with the lease
         return False
     if lease is not None and lease.run_id == run.run_id:
         return True
@@ -344,16 +343,16 @@ def worker_lost(instance: DagsterInstance, run: DagsterRun, lease: Lease | None,
         # Not started: queued for the daemon, or a CLI process that died right after creating it
         # (dead once the lease it took for the run has lapsed).
         return run.remote_job_origin is None and lease is not None
-    return t - started >= ttl_s
+    return now() - started >= ttl_s
 
 
 def _lost_reason(batch_id: str, status: BatchStatus, lease: Lease | None) -> str:
     """The sentence a batch whose worker died ends with: who, since when, and what continues it."""
     holder = f"{lease.owner} " if lease is not None else ""
-    if lease is not None and lease.expires_at > now() and holder_is_gone(lease.owner):
+    if lease is not None and lease.seconds_left() > 0 and holder_is_gone(lease.owner):
         how = f"process {owner_pid(lease.owner)} no longer exists on this host"
     else:
-        how = "its lease lapsed" + (f" {now() - lease.expires_at:.0f} s ago" if lease is not None else "")
+        how = "its lease lapsed" + (f" {-lease.seconds_left():.0f} s ago" if lease is not None else "")
     what = "canceled after its" if status == BatchStatus.CANCELED else "its"
     return f"{what} worker {holder}was lost ({how}); continue with `job resume --id {batch_id}`"
 

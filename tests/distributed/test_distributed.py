@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.crash.helpers import EXIT_OK, Expected, assert_refunded_exactly_once
+from tests.crash.helpers import EXIT_OK, Expected, InstanceReader, assert_refunded_exactly_once
 from tests.support.credits import CREDIT_STEPS, ProviderCredits, assert_credits_exact, expected_balances
 from tests.support.polling import wait_until
 
@@ -28,13 +28,23 @@ def status_of(cluster: Cluster, batch_id: str) -> dict[str, Any]:
     return dict(json.loads(p.stdout))
 
 
-def test_a_credit_migration_runs_sharded_on_two_workers(cluster: Cluster) -> None:
+def test_a_credit_migration_runs_sharded_on_two_workers(cluster: Cluster, reader: InstanceReader) -> None:
     cluster.worker()
     cluster.worker()
     batch, size = "dist-credits-1", 200
     run = cluster.run("credit_migration", batch, size, shards=4)
-    run.wait(240)
+    percents: list[float] = []
+
+    def ended() -> bool:
+        status = reader.status(batch)
+        if status is not None:
+            percents.append(status["percent_complete"])
+        return run.proc.poll() is not None
+
+    wait_until(ended, timeout=240, interval=0.1, what="the batch to end", detail=run.tail)
     assert run.proc.returncode == EXIT_OK, run.tail()
+    assert percents == sorted(percents), percents  # the shards' counts add up, never go back
+    _assert_sharded_progress_adds_up(reader, batch)
 
     status = status_of(cluster, batch)
     assert status["status"] == "succeeded", status
@@ -49,6 +59,32 @@ def test_a_credit_migration_runs_sharded_on_two_workers(cluster: Cluster) -> Non
     assert len(ran_on) == 2, [w.tail() for w in cluster.workers]
     # The summary adds up the shards: one line per figure, the whole batch's.
     assert re.search(rf"customers created\s+{len(expected)}\n", run.stdout), run.stdout
+
+
+def _assert_sharded_progress_adds_up(reader: InstanceReader, batch_id: str) -> None:
+    """The progress events of each sharded step (what the SSE stream and `job run`'s lines show):
+    ``done`` the shards' sum, never lower, and the step's fraction never lower, ending at its total."""
+    from dagster import DagsterEventType
+
+    from durable_assets.kit.progress import progress_from_event
+    from durable_assets.ops.status import batch_runs
+
+    sharded = {CREDIT_STEPS.index(name) + 1 for name in ("provider_customers", "applied_adjustments")}
+    by_step: dict[int, list[tuple[int, int]]] = {}
+    for run in batch_runs(reader.instance, batch_id):
+        records = reader.instance.get_records_for_run(
+            run.run_id, of_type=DagsterEventType.ENGINE_EVENT
+        ).records
+        for r in records:
+            p = progress_from_event(r.event_log_entry.dagster_event)
+            if p is not None and p.counted and p.step in sharded:
+                by_step.setdefault(p.step, []).append((p.done, p.of))
+    assert set(by_step) == sharded, by_step
+    for step, counts in by_step.items():
+        dones = [done for done, _of in counts]
+        fractions = [done / of for done, of in counts]
+        assert dones == sorted(dones) and fractions == sorted(fractions), (step, counts)
+        assert counts[-1][0] == counts[-1][1], (step, counts)
 
 
 def test_a_refund_batch_runs_sharded_and_waits_for_a_worker(cluster: Cluster) -> None:

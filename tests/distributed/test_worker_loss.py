@@ -65,13 +65,10 @@ def effects(cluster: Cluster) -> int:
 
 def running_shard_worker(cluster: Cluster, store: Any, run_id: str | None) -> JobProcess | None:
     """The live worker whose pool child holds a live, unfinished shard lease of the batch's run."""
-    from durable_assets.kit.db import now
-
     if run_id is None:
         return None
-    t = now()
     for lease in store.of_run(run_id).values():
-        if "__shard_" not in lease.step_key or lease.finished or lease.expires_at <= t:
+        if "__shard_" not in lease.step_key or lease.finished or lease.lapsed:
             continue
         child = owner_pid(lease.owner)
         try:
