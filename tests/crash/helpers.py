@@ -153,6 +153,21 @@ class InstanceReader(Closing):
         st = self.status(batch_id)
         return bool(st) and st["steps"][step - 1]["status"] == "completed"  # type: ignore[index]
 
+    def kill_after_step(self, worker: JobProcess, batch_id: str, step: int) -> dict[str, Any]:
+        """SIGKILL ``worker`` once step ``step`` of its batch has committed; returns the batch's
+        status at the kill, which shows steps 1..``step`` completed and the run not ended (a dead
+        worker's run looks alive until its lease lapses, then reads failed: worker lost)."""
+        worker.kill_when(
+            lambda: self.step_completed(batch_id, step),
+            timeout=120,
+            interval=0.1,
+            what=f"step {step} to complete",
+        )
+        at_kill = self.status(batch_id)
+        assert at_kill is not None and at_kill["status"] in ("running", "failed"), at_kill
+        assert [s["status"] for s in at_kill["steps"][:step]] == ["completed"] * step, at_kill
+        return at_kill
+
     def lease(self, batch_id: str) -> Any:
         return self._leases.get(batch_id)
 
