@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,31 +52,27 @@ def test_clean_batch_passes_every_check_with_the_money_in_metadata(dagster_home:
         assert evals["no_duplicate_refunds_at_provider"].metadata["refunds_checked"].value > 0
 
 
-def _an_overcharge_refund(dagster_home: Path, batch: str) -> pd.Series:
-    """One refund the batch issued for an overcharge, as its step stored it (charge, key, ...)."""
+def _paid_again_behind_our_back(
+    instance: DagsterInstance, dagster_home: Path, batch: str, metadata: Callable[[pd.Series], dict[str, str]]
+) -> Any:
+    """Run the batch; then someone else refunds one of its overcharges once more at the provider,
+    with ``metadata(row)``; then the steps from the refunds on run again (their checks included)."""
+    assert _run(instance, batch).success
     issued = pd.read_pickle(dagster_home / "storage" / "issued_refunds" / batch)
-    return issued.query("reason == 'overcharge'").iloc[0]
+    row = issued.query("reason == 'overcharge'").iloc[0]
+    with PaymentStore(str(dagster_home / "payments.db")) as store:
+        store.create_refund(charge=row["charge_id"], amount=1, metadata=metadata(row))
+    return _run(instance, batch, selection=AssetSelection.assets(issued_refunds).downstream())
 
 
 def test_a_second_refund_under_one_key_at_the_provider_fails_and_blocks_notices(dagster_home: Path) -> None:
     with DagsterInstance.get() as instance:
-        assert _run(instance, "dup").success
-        row = _an_overcharge_refund(dagster_home, "dup")
         # Someone else paid out under our key (e.g. a provider that forgot the key): money paid twice.
-        store = PaymentStore(str(dagster_home / "payments.db"))
-        store.create_refund(
-            charge=row["charge_id"], amount=1, metadata={"idempotency_key": row["idempotency_key"]}
-        )
-        store.close()
-
-        again = _run(
-            instance,
-            "dup",
-            selection=AssetSelection.assets(issued_refunds).downstream(),
+        again = _paid_again_behind_our_back(
+            instance, dagster_home, "dup", lambda row: {"idempotency_key": row["idempotency_key"]}
         )
         assert not again.success
-        evals = _evaluations(again)
-        dup = evals["no_duplicate_refunds_at_provider"]
+        dup = _evaluations(again)["no_duplicate_refunds_at_provider"]
         assert not dup.passed and dup.severity == AssetCheckSeverity.ERROR
         assert dup.metadata["provider_problems"].value == 1
         materialized = {m.asset_key.path[-1] for m in again.get_asset_materialization_events()}
@@ -85,16 +82,12 @@ def test_a_second_refund_under_one_key_at_the_provider_fails_and_blocks_notices(
 def test_a_second_refund_of_one_charge_for_one_reason_fails_the_check(dagster_home: Path) -> None:
     """Issue #14.3: another key (another invoice, an earlier system) refunding the charge again."""
     with DagsterInstance.get() as instance:
-        assert _run(instance, "twice").success
-        row = _an_overcharge_refund(dagster_home, "twice")
-        store = PaymentStore(str(dagster_home / "payments.db"))
-        store.create_refund(
-            charge=row["charge_id"],
-            amount=1,
-            metadata={"idempotency_key": "refund-from-elsewhere", "durable_reason": "overcharge"},
+        again = _paid_again_behind_our_back(
+            instance,
+            dagster_home,
+            "twice",
+            lambda _row: {"idempotency_key": "refund-from-elsewhere", "durable_reason": "overcharge"},
         )
-        store.close()
-        again = _run(instance, "twice", selection=AssetSelection.assets(issued_refunds).downstream())
         assert not again.success
         dup = _evaluations(again)["no_duplicate_refunds_at_provider"]
         assert not dup.passed and dup.metadata["provider_problems"].value == 1
