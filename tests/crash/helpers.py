@@ -500,3 +500,13 @@ def assert_batch_complete(status: Mapping[str, Any], home: Path, batch_id: str) 
         assert stored.is_file() and stored.stat().st_size > 0, f"missing output {stored}"
     for s in status["steps"]:
         assert s["output_ref"] and Path(s["output_ref"]).is_file(), s
+
+
+def assert_ended_exactly_once(
+    status: Mapping[str, Any], home: Path, refunds: list[dict[str, Any]], expected: Expected
+) -> None:
+    """What every refund crash test ends on: the batch succeeded with every step complete, each
+    expected refund is at the provider exactly once, and each customer got exactly one notice."""
+    assert_batch_complete(status, home, expected.batch_id)
+    assert_refunded_exactly_once(refunds, expected)
+    assert notices_for(home, expected) == expected.n

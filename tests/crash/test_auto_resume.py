@@ -27,11 +27,9 @@ from tests.support.dagster_dev import CodeServer, DagsterDev
 from .helpers import (
     Expected,
     Simulator,
-    assert_batch_complete,
-    assert_refunded_exactly_once,
+    assert_ended_exactly_once,
     instance_reader,
     job_env,
-    notices_for,
 )
 from .lost_host import LostHost
 
@@ -76,12 +74,9 @@ def test_lost_host_is_resumed_without_a_human(home: Path, tmp_path: Path, repeat
         assert resumed.tags[AUTO_RESUME_OF_TAG] == first_run and resumed.tags[BATCH_TAG] == batch
         assert WORKER_LOST_TAG not in resumed.tags
         assert failed.tags[AUTO_RESUMED_BY_TAG] == resumed.run_id
-        assert status is not None
-        assert_batch_complete(status, home, batch)
         assert [s["executions"] for s in status["steps"]] == [1, 1, 1, 2, 1, 1, 1], status["steps"]
         assert sim.quiet()["refunds_created"] == expected.n
-        assert_refunded_exactly_once(sim.refunds(), expected)
-        assert notices_for(home, expected) == expected.n
+        assert_ended_exactly_once(status, home, sim.refunds(), expected)
         # What an operator sees: `job status`, JSON and human.
         as_json = json.loads(job_cli("status", "--id", batch, "--json", env=env).stdout)
         assert as_json["auto_resume"] == {"attempts": 1, "max_attempts": 3, "run_ids": [resumed.run_id]}

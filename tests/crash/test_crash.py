@@ -34,6 +34,7 @@ from .helpers import (
     JobProcess,
     Simulator,
     assert_batch_complete,
+    assert_ended_exactly_once,
     assert_refunded_exactly_once,
     freeze_outside_transactions,
     instance_reader,
@@ -80,13 +81,11 @@ def test_resume_after_kill(home: Path, tmp_path: Path) -> None:
     assert resumed.proc.returncode == EXIT_OK, resumed.tail()
 
     status = _status_cli(batch, job_env(home), tmp_path)
-    assert_batch_complete(status, home, batch)
     assert [s["executions"] for s in status["steps"][:2]] == [1, 1], status["steps"]
     assert len(status["run_ids"]) == 2
     provider = EmbeddedProvider(home)
-    assert_refunded_exactly_once(provider.refunds(), expected)
     assert provider.stats()["refunds_created"] == expected.n
-    assert notices_for(home, expected) == expected.n
+    assert_ended_exactly_once(status, home, provider.refunds(), expected)
 
 
 # --- 2 ------------------------------------------------------------------------------------------
@@ -144,10 +143,8 @@ def test_random_kill_points(home: Path, tmp_path: Path, simulator: Callable[...,
     def check(reader: Any, expected: Expected) -> None:
         status = reader.status(expected.batch_id)
         assert status is not None
-        assert_batch_complete(status, home, expected.batch_id)
-        assert_refunded_exactly_once(sim.refunds(), expected)
         assert sim.stats()["refunds_created"] == total_refunds
-        assert notices_for(home, expected) == expected.n
+        assert_ended_exactly_once(status, home, sim.refunds(), expected)
 
     with instance_reader(home) as reader:
         started = time.monotonic()
@@ -215,11 +212,8 @@ def test_cancel_mid_refund(home: Path, tmp_path: Path, simulator: Callable[..., 
         sim.configure(latency_ms=0)
         attempts = resume_until_accepted(batch, env, tmp_path, reader)
     assert attempts[-1].proc.returncode == EXIT_OK, attempts[-1].tail()
-    status = _status_cli(batch, env, tmp_path)
-    assert_batch_complete(status, home, batch)
     assert sim.stats()["refunds_created"] == expected.n
-    assert_refunded_exactly_once(sim.refunds(), expected)
-    assert notices_for(home, expected) == expected.n
+    assert_ended_exactly_once(_status_cli(batch, env, tmp_path), home, sim.refunds(), expected)
 
 
 # --- 5 ------------------------------------------------------------------------------------------
@@ -254,13 +248,11 @@ def test_two_resumes_at_once(home: Path, tmp_path: Path) -> None:
     assert "error:" in loser and "lease" in loser and "Traceback" not in loser, loser
 
     status = _status_cli(batch, env, tmp_path)
-    assert_batch_complete(status, home, batch)
     assert len(status["run_ids"]) == 2, "the losing resume must not have created a run"
     assert [s["executions"] for s in status["steps"][:2]] == [1, 1]
     provider = EmbeddedProvider(home)
-    assert_refunded_exactly_once(provider.refunds(), expected)
     assert provider.stats()["refunds_created"] == expected.n
-    assert notices_for(home, expected) == expected.n
+    assert_ended_exactly_once(status, home, provider.refunds(), expected)
 
 
 # --- 6 ------------------------------------------------------------------------------------------
@@ -284,9 +276,7 @@ def test_lost_responses_and_5xx(home: Path, tmp_path: Path, simulator: Callable[
     assert stats["refunds_created"] == expected.n
     assert stats["idempotent_replays"] > 0, "no lost response was retried: the faults did not bite"
     assert stats["refund_requests"] > stats["refunds_created"]
-    assert_refunded_exactly_once(sim.refunds(), expected)
-    assert_batch_complete(_status_cli(batch, env, tmp_path), home, batch)
-    assert notices_for(home, expected) == expected.n
+    assert_ended_exactly_once(_status_cli(batch, env, tmp_path), home, sim.refunds(), expected)
 
 
 # --- found by the random kills --------------------------------------------------------------------
@@ -375,8 +365,6 @@ def test_orphan_worker_is_fenced_out(home: Path, tmp_path: Path, simulator: Call
     print(f"\norphan requests after thaw: {len(late)} (bound {concurrency})")
 
     assert sim.stats()["refunds_created"] == expected.n
-    assert_refunded_exactly_once(sim.refunds(), expected)
     status = _status_cli(batch, resume_env, tmp_path)
-    assert_batch_complete(status, home, batch)
     assert [s["executions"] for s in status["steps"]][:4] == [1, 1, 1, 2], status["steps"]
-    assert notices_for(home, expected) == expected.n
+    assert_ended_exactly_once(status, home, sim.refunds(), expected)
