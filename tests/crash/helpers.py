@@ -168,6 +168,12 @@ class InstanceReader(Closing):
         assert [s["status"] for s in at_kill["steps"][:step]] == ["completed"] * step, at_kill
         return at_kill
 
+    def assert_interrupted_in(self, batch_id: str, step: int) -> None:
+        """The kill landed inside step ``step`` (1-based): it shows as running or failed (worker
+        lost), never completed."""
+        st = self.status(batch_id)
+        assert st is not None and st["steps"][step - 1]["status"] in INTERRUPTED, st
+
     def lease(self, batch_id: str) -> Any:
         return self._leases.get(batch_id)
 

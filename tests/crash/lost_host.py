@@ -53,6 +53,7 @@ def run_of(instance: DagsterInstance, run_id: str) -> DagsterRun:
 class Recovery:
     """How the batch came back, with the seconds since the kill at each stage."""
 
+    #: Seconds from the kill until Dagster dropped its retry, the sensor resumed, the batch succeeded.
     dropped_s: float
     resumed_s: float
     succeeded_s: float

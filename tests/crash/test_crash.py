@@ -28,7 +28,6 @@ from .helpers import (
     EXIT_CONFLICT,
     EXIT_FAILED,
     EXIT_OK,
-    INTERRUPTED,
     EmbeddedProvider,
     Expected,
     JobProcess,
@@ -101,8 +100,7 @@ def test_kill_inside_refund_step(home: Path, tmp_path: Path, simulator: Callable
     with instance_reader(home) as reader:
         worker = JobProcess(["run", "--id", batch, "--size", str(size)], env, tmp_path)
         before = sim.kill_inside(worker, "refunds_created", of=n)
-        at_kill = reader.status(batch)
-        assert at_kill is not None and at_kill["steps"][3]["status"] in INTERRUPTED, at_kill
+        reader.assert_interrupted_in(batch, 4)
 
         attempts = resume_until_accepted(batch, env, tmp_path, reader)
     assert attempts[-1].proc.returncode == EXIT_OK, attempts[-1].tail()

@@ -40,7 +40,6 @@ from tests.support.polling import wait_until
 
 from .helpers import (
     EXIT_OK,
-    INTERRUPTED,
     EmbeddedProvider,
     JobProcess,
     Simulator,
@@ -143,8 +142,7 @@ def test_kill_inside_apply_step(home: Path, tmp_path: Path, simulator: Callable[
         worker = JobProcess(_run_args(batch, size), env, tmp_path)
         before = sim.kill_inside(worker, "balance_transactions_created", of=n)
         assert before["customers_created"] == len(expected), before
-        at_kill = reader.status(batch)
-        assert at_kill is not None and at_kill["steps"][4]["status"] in INTERRUPTED, at_kill
+        reader.assert_interrupted_in(batch, 5)
 
         sim.configure(latency_ms=0)  # the kill has landed; the resume need not be slow
         attempts = resume_until_accepted(batch, env, tmp_path, reader)
@@ -319,8 +317,7 @@ def test_next_night_converges_after_crash(
         at_kill = sim.quiet()
         killed_at = at_kill["balance_transactions_created"] - at_a["balance_transactions_created"]
         assert k <= killed_at < moved, (killed_at, moved)
-        st = reader.status(b)
-        assert st is not None and st["steps"][4]["status"] in INTERRUPTED, st
+        reader.assert_interrupted_in(b, 5)
 
         sim.configure(latency_ms=0)
         attempts = resume_until_accepted(b, env, tmp_path, reader)
@@ -365,8 +362,7 @@ def test_kill_inside_customers_step(home: Path, tmp_path: Path, simulator: Calla
         worker = JobProcess(_run_args(batch, size), env, tmp_path)
         before = sim.kill_inside(worker, "customers_created", of=n)
         assert before["balance_transactions_created"] == 0, before
-        at_kill = reader.status(batch)
-        assert at_kill is not None and at_kill["steps"][2]["status"] in INTERRUPTED, at_kill
+        reader.assert_interrupted_in(batch, 3)
 
         sim.configure(latency_ms=0)
         attempts = resume_until_accepted(batch, env, tmp_path, reader)
