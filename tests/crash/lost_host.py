@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRun, RunsFilter
 
@@ -49,8 +49,7 @@ def run_of(instance: DagsterInstance, run_id: str) -> DagsterRun:
     return found
 
 
-@dataclass(frozen=True)
-class Recovery:
+class Recovery(NamedTuple):
     """How the batch came back, with the seconds since the kill at each stage."""
 
     #: Seconds from the kill until Dagster dropped its retry, the sensor resumed, the batch succeeded.
