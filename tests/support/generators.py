@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from durable_assets.errors import UsageError
+from durable_assets.kit.tables import REASONS, Validated
 
 
 def assert_file_roundtrip(batch: pd.DataFrame, read: Callable[[Path], pd.DataFrame], folder: Path) -> None:
@@ -29,3 +30,12 @@ def assert_sizes_checked(generate: Callable[[str, int], pd.DataFrame], columns: 
     assert empty.empty
     with pytest.raises(UsageError, match="size must be >= 0"):
         generate("b", -1)
+
+
+def assert_malformed_rows_quarantined(result: Validated, total: int, malformed: int, kinds: set[str]) -> None:
+    """Validation of a synthetic batch of ``total`` rows quarantines exactly its ``malformed`` ones,
+    each for one defect, and every kind of defect the generator makes (``kinds``) shows up."""
+    assert len(result.quarantined) == malformed
+    assert len(result.valid) == total - malformed
+    assert not result.quarantined[REASONS].str.contains(";").any()
+    assert set(result.reason_counts()) == kinds
