@@ -60,6 +60,15 @@ StripeReason = Literal["duplicate", "requested_by_customer"]
 _T = TypeVar("_T")
 
 
+#: Makes one page's request: ``send(request)`` returns ``request()``'s answer, e.g. paced and retried.
+PageSender = Callable[[Callable[[], object]], object]
+
+
+def send_at_once(request: Callable[[], object]) -> object:
+    """The default :data:`PageSender`: the request, unpaced (callers that pace wrap it)."""
+    return request()
+
+
 # --- values --------------------------------------------------------------------------------------
 
 
@@ -176,7 +185,11 @@ class CustomerGateway(Protocol):
         """Deletes at the provider; answers the deleted customer. Deleting it again is a 404."""
         ...
 
-    def list_customers(self, *, email: str | None = None) -> list[Customer]: ...
+    def list_customers(self, *, email: str | None = None, send: PageSender = send_at_once) -> list[Customer]:
+        """Every live customer, newest first, with its ``balance`` and ``currency``: one request per
+        page of up to 100. ``send`` makes each page's request (a paced, retried call), so a 429 on
+        one page repeats that page, not the listing."""
+        ...
 
     def find_customer(
         self, *, metadata_key: str, value: str, email: str | None = None
@@ -626,9 +639,11 @@ class _GatewayBase(ABC):
         _expect(body, "a customer deleted flag of", customer.deleted, True)
         return customer
 
-    def list_customers(self, *, email: str | None = None) -> list[Customer]:
+    def list_customers(self, *, email: str | None = None, send: PageSender = send_at_once) -> list[Customer]:
         return _every_page(
-            lambda after: self._list_customers(limit=self._page_size, starting_after=after, email=email),
+            lambda after: send(
+                lambda: self._list_customers(limit=self._page_size, starting_after=after, email=email)
+            ),
             parse_customer,
         )
 
