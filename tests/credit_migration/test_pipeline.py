@@ -271,6 +271,8 @@ def test_a_second_batch_over_the_same_accounts_moves_only_changed_balances(
     applied = out.meta("applied_adjustments")
     assert applied["adjustments_applied"] == applied["requests_sent"] == len(changed)
     assert applied["unchanged"] == len(second) - len(changed)
+    # Balances come from the customers list; only the ones to move have their transactions read.
+    assert out.meta("planned_adjustments")["balances_read_one_by_one"] == len(changed)
     customers = out.meta("provider_customers")
     assert customers["requests_sent"] == len(new)  # only accounts never migrated before
     assert customers["reused_from_ledger"] == len(second) - len(new)
@@ -305,6 +307,7 @@ def test_identical_input_under_a_new_id_moves_nothing_and_creates_no_customer(
     applied = again.meta("applied_adjustments")
     assert applied["adjustments_applied"] == applied["requests_sent"] == 0
     assert applied["unchanged"] == n_valid
+    assert again.meta("planned_adjustments")["balances_read_one_by_one"] == 0  # all from the list
     assert again.meta("migration_report")["balances_matched"] == n_valid
     assert_credits_exact(_provider(dagster_home), expected_balances([("c1", SIZE)]))
 
