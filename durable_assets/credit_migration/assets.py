@@ -21,7 +21,7 @@ from durable_assets import kit
 from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.errors import CreditCeilingExceededError
 from durable_assets.credit_migration.keys import adjustment_key, adjustment_subject, customer_key
-from durable_assets.credit_migration.listing import by_id, every_customer
+from durable_assets.credit_migration.listing import every_customer, some_customers
 from durable_assets.credit_migration.plan import (
     BALANCE_DTYPES,
     LISTED_DTYPES,
@@ -319,12 +319,12 @@ def planned_adjustments(
 ) -> MaterializeResult:
     """Step 4 — each account's target balance against the balance the provider holds now.
 
-    Read-only. The customers list (one request per 100 customers) shows every balance: a customer
-    already at its target needs nothing more. Every other one's newest balance transaction is read
-    (one request each): its ``ending_balance`` is the balance and its id the balance's version, which
-    keys the adjustment. An account at its target needs nothing; one whose customer's balance is in
-    another currency is held for review; the rest get one adjustment of exactly the difference
-    (rules: ``durable_assets/credit_migration/plan.py``).
+    Read-only. The customers list (one request per 100 customers, at most half as many pages as
+    accounts) shows their balances: a customer listed at its target needs nothing more. Every other
+    one's newest balance transaction is read (one request each): its ``ending_balance`` is the
+    balance and its id the balance's version, which keys the adjustment. An account at its target
+    needs nothing; one whose customer's balance is in another currency is held for review; the rest
+    get one adjustment of exactly the difference (rules: ``durable_assets/credit_migration/plan.py``).
     """
     customers = payments.customers
     ready = provider_customers[provider_customers["status"] == CustomerOutcome.READY]
@@ -332,7 +332,7 @@ def planned_adjustments(
     listed = pd.DataFrame(
         [
             {"customer_id": c.id, "balance": c.balance, "balance_currency": c.currency or ""}
-            for c in (every_customer(payments) if len(ready) else [])
+            for c in some_customers(payments, len(ready)).values()
         ],
         columns=list(LISTED_DTYPES),
     )
@@ -539,16 +539,17 @@ def verified_balances(
 ) -> MaterializeResult:
     """Step 6 — every migrated account's balance read back from the provider and compared with its target.
 
-    Read-only, from the customers list (one request per 100 customers, read after step 5's last
-    adjustment); a customer the list does not hold (deleted since) is retrieved by id, one request
-    each. A balance that is not exactly the target is ``mismatch``; the blocking check
-    ``balances_match_targets`` then stops the batch before its report.
+    Read-only, from the customers list (one request per 100 customers, at most half as many pages
+    as accounts, read after step 5's last adjustment); a customer the list does not hold (deleted
+    since, or older than the pages read) is retrieved by id, one request each. A balance that is
+    not exactly the target is ``mismatch``; the blocking check ``balances_match_targets`` then
+    stops the batch before its report.
     """
     customers = payments.customers
     migrated = applied_adjustments[applied_adjustments["status"] != AdjustmentOutcome.HELD_FOR_REVIEW]
     ids = [str(c) for c in migrated["customer_id"]]
     runtime.check_may_continue()
-    listed = by_id(every_customer(payments)) if ids else {}
+    listed = some_customers(payments, len(ids))
     unlisted = [cid for cid in ids if cid not in listed]
 
     def balance(customer_id: str) -> Mapping[str, Any]:

@@ -558,6 +558,29 @@ def test_a_balance_changed_between_apply_and_verify_is_held_alone(
     assert (report.drop(index=acct)["status"] != "held_for_review").all()
 
 
+def test_a_customer_deleted_between_apply_and_verify_is_read_by_id_and_held_alone(
+    instance: DagsterInstance, dagster_home: Path
+) -> None:
+    """Verification reads balances from the customers list; a customer missing from it is still
+    asked for by id (deleted: no balance), and its account alone is held."""
+    applied = _materialize(instance, "c1", steps=STEPS[:5])
+    assert applied.success, applied.failures
+    provider = _provider(dagster_home)
+    acct, [customer] = next((a, cs) for a, cs in sorted(provider.customers.items()) if cs[0]["balance"])
+    with PaymentStore(str(dagster_home / "payments.db")) as store:
+        store.delete_customer(customer["id"])
+
+    out = _materialize(instance, "c1", steps=_from("verified_balances"))
+    assert out.success, out.failures
+    assert out.check_meta("balances_match_targets")["mismatched"] == 1
+    verified = pd.read_pickle(dagster_home / "storage" / "verified_balances" / "c1").set_index(
+        s.LEGACY_ACCOUNT_ID
+    )
+    assert verified.loc[acct, "verification"] == "mismatch"
+    assert verified.loc[acct, "provider_balance_cents"] == 0  # what the provider answers for it by id
+    assert (verified.drop(index=acct)["verification"] == "matched").all()
+
+
 def test_a_duplicate_customer_created_behind_our_back_is_held_in_the_next_batch(
     instance: DagsterInstance, dagster_home: Path
 ) -> None:

@@ -154,6 +154,8 @@ def test_the_customers_list_carries_balances_and_sends_each_page_through_the_cal
         customers[3].id: (700, "eur"),
     }
     assert len(sent) == 3  # page size 2: five customers in three requests
+    newest = gateway.list_customers(send=send, max_pages=2)  # a reader that asks for the rest by id
+    assert [c.id for c in newest] == [c.id for c in reversed(customers)][:4] and len(sent) == 5
 
 
 def test_lists_read_every_page(gateway: EmbeddedGateway | StripeGateway) -> None:
