@@ -21,7 +21,13 @@ from durable_assets import kit
 from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.errors import CreditCeilingExceededError
 from durable_assets.credit_migration.keys import adjustment_key, adjustment_subject, customer_key
-from durable_assets.credit_migration.plan import BALANCE_DTYPES, plan_adjustments
+from durable_assets.credit_migration.listing import every_customer, some_customers
+from durable_assets.credit_migration.plan import (
+    BALANCE_DTYPES,
+    LISTED_DTYPES,
+    balances_at_target,
+    plan_adjustments,
+)
 from durable_assets.credit_migration.resources import CreditLimits
 from durable_assets.credit_migration.schema import (
     AdjustmentOutcome,
@@ -31,7 +37,7 @@ from durable_assets.credit_migration.schema import (
 )
 from durable_assets.credit_migration.synthetic import synthetic_accounts
 from durable_assets.credit_migration.validation import read_legacy_file, validate_accounts
-from durable_assets.payments.gateway import BalanceTransaction, Customer, CustomerGateway
+from durable_assets.payments.gateway import BalanceTransaction, Customer
 from durable_assets.payments.money import format_cents
 from durable_assets.payments.resources import PaymentGateway
 
@@ -50,17 +56,22 @@ def _read(
     payments: PaymentGateway,
     call: Callable[[str], Mapping[str, Any]],
     ids: list[str],
+    *,
+    settled: int = 0,
 ) -> list[Mapping[str, Any]]:
-    """One paced, retried read per ID, at the provider's concurrency, with the step's progress."""
-    total = len(ids)
-    runtime.report(kit.step_progress(context, 0, total), force=True)
+    """One paced, retried read per ID, at the provider's concurrency, with the step's progress
+    (``settled``: accounts the customers list already answered, counted as done)."""
+    total = settled + len(ids)
+    runtime.report(kit.step_progress(context, settled, total), force=True)
     answers = kit.paced_map(
         call,
         ids,
         payments.limiter(),
         payments.backoff(),
         concurrency=payments.concurrency,
-        on_done=lambda n: runtime.report(kit.step_progress(context, n, total), force=n == total),
+        on_done=lambda n: runtime.report(
+            kit.step_progress(context, settled + n, total), force=settled + n == total
+        ),
     )
     return answers
 
@@ -99,14 +110,16 @@ class _CustomersByLegacyId:
     """Every live provider customer that names a legacy account, listed once per step when first needed.
 
     Listing is exact (Stripe's search is eventually consistent: a customer made a second ago may not
-    be found) and cheap: one request per 100 customers of the provider account, read before this
+    be found) and cheap: one paced request per 100 customers of the provider account, read before this
     step creates any, so what it holds was made by someone else or by an earlier run. A lookup per
     account narrowed by email would cost a request per account and miss a customer whose email has
     changed since.
     """
 
-    def __init__(self, customers: CustomerGateway, runtime_check: Callable[[], None]) -> None:
-        self._customers = customers
+    def __init__(
+        self, list_customers: Callable[[], list[Customer]], runtime_check: Callable[[], None]
+    ) -> None:
+        self._list = list_customers
         self._check = runtime_check
         self._lock = threading.Lock()
         self._index: dict[str, list[Customer]] | None = None
@@ -116,7 +129,7 @@ class _CustomersByLegacyId:
             if self._index is None:
                 self._check()
                 index: dict[str, list[Customer]] = {}
-                for customer in self._customers.list_customers():
+                for customer in self._list():
                     legacy = customer.metadata.get(s.LEGACY_ID_METADATA)
                     if legacy and not customer.deleted:
                         index.setdefault(legacy, []).append(customer)
@@ -190,7 +203,7 @@ def provider_customers(
             strict=True,
         )
     }
-    index = _CustomersByLegacyId(customers, runtime.check_may_continue)
+    index = _CustomersByLegacyId(lambda: every_customer(payments), runtime.check_may_continue)
 
     def create(intent: kit.Intent) -> Mapping[str, Any]:
         acct, email, name = rows[intent.key]
@@ -306,22 +319,35 @@ def planned_adjustments(
 ) -> MaterializeResult:
     """Step 4 — each account's target balance against the balance the provider holds now.
 
-    Read-only: one request per customer reads its newest balance transaction, whose ``ending_balance``
-    is the balance and whose id is the balance's version. An account at its target needs nothing;
-    one whose customer's balance is in another currency is held for review; the rest get one
-    adjustment of exactly the difference (rules: ``durable_assets/credit_migration/plan.py``).
+    Read-only. The customers list (one request per 100 customers, at most half as many pages as
+    accounts) shows their balances: a customer listed at its target needs nothing more. Every other
+    one's newest balance transaction is read (one request each): its ``ending_balance`` is the
+    balance and its id the balance's version, which keys the adjustment. An account at its target
+    needs nothing; one whose customer's balance is in another currency is held for review; the rest
+    get one adjustment of exactly the difference (rules: ``durable_assets/credit_migration/plan.py``).
     """
     customers = payments.customers
     ready = provider_customers[provider_customers["status"] == CustomerOutcome.READY]
-    ids = [str(c) for c in ready["customer_id"]]
+    runtime.check_may_continue()
+    listed = pd.DataFrame(
+        [
+            {"customer_id": c.id, "balance": c.balance, "balance_currency": c.currency or ""}
+            for c in some_customers(payments, len(ready)).values()
+        ],
+        columns=list(LISTED_DTYPES),
+    )
+    settled = balances_at_target(validated_accounts, provider_customers, listed)
+    known = set(settled["customer_id"])
+    ids = [str(c) for c in ready["customer_id"] if str(c) not in known]
     answers = _read(
         context,
         runtime,
         payments,
         lambda cid: _balance_answer(cid, customers.latest_balance_transaction(cid)),
         ids,
+        settled=len(ready) - len(ids),
     )
-    balances = pd.DataFrame(answers, columns=list(BALANCE_DTYPES))
+    balances = pd.concat([settled, pd.DataFrame(answers, columns=list(BALANCE_DTYPES))], ignore_index=True)
     plan = plan_adjustments(validated_accounts, provider_customers, balances)
     adjust = plan[plan["action"] == PlannedAction.ADJUST]
     return kit.frame_result(
@@ -330,6 +356,7 @@ def planned_adjustments(
             "adjustments": len(adjust),
             "unchanged": int((plan["action"] == PlannedAction.UNCHANGED).sum()),
             kit.HELD_FOR_REVIEW_KEY: int((plan["action"] == PlannedAction.HELD_FOR_REVIEW).sum()),
+            "balances_read_one_by_one": len(ids),
             "adjustment_by_currency_cents": MetadataValue.json(_by_currency(adjust, "adjustment_cents")),
         },
     )
@@ -512,17 +539,30 @@ def verified_balances(
 ) -> MaterializeResult:
     """Step 6 — every migrated account's balance read back from the provider and compared with its target.
 
-    Read-only, one request per customer. A balance that is not exactly the target is ``mismatch``;
-    the blocking check ``balances_match_targets`` then stops the batch before its report.
+    Read-only, from the customers list (one request per 100 customers, at most half as many pages
+    as accounts, read after step 5's last adjustment); a customer the list does not hold (deleted
+    since, or older than the pages read) is retrieved by id, one request each. A balance that is
+    not exactly the target is ``mismatch``; the blocking check ``balances_match_targets`` then
+    stops the batch before its report.
     """
     customers = payments.customers
     migrated = applied_adjustments[applied_adjustments["status"] != AdjustmentOutcome.HELD_FOR_REVIEW]
     ids = [str(c) for c in migrated["customer_id"]]
+    runtime.check_may_continue()
+    listed = some_customers(payments, len(ids))
+    unlisted = [cid for cid in ids if cid not in listed]
 
     def balance(customer_id: str) -> Mapping[str, Any]:
         return {"balance": customers.retrieve_customer(customer_id).balance}
 
-    answers = _read(context, runtime, payments, balance, ids)
+    read = dict(
+        zip(
+            unlisted,
+            _read(context, runtime, payments, balance, unlisted, settled=len(ids) - len(unlisted)),
+            strict=True,
+        )
+    )
+    answers = [read[cid] if cid in read else {"balance": listed[cid].balance} for cid in ids]
     out = kit.typed(applied_adjustments, s.APPLIED_DTYPES)
     out["provider_balance_cents"] = 0
     out["verification"] = Verification.NOT_MIGRATED.value

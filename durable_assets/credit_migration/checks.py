@@ -29,9 +29,10 @@ from durable_assets.credit_migration.assets import (
     provider_customers,
     verified_balances,
 )
+from durable_assets.credit_migration.listing import every_customer
 from durable_assets.credit_migration.resources import CreditLimits
 from durable_assets.credit_migration.schema import AdjustmentOutcome, CustomerOutcome, Verification
-from durable_assets.kit import batch_check, call_with_retries, check_examples, check_result, paced_map
+from durable_assets.kit import batch_check, check_examples, check_result, paced_map
 from durable_assets.payments.resources import PaymentGateway
 
 
@@ -40,12 +41,10 @@ def one_customer_per_account(provider_customers: pd.DataFrame, payments: Payment
     """Exactly one provider customer per migrated legacy account, and it is the one we recorded.
 
     Two customers for one account would split its credit (or double it on the next migration).
-    Every customer of the provider account is listed once, through all pages.
+    Every customer of the provider account is listed once, through all pages (each page paced).
     """
     ready = provider_customers[provider_customers["status"] == CustomerOutcome.READY]
-    listed = call_with_retries(
-        lambda: {"customers": payments.customers.list_customers()}, payments.limiter(), payments.backoff()
-    )["customers"]
+    listed = every_customer(payments)
     at_provider: dict[str, list[str]] = {}
     for customer in listed:
         legacy = customer.metadata.get(s.LEGACY_ID_METADATA)

@@ -9,6 +9,11 @@ Pure functions of frames, so the rules are unit-tested without a provider:
    sends no request);
 4. otherwise one adjustment of exactly the difference, keyed by the balance version it was computed
    from (see :mod:`durable_assets.credit_migration.keys`).
+
+The balances come from the customers list (a page of 100 customers per request) where that
+settles them: a customer listed at its target, in its account's currency or with no currency yet,
+needs nothing (rule 3), and its balance version is never read. Every other customer's newest
+balance transaction is read, one request each, and gives the balance and its version.
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ BALANCE_DTYPES: dict[str, str] = {
     "current_currency": "str",
     "balance_version": "str",
 }
+
+
+#: Columns of the customers list the plan step reads balances from (one row per listed customer;
+#: ``balance_currency`` is "" for a customer whose balance has none yet).
+LISTED_DTYPES: dict[str, str] = {"customer_id": "str", "balance": "int64", "balance_currency": "str"}
 
 
 def target_cents(credit_cents: pd.Series) -> pd.Series:
@@ -83,3 +93,28 @@ def plan_adjustments(accounts: pd.DataFrame, customers: pd.DataFrame, balances: 
         }
     )
     return typed(plan, s.PLAN_DTYPES)
+
+
+def balances_at_target(accounts: pd.DataFrame, customers: pd.DataFrame, listed: pd.DataFrame) -> pd.DataFrame:
+    """The balances (:data:`BALANCE_DTYPES`, no version) of the ready customers the list shows at
+    their account's target already, in the account's currency or with none yet: rule 3 holds for
+    them whatever their newest transaction is, so it is not read. A customer named by two accounts
+    is settled only if it is at both targets; one not listed is not settled here (it is read)."""
+    ready = customers.loc[customers["status"] == CustomerOutcome.READY, [s.LEGACY_ACCOUNT_ID, "customer_id"]]
+    merged = ready.merge(
+        accounts[[s.LEGACY_ACCOUNT_ID, s.CURRENCY, "credit_cents"]], on=s.LEGACY_ACCOUNT_ID
+    ).merge(typed(listed, LISTED_DTYPES), on="customer_id")
+    same_currency = (merged["balance_currency"] == "") | (merged["balance_currency"] == merged[s.CURRENCY])
+    at_target = same_currency & (merged["balance"] == target_cents(merged["credit_cents"]))
+    missed = set(merged.loc[~at_target, "customer_id"])
+    settled = merged[at_target & ~merged["customer_id"].isin(missed)].drop_duplicates("customer_id")
+    balances = pd.DataFrame(
+        {
+            "customer_id": settled["customer_id"],
+            "current_cents": settled["balance"],
+            "current_currency": settled["balance_currency"],
+            "balance_version": "",
+        },
+        columns=list(BALANCE_DTYPES),
+    )
+    return typed(balances, BALANCE_DTYPES)

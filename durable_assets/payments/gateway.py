@@ -60,6 +60,15 @@ StripeReason = Literal["duplicate", "requested_by_customer"]
 _T = TypeVar("_T")
 
 
+#: Makes one page's request: ``send(request)`` returns ``request()``'s answer, e.g. paced and retried.
+PageSender = Callable[[Callable[[], object]], object]
+
+
+def send_at_once(request: Callable[[], object]) -> object:
+    """The default :data:`PageSender`: the request, unpaced (callers that pace wrap it)."""
+    return request()
+
+
 # --- values --------------------------------------------------------------------------------------
 
 
@@ -176,7 +185,14 @@ class CustomerGateway(Protocol):
         """Deletes at the provider; answers the deleted customer. Deleting it again is a 404."""
         ...
 
-    def list_customers(self, *, email: str | None = None) -> list[Customer]: ...
+    def list_customers(
+        self, *, email: str | None = None, send: PageSender = send_at_once, max_pages: int | None = None
+    ) -> list[Customer]:
+        """Every live customer, newest first, with its ``balance`` and ``currency``: one request per
+        page of up to 100. ``send`` makes each page's request (a paced, retried call), so a 429 on
+        one page repeats that page, not the listing. ``max_pages``: only the newest customers, as
+        many as that many pages hold (for a reader that asks for the rest one by one)."""
+        ...
 
     def find_customer(
         self, *, metadata_key: str, value: str, email: str | None = None
@@ -426,15 +442,20 @@ class _Identified(Protocol):
 _I = TypeVar("_I", bound=_Identified)
 
 
-def _every_page(fetch: Callable[[str | None], object], parse: Callable[[object], _I]) -> list[_I]:
+def _every_page(
+    fetch: Callable[[str | None], object], parse: Callable[[object], _I], max_pages: int | None = None
+) -> list[_I]:
     """Every item of a cursor-paginated list, oldest page last; ``fetch(starting_after)`` gets a page.
+    With ``max_pages``, only the items of the first ``max_pages`` pages (the newest).
 
     A cursor that does not advance (an item seen twice) would loop forever, so it fails closed.
     """
     items: list[_I] = []
     seen: set[str] = set()
     starting_after: str | None = None
-    while True:
+    pages = 0
+    while max_pages is None or pages < max_pages:
+        pages += 1
         page = fetch(starting_after)
         raw, has_more = _list_items(page)
         parsed = [parse(item) for item in raw]
@@ -446,6 +467,7 @@ def _every_page(fetch: Callable[[str | None], object], parse: Callable[[object],
         if not has_more or not parsed:
             return items
         starting_after = parsed[-1].id
+    return items
 
 
 # --- the shared template -------------------------------------------------------------------------
@@ -626,10 +648,15 @@ class _GatewayBase(ABC):
         _expect(body, "a customer deleted flag of", customer.deleted, True)
         return customer
 
-    def list_customers(self, *, email: str | None = None) -> list[Customer]:
+    def list_customers(
+        self, *, email: str | None = None, send: PageSender = send_at_once, max_pages: int | None = None
+    ) -> list[Customer]:
         return _every_page(
-            lambda after: self._list_customers(limit=self._page_size, starting_after=after, email=email),
+            lambda after: send(
+                lambda: self._list_customers(limit=self._page_size, starting_after=after, email=email)
+            ),
             parse_customer,
+            max_pages,
         )
 
     def find_customer(self, *, metadata_key: str, value: str, email: str | None = None) -> Customer | None:

@@ -271,6 +271,8 @@ def test_a_second_batch_over_the_same_accounts_moves_only_changed_balances(
     applied = out.meta("applied_adjustments")
     assert applied["adjustments_applied"] == applied["requests_sent"] == len(changed)
     assert applied["unchanged"] == len(second) - len(changed)
+    # Balances come from the customers list; only the ones to move have their transactions read.
+    assert out.meta("planned_adjustments")["balances_read_one_by_one"] == len(changed)
     customers = out.meta("provider_customers")
     assert customers["requests_sent"] == len(new)  # only accounts never migrated before
     assert customers["reused_from_ledger"] == len(second) - len(new)
@@ -305,6 +307,7 @@ def test_identical_input_under_a_new_id_moves_nothing_and_creates_no_customer(
     applied = again.meta("applied_adjustments")
     assert applied["adjustments_applied"] == applied["requests_sent"] == 0
     assert applied["unchanged"] == n_valid
+    assert again.meta("planned_adjustments")["balances_read_one_by_one"] == 0  # all from the list
     assert again.meta("migration_report")["balances_matched"] == n_valid
     assert_credits_exact(_provider(dagster_home), expected_balances([("c1", SIZE)]))
 
@@ -553,6 +556,29 @@ def test_a_balance_changed_between_apply_and_verify_is_held_alone(
         report.loc[acct, "status"] == "held_for_review" and "moved outside" in report.loc[acct, "review_note"]
     )
     assert (report.drop(index=acct)["status"] != "held_for_review").all()
+
+
+def test_a_customer_deleted_between_apply_and_verify_is_read_by_id_and_held_alone(
+    instance: DagsterInstance, dagster_home: Path
+) -> None:
+    """Verification reads balances from the customers list; a customer missing from it is still
+    asked for by id (deleted: no balance), and its account alone is held."""
+    applied = _materialize(instance, "c1", steps=STEPS[:5])
+    assert applied.success, applied.failures
+    provider = _provider(dagster_home)
+    acct, [customer] = next((a, cs) for a, cs in sorted(provider.customers.items()) if cs[0]["balance"])
+    with PaymentStore(str(dagster_home / "payments.db")) as store:
+        store.delete_customer(customer["id"])
+
+    out = _materialize(instance, "c1", steps=_from("verified_balances"))
+    assert out.success, out.failures
+    assert out.check_meta("balances_match_targets")["mismatched"] == 1
+    verified = pd.read_pickle(dagster_home / "storage" / "verified_balances" / "c1").set_index(
+        s.LEGACY_ACCOUNT_ID
+    )
+    assert verified.loc[acct, "verification"] == "mismatch"
+    assert verified.loc[acct, "provider_balance_cents"] == 0  # what the provider answers for it by id
+    assert (verified.drop(index=acct)["verification"] == "matched").all()
 
 
 def test_a_duplicate_customer_created_behind_our_back_is_held_in_the_next_batch(

@@ -11,7 +11,13 @@ import pytest
 from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.assets import enforce_credit_limits, verify_adjustment
 from durable_assets.credit_migration.errors import CreditCeilingExceededError
-from durable_assets.credit_migration.plan import BALANCE_DTYPES, plan_adjustments, target_cents
+from durable_assets.credit_migration.plan import (
+    BALANCE_DTYPES,
+    LISTED_DTYPES,
+    balances_at_target,
+    plan_adjustments,
+    target_cents,
+)
 from durable_assets.credit_migration.resources import CreditLimits
 from durable_assets.credit_migration.schema import CustomerOutcome, PlannedAction
 from durable_assets.kit import GuardrailError, Intent
@@ -174,6 +180,52 @@ def test_balance_in_another_currency_is_held_for_a_person(current: int) -> None:
 def test_same_amount_in_another_currency_is_not_unchanged() -> None:
     plan = plan_of([acct("A", 1250, "gbp")], [cust("A")], [bal("A", -1250, "chf", "cbtxn_1")])
     assert one(plan, "A")["action"] == PlannedAction.HELD_FOR_REVIEW
+
+
+# --- balances from the customers list --------------------------------------------------------------
+
+
+def listed(*rows: tuple[str, int, str]) -> pd.DataFrame:
+    """The customers list as step 4 reads it: (legacy ID, balance, balance currency or "")."""
+    return pd.DataFrame(
+        [{"customer_id": f"cus_{a}", "balance": b, "balance_currency": c} for a, b, c in rows],
+        columns=list(LISTED_DTYPES),
+    )
+
+
+def test_only_customers_listed_at_their_target_in_their_currency_are_settled_without_a_read() -> None:
+    accts = accounts(
+        acct("AT", 1250), acct("ZERO", 0), acct("OFF", 1250), acct("FX", 1250, "eur"), acct("GONE", 10)
+    )
+    custs = customers(cust("AT"), cust("ZERO"), cust("OFF"), cust("FX"), cust("GONE"), cust("H", held="x"))
+    out = balances_at_target(
+        accts,
+        custs,
+        listed(
+            ("AT", -1250, "usd"), ("ZERO", 0, ""), ("OFF", -1000, "usd"), ("FX", -1250, "usd"), ("H", 0, "")
+        ),
+    )
+    # OFF (another balance), FX (another currency), GONE (not listed) and the held H are read or skipped.
+    assert out["customer_id"].tolist() == ["cus_AT", "cus_ZERO"]
+    assert out["current_cents"].tolist() == [-1250, 0]
+    assert out["current_currency"].tolist() == ["usd", ""]
+    assert out["balance_version"].tolist() == ["", ""]
+    assert list(out.columns) == list(BALANCE_DTYPES)
+
+
+def test_a_settled_balance_plans_as_if_its_transaction_had_been_read() -> None:
+    """Rule 3 gives the same answer from the list as from the newest transaction: unchanged."""
+    accts, custs = accounts(acct("A", 1250), acct("B", 0)), customers(cust("A"), cust("B"))
+    settled = balances_at_target(accts, custs, listed(("A", -1250, "usd"), ("B", 0, "")))
+    from_list = plan_adjustments(accts, custs, settled)
+    from_reads = plan_adjustments(accts, custs, balances(bal("A", -1250, "usd", "cbtxn_1"), bal("B")))
+    assert from_list["action"].tolist() == from_reads["action"].tolist() == ["unchanged", "unchanged"]
+    assert from_list["adjustment_cents"].tolist() == from_reads["adjustment_cents"].tolist() == [0, 0]
+
+
+def test_nothing_listed_settles_nothing() -> None:
+    out = balances_at_target(accounts(acct("A", 100)), customers(cust("A")), listed())
+    assert out.empty and list(out.columns) == list(BALANCE_DTYPES)
 
 
 # --- the frame as a whole --------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +129,33 @@ def test_balance_moves_once_per_key_and_keeps_one_currency(gateway: EmbeddedGate
     assert other_currency.value.http_status == 400
     stats = gateway.stats()
     assert (stats["balance_transactions_created"], stats["idempotent_replays"]) == (2, 1)
+
+
+def test_the_customers_list_carries_balances_and_sends_each_page_through_the_caller(
+    gateway: EmbeddedGateway | StripeGateway,
+) -> None:
+    """The migration plans and verifies from the list, pacing each page itself: every balance and
+    currency must be there, and every page's request must go through ``send``."""
+    customers = [_customer(gateway, f"L{i}", email=f"user{i}@example.com") for i in range(5)]
+    _move(gateway, customers[1], -1250, "move-1")
+    _move(gateway, customers[3], 700, "move-3", currency="eur")
+    sent: list[object] = []
+
+    def send(request: Callable[[], object]) -> object:
+        answer = request()
+        sent.append(answer)
+        return answer
+
+    listed = {c.id: (c.balance, c.currency) for c in gateway.list_customers(send=send)}
+
+    assert listed == {
+        **{c.id: (0, None) for c in customers},
+        customers[1].id: (-1250, "usd"),
+        customers[3].id: (700, "eur"),
+    }
+    assert len(sent) == 3  # page size 2: five customers in three requests
+    newest = gateway.list_customers(send=send, max_pages=2)  # a reader that asks for the rest by id
+    assert [c.id for c in newest] == [c.id for c in reversed(customers)][:4] and len(sent) == 5
 
 
 def test_lists_read_every_page(gateway: EmbeddedGateway | StripeGateway) -> None:
