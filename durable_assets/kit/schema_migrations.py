@@ -125,9 +125,30 @@ class Migrations:
             conn.close()
         return row is not None and row[0] == self.head
 
+    def _engine_at_head(self, engine: Engine) -> bool:
+        """The version row, read outside any transaction: a read takes no lock, so opening a
+        database already at head (every open but the first) never waits on a writer, even one
+        frozen mid-transaction (SIGSTOP), which the write lock of the upgrade below would wait on
+        until its busy timeout."""
+        raw = engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            try:
+                cursor.execute(f"SELECT version_num FROM {self.version_table}")
+                row = cursor.fetchone()
+            except engine.dialect.loaded_dbapi.Error:  # no version table: never versioned here
+                return False
+            finally:
+                cursor.close()
+            return row is not None and row[0] == self.head
+        finally:
+            raw.close()  # back to the pool, which rolls back whatever the driver opened
+
     def _upgrade_engine(self, engine: Engine) -> None:
         import sqlalchemy as sa
 
+        if self._engine_at_head(engine):
+            return
         with _env_lock, engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 key = self.lock_key if self.lock_key is not None else zlib.crc32(self.version_table.encode())

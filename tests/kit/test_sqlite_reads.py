@@ -4,6 +4,8 @@ writer frozen mid-transaction (SIGSTOP keeps its lock) instead of waiting out th
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -44,3 +46,27 @@ def test_a_write_still_takes_the_lock_at_its_start(tmp_path: Path) -> None:
             other.close()
         conn.exec_driver_sql("SELECT 1")
     assert not took_lock, "a transaction() must hold the write lock from its BEGIN"
+
+
+def test_opening_a_database_at_head_does_not_wait_on_a_writer(tmp_path: Path) -> None:
+    """A new process opening the instance (a `job status`, a test's reader) while a frozen worker
+    holds the write lock: the schema is already at head, so the open reads its version and goes on."""
+    path = tmp_path / "durable.db"
+    url = f"sqlite:///{path}"
+    LeaseStore(DurableDatabase(url)).acquire("b1", "run-1")  # creates the tables, at head
+    probe = (
+        "import sys\n"
+        "from durable_assets.kit.db import DurableDatabase\n"
+        "from durable_assets.kit.leases import LeaseStore\n"
+        "print(LeaseStore(DurableDatabase(sys.argv[1])).get('b1').run_id)\n"
+    )
+    writer = sqlite3.connect(path, isolation_level=None, timeout=0)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        opened = subprocess.run(
+            [sys.executable, "-c", probe, url], capture_output=True, text=True, timeout=120
+        )
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert opened.returncode == 0 and opened.stdout.strip() == "run-1", opened.stderr[-2000:]
