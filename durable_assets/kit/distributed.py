@@ -70,7 +70,7 @@ from durable_assets.kit.dagster_internals import (
     serializable_error_info_from_exc_info,
     unpack_value,
 )
-from durable_assets.kit.db import DurableDatabase, now
+from durable_assets.kit.db import DurableDatabase, hold_connections, now
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.settings import DEFAULT_LEASE_TTL_S, DistributedSettings, KitSettings
 from durable_assets.kit.step_leases import StepHeartbeat, StepLeaseStore, TaskContext, current_task
@@ -152,6 +152,7 @@ def _instance(ref: Any) -> DagsterInstance:
         instance = _instances.get(key)
         if instance is None:
             instance = DagsterInstance.from_ref(ref)
+            hold_connections(instance)
             _instances[key] = instance
         return instance
 

@@ -349,6 +349,16 @@ def _instance(verbose: bool) -> Any:
     return instance
 
 
+def _long_lived(instance: Any) -> Any:
+    """A command that runs a batch or serves requests makes thousands of storage calls: on Postgres
+    it holds a connection per storage instead of opening one per call (see ``hold_connections``).
+    Never the worker's parent process: its pool children fork from it and open their own."""
+    from durable_assets.kit.db import hold_connections
+
+    hold_connections(instance)
+    return instance
+
+
 def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
     from durable_assets.ops.console import ClosedPipeSafe, user_stream
 
@@ -657,7 +667,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         # Bad values: exit 2 before the instance is opened.
         settings = ApiSettings.from_env(cors_origins=args.cors_origin)
-        serve_api(_instance(args.verbose), args.host, args.port, settings)
+        serve_api(_long_lived(_instance(args.verbose)), args.host, args.port, settings)
         return EXIT_OK
 
     if args.command == "jobs":
@@ -677,6 +687,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         # A frozen process's SQLite write lock would hang these commands: bounded, named, exit 3.
         wait_for_write_locks(runner.resolve_dagster_home()[0])
     instance = _instance(args.verbose)
+    if args.command in ("run", "resume", "backfill"):
+        _long_lived(instance)
     if args.command == "run":
         _with_progress(
             instance,
