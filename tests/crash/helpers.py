@@ -78,10 +78,15 @@ class JobProcess(Process):
 
 
 def job(
-    args: list[str], env: Mapping[str, str], log_dir: Path, timeout: float = 180, cwd: Path | None = None
+    args: list[str],
+    env: Mapping[str, str],
+    log_dir: Path,
+    timeout: float = 180,
+    cwd: Path | None = None,
+    command: list[str] | None = None,
 ) -> JobProcess:
-    """Run `job ...` to completion (in ``cwd``, if given)."""
-    p = JobProcess(args, env, log_dir, cwd=cwd)
+    """Run `job ...` to completion (in ``cwd``, if given; ``command`` in place of ``job``)."""
+    p = JobProcess(args, env, log_dir, command=command, cwd=cwd)
     p.wait(timeout)
     return p
 
@@ -196,6 +201,7 @@ def resume_until_accepted(
     timeout: float = 240,
     job_name: str | None = None,
     cwd: Path | None = None,
+    command: list[str] | None = None,
 ) -> list[JobProcess]:
     """Continue a killed batch: `job resume` (or `job run` again if the kill came before the run
     existed; ``job_name`` is then its ``--job``), repeated while it answers 3 because the dead
@@ -213,7 +219,7 @@ def resume_until_accepted(
             args = ["resume", "--id", batch_id]
         else:
             args = ["run", *(["--job", job_name] if job_name else []), "--id", batch_id, "--size", str(size)]
-        p = job(args, env, log_dir, timeout=max(deadline - time.monotonic(), 30), cwd=cwd)
+        p = job(args, env, log_dir, timeout=max(deadline - time.monotonic(), 30), cwd=cwd, command=command)
         attempts.append(p)
         if p.proc.returncode != EXIT_CONFLICT:
             return attempts
