@@ -120,7 +120,7 @@ def durable_executor(
         requirements=requirements,
     )
     def _durable(init_context: InitExecutorContext) -> DurableExecutor:
-        config = dict(init_context.executor_config)
+        config: dict[str, Any] = dict(init_context.executor_config)
         if ExecutorKind.CELERY.value in config:
             return DurableExecutor(ExecutorKind.CELERY, None, _celery(config[ExecutorKind.CELERY.value]))
         in_process = in_process_executor.executor_creation_fn(  # type: ignore[misc]
