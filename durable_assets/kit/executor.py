@@ -81,6 +81,13 @@ def execution_config(kind: ExecutorKind) -> dict[str, Any]:
     return {"execution": {"config": {kind.value: {}}}}
 
 
+def selects_celery(run_config: Mapping[str, Any]) -> bool:
+    """Whether a run's config selects the celery mode (``execution: {config: {celery: ...}}``)."""
+    execution = run_config.get("execution") or {}
+    config = execution.get("config") if isinstance(execution, Mapping) else None
+    return isinstance(config, Mapping) and ExecutorKind.CELERY.value in config
+
+
 def executor_kind_of_run(tags: Mapping[str, str]) -> ExecutorKind | None:
     """The executor a run's tags ask for, if any."""
     value = tags.get(EXECUTOR_TAG)

@@ -12,7 +12,7 @@ from pathlib import Path
 from dagster import DagsterEventType, DagsterInstance, execute_job, reconstructable
 
 from durable_assets.definitions import refund_batch_job
-from durable_assets.kit.executor import EXECUTOR_NAME
+from durable_assets.kit.executor import EXECUTOR_NAME, execution_config, selects_celery
 from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.tags import BATCH_TAG, EXECUTOR_TAG, PARTITION_TAG, SHARDS_TAG
 
@@ -51,3 +51,10 @@ def test_a_run_of_the_locations_job_that_asks_for_shards_is_refused_before_any_s
         error = ended.dagster_event.event_specific_data.error  # type: ignore[union-attr]
         assert error is not None and error.cls_name == "ShardsFromLocationError", error
         assert "job run --executor celery --shards N" in error.message, error.message
+
+
+def test_the_launcher_tags_a_run_whose_config_selects_celery() -> None:
+    """What the run launcher asks before it launches: only the celery selection counts."""
+    assert selects_celery(execution_config(ExecutorKind.CELERY))
+    assert not selects_celery(execution_config(ExecutorKind.IN_PROCESS))
+    assert not selects_celery(CONFIG) and not selects_celery({"execution": None})
