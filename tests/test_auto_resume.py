@@ -19,13 +19,17 @@ from durable_assets.definitions import refund_batch_job
 from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.executor import execution_config
 from durable_assets.kit.leases import LeaseStore
+from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
     AUTO_RESUME_OF_TAG,
     AUTO_RESUMED_BY_TAG,
     BATCH_TAG,
+    EXECUTOR_TAG,
+    SHARDS_TAG,
     WORKER_LOST_TAG,
 )
 from durable_assets.ops import cli, runner
@@ -48,8 +52,9 @@ def instance(dagster_home: Path) -> Iterator[DagsterInstance]:
         yield inst
 
 
-def _lost_run(instance: DagsterInstance, **tags: str) -> DagsterRun:
-    """A UI-launched run of the batch that run monitoring failed because its worker was lost."""
+def _lost_run(instance: DagsterInstance, execution: dict | None = None, **tags: str) -> DagsterRun:
+    """A UI-launched run of the batch that run monitoring failed because its worker was lost
+    (``execution``: the launchpad's executor choice)."""
     from dagster._core.execution.api import create_execution_plan
     from dagster._core.remote_origin import (
         GrpcServerCodeLocationOrigin,
@@ -58,7 +63,7 @@ def _lost_run(instance: DagsterInstance, **tags: str) -> DagsterRun:
     )
 
     job = refund_batch_job()
-    config = {"ops": {"invoices": {"config": {"size": 50}}}}
+    config = {"ops": {"invoices": {"config": {"size": 50}}}, **(execution or {})}
     run_tags = {BATCH_TAG: BATCH, "dagster/partition": BATCH, **tags}
     location = GrpcServerCodeLocationOrigin(host="127.0.0.1", port=1, location_name="durable_assets")
     run = instance.create_run_for_job(
@@ -225,3 +230,24 @@ def test_a_resume_created_but_never_submitted_is_submitted_by_a_later_tick(insta
     assert _get(instance, created.run_id).status == DagsterRunStatus.QUEUED
     assert _get(instance, lost.run_id).tags[AUTO_RESUMED_BY_TAG] == created.run_id
     assert len(_children(instance, lost.run_id)) == 1
+
+
+def test_a_run_launched_distributed_is_resumed_distributed(instance: DagsterInstance) -> None:
+    """Launched from the UI with the celery executor: the resume keeps the run config and the tag,
+    so the run queue's worker orchestrates it on the `job worker`s again, as `job resume` would."""
+    celery = execution_config(ExecutorKind.CELERY)
+    lost = _lost_run(instance, celery, **{EXECUTOR_TAG: ExecutorKind.CELERY.value})
+    lines = _tick(instance)
+    assert any("attempt 1 of 3" in line for line in lines), lines
+    (resumed,) = _children(instance, lost.run_id)
+    assert resumed.tags[EXECUTOR_TAG] == ExecutorKind.CELERY.value
+    assert resumed.run_config["execution"] == celery["execution"]
+
+
+def test_a_sharded_batch_is_left_to_job_resume(instance: DagsterInstance) -> None:
+    """A sharded plan is the CLI's job, which the code location does not serve: `job resume` only."""
+    lost = _lost_run(instance, **{EXECUTOR_TAG: ExecutorKind.CELERY.value, SHARDS_TAG: "4"})
+    lines = _tick(instance)
+    assert any("a sharded batch" in line and "job resume --id" in line for line in lines), lines
+    assert not _children(instance, lost.run_id)
+    assert _get(instance, lost.run_id).tags[AUTO_RESUMED_BY_TAG] == "none: a sharded batch"

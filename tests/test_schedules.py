@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -9,10 +10,12 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter, build_schedule_context
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter, build_schedule_context, validate_run_config
 
 from durable_assets.definitions import defs
-from durable_assets.kit.tags import BATCH_TAG
+from durable_assets.kit.modes import ExecutorKind
+from durable_assets.kit.tags import BATCH_TAG, EXECUTOR_TAG
+from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.runner import start_batch
 from durable_assets.refunds.schedules import DAILY_REFUNDS, DAILY_SCHEDULE
 from tests.support.schedule_ticks import crash_mid_tick_then_tick_again
@@ -94,3 +97,27 @@ def test_backfill_rejects_bad_ranges_as_usage_errors(first: str, last: str, dags
     result = job_cli("backfill", "--from", first, "--to", last)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("own", "deployment"), [(None, "celery"), (ExecutorKind.CELERY, "in_process"), (None, "in_process")]
+)
+def test_a_schedule_launches_its_batches_on_the_workers_when_configured(
+    dagster_home: Path, own: ExecutorKind | None, deployment: str
+) -> None:
+    """DURABLE_SCHEDULE_EXECUTOR (or a job's own DailyBatches(executor=...), which wins) makes each
+    day's request select the celery executor as the launchpad does: run config and tag."""
+    durable = durable_jobs().get("refund_batch")
+    daily = dataclasses.replace(DAILY_REFUNDS, executor=own)
+    job = defs.resolve_job_def("refund_batch")
+    with DagsterInstance.get() as instance:
+        context = build_schedule_context(
+            instance=instance, scheduled_execution_time=TICK, repository_def=defs.get_repository_def()
+        )
+        (request,) = daily.schedule(durable, deployment).evaluate_tick(context).run_requests or []
+    distributed = own == ExecutorKind.CELERY or deployment == "celery"
+    assert request.tags.get(EXECUTOR_TAG) == ("celery" if distributed else None), request.tags
+    assert ("execution" in request.run_config) == distributed, request.run_config
+    assert validate_run_config(job, request.run_config)  # the job's executor accepts the choice
+    if distributed:
+        assert request.run_config["execution"] == {"config": {"celery": {}}}

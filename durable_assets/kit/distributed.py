@@ -46,7 +46,6 @@ from dagster import (
     DagsterInstance,
     DagsterSubprocessError,
     Executor,
-    Field,
     executor,
     multiple_process_executor_requirements,
     serialize_value,
@@ -65,14 +64,14 @@ from durable_assets.kit.dagster_internals import (
     SerializableErrorInfo,
     create_execution_plan,
     execute_plan_iterator,
-    get_retries_config,
     pack_value,
     serializable_error_info_from_exc_info,
     unpack_value,
 )
 from durable_assets.kit.db import DurableDatabase, hold_connections, now
+from durable_assets.kit.executor import celery_config_fields
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
-from durable_assets.kit.settings import DEFAULT_LEASE_TTL_S, DistributedSettings, KitSettings
+from durable_assets.kit.settings import DistributedSettings, KitSettings
 from durable_assets.kit.step_leases import StepHeartbeat, StepLeaseStore, TaskContext, current_task
 from durable_assets.kit.tags import BATCH_TAG, PARTITION_TAG
 
@@ -231,16 +230,7 @@ def _execute_step(
 
 @executor(
     name="durable_celery",
-    config_schema={
-        "retries": get_retries_config(),
-        "lease_ttl_s": Field(float, default_value=DEFAULT_LEASE_TTL_S, description="DURABLE_LEASE_TTL_S"),
-        "step_lease_ttl_s": Field(
-            float, default_value=_DISTRIBUTED.step_lease_ttl_s, description="DURABLE_STEP_LEASE_TTL_S"
-        ),
-        "step_max_attempts": Field(
-            int, default_value=_DISTRIBUTED.step_max_attempts, description="DURABLE_STEP_MAX_ATTEMPTS"
-        ),
-    },
+    config_schema=celery_config_fields(),
     requirements=multiple_process_executor_requirements(),
 )
 def durable_celery_executor(init_context: Any) -> DurableCeleryExecutor:

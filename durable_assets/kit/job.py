@@ -29,13 +29,13 @@ from dagster import (
     ExecutorDefinition,
     JobDefinition,
     define_asset_job,
-    in_process_executor,
 )
 from pydantic import Field
 
 from durable_assets.errors import StepWiringError, UnknownJobError
 from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.dagster_internals import UnresolvedAssetJobDefinition
+from durable_assets.kit.executor import durable_executor
 from durable_assets.kit.schedules import DailyBatches
 from durable_assets.kit.settings import DistributedSettings, KitSettings
 from durable_assets.kit.tags import EFFECT_SCOPE_KEY, EXECUTOR_TAG, LABEL_KEY, SHARDS_TAG, STEPS_KEY
@@ -107,6 +107,8 @@ class DurableJob:
     error (exit 2) that leaves the batch ID unused. ``shard_steps`` (default: the mutating
     steps that read an upstream frame) are the steps a distributed run splits into shards, by
     ``shard_column`` of their first input; ``shard_guards`` are their whole-batch checks.
+    ``executor_def`` (default: the location's ``durable`` executor, in process unless a run
+    selects ``celery`` by config or tag: :mod:`durable_assets.kit.executor`) replaces it.
     """
 
     def __init__(
@@ -119,7 +121,7 @@ class DurableJob:
         checks: Sequence[AssetChecksDefinition] = (),
         summary: SummarySpec | None = None,
         input_config: InputConfig = path_and_size,
-        executor_def: ExecutorDefinition = in_process_executor,
+        executor_def: ExecutorDefinition | None = None,
         daily: DailyBatches | None = None,
         check_input: Callable[[str], object] | None = None,
         shard_steps: Sequence[str] | None = None,
@@ -293,10 +295,19 @@ class DurableJobs:
                 assets=[a for j in self for a in j.assets],
                 asset_checks=[c for j in self for c in j.checks],
                 jobs=[*(j.asset_job for j in self), *jobs],
-                schedules=[*(j.daily.schedule(j) for j in self if j.daily), *schedules],
+                schedules=[
+                    *(
+                        j.daily.schedule(j, self._distributed_settings.schedule_executor)
+                        for j in self
+                        if j.daily
+                    ),
+                    *schedules,
+                ],
                 sensors=list(sensors),
                 resources=dict(resources),
-                executor=in_process_executor,
+                # The jobs' executor unless one names its own: in process, or on `job worker`s when
+                # a run (the launchpad, a schedule, a tag) selects celery.
+                executor=durable_executor(self._settings, self._distributed_settings),
             )
         return self._defs
 

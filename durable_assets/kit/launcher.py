@@ -8,7 +8,8 @@ worker renews in the instance's database, which works whatever host the worker r
 
 It also makes runs launched from the UI, a schedule or a sensor look like CLI batches: a run of a
 partitioned job gets the ``durable/batch`` tag from its partition before its worker starts, and the
-UI's Terminate button records a cooperative cancel first, so no refund is sent after it.
+UI's Terminate button records a cooperative cancel first, so no refund is sent after it. A run
+whose config selects the celery executor is tagged ``durable/executor=celery`` before it starts.
 """
 
 from __future__ import annotations
@@ -18,8 +19,16 @@ from dagster import DagsterRun, DefaultRunLauncher
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.dagster_internals import CheckRunHealthResult, LaunchRunContext, WorkerStatus
 from durable_assets.kit.db import DurableDatabase, now
+from durable_assets.kit.executor import selects_celery
 from durable_assets.kit.leases import Lease, LeaseStore
-from durable_assets.kit.tags import BATCH_TAG, PARTITION_TAG, WORKER_LOST_LEASE_EXPIRED, WORKER_LOST_TAG
+from durable_assets.kit.modes import ExecutorKind
+from durable_assets.kit.tags import (
+    BATCH_TAG,
+    EXECUTOR_TAG,
+    PARTITION_TAG,
+    WORKER_LOST_LEASE_EXPIRED,
+    WORKER_LOST_TAG,
+)
 
 
 def batch_of(run: DagsterRun) -> str | None:
@@ -33,6 +42,10 @@ class LeaseAwareRunLauncher(DefaultRunLauncher):
         if partition and BATCH_TAG not in run.tags:
             # The worker reloads the run from storage, so it (and `job status`) sees the tag.
             self._instance.add_run_tags(run.run_id, {BATCH_TAG: partition})
+        if selects_celery(run.run_config) and EXECUTOR_TAG not in run.tags:
+            # The launchpad chose the workers by config: tagged now, so `job resume` and the status
+            # read it as distributed even if the run worker dies before its executor starts.
+            self._instance.add_run_tags(run.run_id, {EXECUTOR_TAG: ExecutorKind.CELERY.value})
         super().launch_run(context)
 
     def terminate(self, run_id: str) -> bool:

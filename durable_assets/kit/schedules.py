@@ -30,7 +30,9 @@ from dagster import (
     schedule,
 )
 
-from durable_assets.kit.tags import BATCH_TAG, PARTITION_TAG
+from durable_assets.kit.executor import execution_config
+from durable_assets.kit.modes import ExecutorKind
+from durable_assets.kit.tags import BATCH_TAG, EXECUTOR_TAG, PARTITION_TAG
 
 if TYPE_CHECKING:
     from durable_assets.kit.job import DurableJob
@@ -41,7 +43,9 @@ class DailyBatches:
     """How a job's daily batch is named, fed and scheduled.
 
     ``input_env`` names an environment variable holding a path template with ``{date}``
-    (e.g. ``/data/export/{date}.csv``); unset, the day's batch is synthetic (demos).
+    (e.g. ``/data/export/{date}.csv``); unset, the day's batch is synthetic (demos). ``executor``
+    is where the day's steps run (``celery``: on `job worker`s, one task per step); None leaves
+    it to the deployment (``DURABLE_SCHEDULE_EXECUTOR``, given to :meth:`schedule`).
     """
 
     schedule_name: str
@@ -49,6 +53,7 @@ class DailyBatches:
     input_env: str
     cron: str = "0 2 * * *"
     description: str = ""
+    executor: ExecutorKind | None = None
 
     def batch_id(self, day: date) -> str:
         return f"{self.id_prefix}-{day.isoformat()}"
@@ -57,8 +62,18 @@ class DailyBatches:
         template = os.environ.get(self.input_env)
         return template.format(date=day.isoformat()) if template else None
 
-    def run_request(self, job: DurableJob, instance: DagsterInstance, day: date) -> RunRequest | SkipReason:
-        """The request for ``day``'s batch, or why there is none; safe to evaluate any number of times."""
+    def run_request(
+        self,
+        job: DurableJob,
+        instance: DagsterInstance,
+        day: date,
+        executor: ExecutorKind = ExecutorKind.IN_PROCESS,
+    ) -> RunRequest | SkipReason:
+        """The request for ``day``'s batch, or why there is none; safe to evaluate any number of times.
+
+        A distributed day (``executor`` celery) says so twice, as a launch from the UI can: in the
+        run config (Dagster's executor selection, shown on the run's page) and in the run's tag.
+        """
         batch_id = self.batch_id(day)
         existing = started_runs(instance, batch_id)
         if existing:
@@ -70,14 +85,20 @@ class DailyBatches:
             instance.add_dynamic_partitions(job.partitions_name, [batch_id])
         path = self.input_path(day)
         step = job.steps[0].key
-        return RunRequest(
-            run_key=batch_id,
-            partition_key=batch_id,
-            tags={BATCH_TAG: batch_id},
-            run_config={"ops": {step: {"config": {"path": path} if path else {}}}},
-        )
+        run_config: dict[str, Any] = {"ops": {step: {"config": {"path": path} if path else {}}}}
+        tags = {BATCH_TAG: batch_id}
+        if executor == ExecutorKind.CELERY:
+            run_config |= execution_config(executor)
+            tags[EXECUTOR_TAG] = executor.value
+        return RunRequest(run_key=batch_id, partition_key=batch_id, tags=tags, run_config=run_config)
 
-    def schedule(self, job: DurableJob) -> ScheduleDefinition:
+    def schedule(
+        self, job: DurableJob, deployment_executor: str = ExecutorKind.IN_PROCESS.value
+    ) -> ScheduleDefinition:
+        """The job's daily schedule; its batches run on ``self.executor``, else ``deployment_executor``."""
+        executor = self.executor or ExecutorKind(deployment_executor)
+        where = " Steps run on `job worker`s (celery)." if executor == ExecutorKind.CELERY else ""
+
         @schedule(
             name=self.schedule_name,
             job=job.asset_job,
@@ -87,12 +108,12 @@ class DailyBatches:
             description=(
                 f"{self.description} One batch per day, ID {self.id_prefix}-YYYY-MM-DD (the tick's UTC "
                 f"date). Ships stopped: turn it on deliberately. Input: ${self.input_env} with {{date}}, "
-                "else synthetic."
+                f"else synthetic.{where}"
             ).strip(),
         )
         def _daily(context: ScheduleEvaluationContext) -> RunRequest | SkipReason:
             when = context.scheduled_execution_time or datetime.now(UTC)
-            return self.run_request(job, context.instance, when.astimezone(UTC).date())
+            return self.run_request(job, context.instance, when.astimezone(UTC).date(), executor)
 
         return _daily
 

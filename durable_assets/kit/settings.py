@@ -11,6 +11,8 @@ and queue (``durable_assets.kit.distributed.app``), on which a worker and an orc
 
 from __future__ import annotations
 
+from typing import Literal
+
 from durable_assets.settings import Section, var
 
 
@@ -68,6 +70,14 @@ class DistributedSettings(Section):
         "a distributed step's task renews its step lease every TTL/3; a task not renewed within the "
         "TTL is lost and its step is sent again",
         gt=0,
+    )
+    schedule_executor: Literal["in_process", "celery"] = var(
+        "DURABLE_SCHEDULE_EXECUTOR",
+        "in_process",
+        "how the daily schedules' batches run: `celery` sends their steps to `job worker`s, one task "
+        "per step, as a launch from the UI with `execution: {config: {celery: {}}}` "
+        "([docs/ui.md](docs/ui.md#running-a-batch-on-the-workers)); a `DailyBatches(executor=...)` "
+        "of a job's own wins",
     )
     step_max_attempts: int = var(
         "DURABLE_STEP_MAX_ATTEMPTS",

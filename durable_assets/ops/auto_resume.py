@@ -50,7 +50,6 @@ from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import LeaseStore, acquire_unless_live_run, process_owner
-from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.resources import run_ended
 from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
@@ -59,13 +58,13 @@ from durable_assets.kit.tags import (
     AUTO_RESUMED_BY_TAG,
     AUTO_RETRY_RUN_ID_TAG,
     BATCH_TAG,
-    EXECUTOR_TAG,
     FAILURE_REASON_TAG,
     PARENT_RUN_ID_TAG,
     RESUME_RETRY_TAG,
     RETRY_NUMBER_TAG,
     ROOT_RUN_ID_TAG,
     RUN_METRICS_TAG,
+    SHARDS_TAG,
     WILL_RETRY_TAG,
     WORKER_LOST_TAG,
 )
@@ -173,14 +172,16 @@ def resume_lost_run(
     db = DurableDatabase.for_instance(instance)
     if CancelStore(db).is_requested(batch_id):
         return _decide(instance, lost, "none: a cancel was requested", "a cancel is requested; not resuming")
-    if lost.tags.get(EXECUTOR_TAG) == ExecutorKind.CELERY.value:
-        # A distributed batch's steps are its sharded job's, which only `job resume` rebuilds (the
-        # code location serves the in-process job); resuming it here would run another plan.
+    if SHARDS_TAG in lost.tags:
+        # A sharded batch's steps are its sharded job's, which only `job resume` rebuilds (the code
+        # location serves the job as the UI shows it); resuming it here would run another plan. A
+        # batch launched distributed from the UI or a schedule is the location's job: it is resumed
+        # below, on the workers again (the re-execution keeps its run config and executor tag).
         return _decide(
             instance,
             lost,
-            "none: a distributed batch",
-            f"a distributed batch (its shards run on `job worker`s); "
+            "none: a sharded batch",
+            f"a sharded batch (`job run --executor celery --shards N`); "
             f"`job resume --id {batch_id}` continues it",
         )
     attempt = 1 + max((_attempt(r) for r in lineage), default=0)

@@ -20,7 +20,7 @@ from dagster import DagsterRun, JobDefinition, build_reconstructable_job
 from durable_assets.errors import UnknownJobError, UsageError
 from durable_assets.kit import BATCH_TAG, DurableJob, DurableJobs
 from durable_assets.kit.dagster_internals import ReconstructableJob
-from durable_assets.kit.modes import DEFAULT_SHARDS, ExecutorKind
+from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.tags import EXECUTOR_TAG, SHARDS_TAG
 from durable_assets.settings import InstanceSettings
 
@@ -83,10 +83,18 @@ def reconstructable_job(job: DurableJob, shards: int | None = None) -> Reconstru
 
 
 def shards_of_runs(runs: Sequence[DagsterRun]) -> int | None:
-    """How many shards a distributed batch's lineage runs with (None: it runs in process)."""
+    """How many shards a distributed batch's lineage runs with (None: its plan is the location's job,
+    run in process or, launched from the UI or a schedule, one Celery task per step)."""
     if not runs or runs[0].tags.get(EXECUTOR_TAG) != ExecutorKind.CELERY.value:
         return None
-    return int(runs[0].tags.get(SHARDS_TAG, DEFAULT_SHARDS))
+    shards = runs[0].tags.get(SHARDS_TAG)
+    return int(shards) if shards is not None else None
+
+
+def executor_tags_of_runs(runs: Sequence[DagsterRun]) -> dict[str, str]:
+    """The executor tags a resume of the lineage carries: its first run's, so it runs as that did."""
+    first = runs[0].tags if runs else {}
+    return {k: first[k] for k in (EXECUTOR_TAG, SHARDS_TAG) if k in first}
 
 
 def job_of_runs(runs: Sequence[DagsterRun]) -> DurableJob:

@@ -51,7 +51,13 @@ from durable_assets.ops.batch_log import batch_output
 from durable_assets.ops.guardrails import pin_at_run, reconcile_on_resume
 from durable_assets.ops.instance import ensure_instance_config
 from durable_assets.ops.reexecution import LIVE, batch_tags, record_run_success
-from durable_assets.ops.registry import durable_jobs, job_of_runs, reconstructable_job, shards_of_runs
+from durable_assets.ops.registry import (
+    durable_jobs,
+    executor_tags_of_runs,
+    job_of_runs,
+    reconstructable_job,
+    shards_of_runs,
+)
 from durable_assets.ops.status import batch_runs, check_batch_id, step_states, worker_lost
 from durable_assets.ops.status_model import StepStatus
 from durable_assets.ops.webhooks import batch as batch_webhooks
@@ -217,11 +223,12 @@ def resume_batch(
             if line and say is not None:
                 say(line)
             CancelStore(db).clear(batch_id)
-            shards = shards_of_runs(runs)
-            tags = {**batch_tags(batch_id), **(distributed_tags(shards) if shards is not None else {})}
+            # As the lineage first ran: the sharded job, or the location's job, in process or (a
+            # batch launched distributed from the UI or a schedule) on the workers again.
+            tags = {**batch_tags(batch_id), **executor_tags_of_runs(runs)}
             with batch_output(instance, batch_id, "resume"):
                 result = execute_job(
-                    reconstructable_job(job_of_runs(runs), shards),
+                    reconstructable_job(job_of_runs(runs), shards_of_runs(runs)),
                     instance,
                     reexecution_options=ReexecutionOptions.from_failure(newest.run_id, instance),
                     tags=tags,

@@ -83,11 +83,13 @@ class LostHost:
     first_run: str = ""
     killed_at: float = 0.0
 
-    def launch(self, partitions: str, size: int) -> None:
+    def launch(self, partitions: str, size: int, **launch: Any) -> None:
+        """Start the code server and `dagster dev`, and launch the batch (``launch``: run config
+        and tags for :meth:`DagsterDev.launch`)."""
         self.code.start()
         self.dev.start()
         self.reader.instance.add_dynamic_partitions(partitions, [self.batch])
-        self.first_run = self.dev.launch(self.batch, size)
+        self.first_run = self.dev.launch(self.batch, size, **launch)
 
     def story(self) -> str:
         """The run's tags and events and both processes' logs, for a failure message."""

@@ -127,15 +127,23 @@ class DagsterDev(Webserver):
         nodes = (body.get("data") or {}).get("repositoriesOrError", {}).get("nodes", [])
         return any(job["name"] == self.job.name for node in nodes for job in node["jobs"])
 
-    def launch(self, batch_id: str, size: int) -> str:
-        """Launch a batch the way the UI's launchpad does (GraphQL launchRun, partition tag only)."""
+    def launch(
+        self,
+        batch_id: str,
+        size: int,
+        *,
+        run_config: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """Launch a batch the way the UI's launchpad does (GraphQL launchRun, partition tag only),
+        with ``run_config`` merged over the job's (e.g. ``execution``) and ``tags`` added."""
         from dagster_graphql import DagsterGraphQLClient
 
         client = DagsterGraphQLClient("127.0.0.1", port_number=self.port)
         return client.submit_job_execution(
             self.job.name,
-            run_config=self.job.run_config(size),
-            tags={"dagster/partition": batch_id},
+            run_config={**self.job.run_config(size), **(run_config or {})},
+            tags={"dagster/partition": batch_id, **(tags or {})},
         )
 
     def stop(self, grace_s: float = DEV_GRACE_S) -> float:

@@ -53,11 +53,14 @@ def shipped_home(root: Path, variant: str = "", name: str = "dagster_home") -> P
 
 
 def pg_url_of(home: Path) -> str | None:
-    """The Postgres database a home made by :func:`make_home` keeps its storages in, if any."""
+    """The Postgres database a home made by :func:`make_home` keeps its storages in, if any (a
+    shipped home's ``{env: DAGSTER_PG_URL}`` is read from this process's environment)."""
     import yaml
 
     config = yaml.safe_load((home / "dagster.yaml").read_text()) or {}
     url = (config.get("storage") or {}).get("postgres", {}).get("postgres_url")
+    if isinstance(url, dict):
+        url = os.environ.get(str(url.get("env")))
     return str(url) if url else None
 
 
