@@ -17,7 +17,6 @@ of the whole batch.
 # No `from __future__ import annotations`: Dagster reads the shard functions' annotations.
 
 import inspect
-import re
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -38,27 +37,11 @@ from dagster import (
 from durable_assets.errors import DurableError
 from durable_assets.kit.frames import frame_digest
 from durable_assets.kit.modes import MAX_SHARDS
-from durable_assets.kit.progress import ShardOf
 from durable_assets.kit.resources import BatchRuntime
+from durable_assets.kit.shard_names import shard_name
+from durable_assets.kit.shard_names import shard_position as shard_position  # re-exported
+from durable_assets.kit.shard_names import step_of_shard as step_of_shard  # re-exported
 from durable_assets.kit.tags import ROWS_KEY, SHARD_OF_KEY
-
-_SHARD_NAME = re.compile(r"^(?P<step>.+)__shard_(?P<k>\d+)_of_(?P<n>\d+)$")
-
-
-def shard_name(step: str, k: int, n: int) -> str:
-    return f"{step}__shard_{k}_of_{n}"
-
-
-def step_of_shard(step_key: str) -> str:
-    """The user-facing step a Dagster step key belongs to (itself unless it is a shard)."""
-    match = _SHARD_NAME.match(step_key)
-    return match.group("step") if match else step_key
-
-
-def shard_position(step_key: str) -> ShardOf | None:
-    """Which shard of which step a Dagster step key is, or None for a step that is not a shard."""
-    match = _SHARD_NAME.match(step_key)
-    return ShardOf(match.group("step"), int(match.group("k")), int(match.group("n"))) if match else None
 
 
 def shard_of(value: object, n: int) -> int:

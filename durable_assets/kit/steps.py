@@ -47,7 +47,7 @@ from durable_assets.kit.pacing import Backoff as PacingBackoff
 from durable_assets.kit.pacing import PacedProvider, RateLimiter
 from durable_assets.kit.progress import Progress, ShardOf
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
-from durable_assets.kit.sharding import shard_position, step_of_shard
+from durable_assets.kit.shard_names import shard_position, step_of_shard
 from durable_assets.kit.tags import CANCELED_KEY, EFFECT_SCOPE_KEY, LABEL_KEY, ROWS_KEY, STEPS_KEY
 
 #: Whole-step retries for transient faults that escape a step (the ledger makes a retried step

@@ -607,7 +607,9 @@ def _check_before_instance(args: argparse.Namespace) -> None:
     """What parsing alone cannot check, done before the instance is opened or a batch is created."""
     if args.command in ("run", "resume", "backfill", "serve"):
         check_worker_env()
-    if args.command in ("run", "backfill", "list"):
+    # `job list` reads its batches' steps from their runs (ops/job_shape.py): it imports the code
+    # location only to check a --job it was given.
+    if args.command in ("run", "backfill") or (args.command == "list" and args.job is not None):
         from durable_assets.ops.registry import durable_jobs
 
         job = durable_jobs().get(args.job)  # an unknown --job: exit 2 before anything is opened

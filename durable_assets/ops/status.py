@@ -23,7 +23,7 @@ from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Lease, LeaseStore, holder_is_gone, owner_pid
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.settings import KitSettings
-from durable_assets.kit.sharding import step_of_shard
+from durable_assets.kit.shard_names import step_of_shard
 from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
@@ -37,7 +37,7 @@ from durable_assets.kit.tags import (
 )
 from durable_assets.ops.batch_log import blocks, describe_failed_checks, step_failure_reason
 from durable_assets.ops.guardrails import guardrails_model
-from durable_assets.ops.registry import durable_jobs, job_of_runs
+from durable_assets.ops.job_shape import JobShape, job_shape, stored_steps
 from durable_assets.ops.status_model import (
     BATCH_ID_REGEX,
     AutoResumeModel,
@@ -178,15 +178,6 @@ def _stopped_by_cancel(event: Any) -> bool:
     return _LEGACY_CANCELED_ERROR in text
 
 
-def _check_steps(runs: Sequence[DagsterRun]) -> dict[str, str]:
-    """Each asset check's step key -> the step of the asset it checks."""
-    return {
-        checks.node_def.name: key.asset_key.path[-1]
-        for checks in job_of_runs(runs).checks
-        for key in checks.check_keys
-    }
-
-
 def _fold_check_event(step: _Step, check_step: str, event: Any) -> None:
     kind = event.event_type
     if kind == DagsterEventType.STEP_START:
@@ -202,9 +193,12 @@ def _fold_check_event(step: _Step, check_step: str, event: Any) -> None:
         step.check_failures[check_step] = f"check {check_step} failed: {step_failure_reason(event)}"
 
 
-def _fold_steps(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, _Step]:
-    steps = {name: _Step(name) for name in job_of_runs(runs).step_keys}
-    check_steps = _check_steps(runs)
+def _fold_steps(
+    instance: DagsterInstance, runs: Sequence[DagsterRun], shape: JobShape | None = None
+) -> dict[str, _Step]:
+    shape = shape or job_shape(instance, runs)
+    steps = {name: _Step(name) for name in shape.step_keys}
+    check_steps = shape.check_steps
     for run in runs:
         run_status = BatchStatus.of_run(run.status)
         for record in instance.all_logs(run.run_id, of_type=_STEP_EVENTS):
@@ -448,9 +442,9 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     # step, so percent_complete never goes backwards between two polls (the other order could pair a
     # finished step's report with a snapshot taken before it finished, and drop a step's worth).
     report = ProgressStore(db).latest_of_run(batch_id)
-    job = job_of_runs(runs)
-    labels = {st.key: st.label for st in job.steps}
-    folded = _fold_steps(instance, runs)
+    job = job_shape(instance, runs)  # from the runs' snapshots: no code location to import
+    labels = job.labels
+    folded = _fold_steps(instance, runs, job)
     steps = list(folded.values())
     if lost:
         _end_lost_run(steps, runs[-1].run_id, status, _lost_reason(batch_id, status, lease))
@@ -502,19 +496,29 @@ def _end_lost_run(steps: list[_Step], run_id: str, status: BatchStatus, reason: 
 def list_batches(instance: DagsterInstance, *, job: str | None = None) -> list[BatchStatusModel]:
     """Every batch (of durable job ``job``, or of all), newest first (by its newest run).
 
-    Batches of jobs this code location does not register (an instance shared with another
-    location) are left out: their steps are not known here.
+    A batch's steps are read from its runs' stored snapshots (``job_shape``), so listing loads no
+    code location. Only a batch whose runs were recorded without their steps needs its job
+    registered here to be shown (an instance shared with another location): it is left out otherwise.
     """
-    jobs = durable_jobs()
     newest: dict[str, float] = {}
     for _key, batch_ids in instance.get_run_tags(tag_keys=[BATCH_TAG]):
         for bid in batch_ids:
             records = instance.get_run_records(RunsFilter(tags={BATCH_TAG: bid}), limit=1)
             job_name = records[0].dagster_run.job_name if records else None
-            if job_name and jobs.owning(job_name) and job in (None, job_name):
+            if job_name and job in (None, job_name) and _shape_known(instance, records[0].dagster_run):
                 newest[bid] = records[0].create_timestamp.timestamp()
     ordered = sorted(newest, key=lambda b: newest[b], reverse=True)
     return [batch_status(instance, b, include_steps=False) for b in ordered]
+
+
+def _shape_known(instance: DagsterInstance, run: DagsterRun) -> bool:
+    """Whether a status of ``run``'s batch can name its steps: its snapshot carries them, or this
+    code location registers its job (loaded only for a run recorded without them)."""
+    if stored_steps(instance, run):
+        return True
+    from durable_assets.ops.registry import durable_jobs
+
+    return durable_jobs().owning(run.job_name) is not None
 
 
 def _lineage_times(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, str | None]:
