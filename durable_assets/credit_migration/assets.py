@@ -26,6 +26,7 @@ from durable_assets.credit_migration.plan import (
     BALANCE_DTYPES,
     LISTED_DTYPES,
     balances_at_target,
+    balances_never_moved,
     plan_adjustments,
 )
 from durable_assets.credit_migration.resources import CreditLimits
@@ -320,7 +321,8 @@ def planned_adjustments(
     """Step 4 — each account's target balance against the balance the provider holds now.
 
     Read-only. The customers list (one request per 100 customers, at most half as many pages as
-    accounts) shows their balances: a customer listed at its target needs nothing more. Every other
+    accounts) shows their balances: a customer listed at its target needs nothing more, nor does one
+    listed with no currency (never moved: balance 0, no version). Every other
     one's newest balance transaction is read (one request each): its ``ending_balance`` is the
     balance and its id the balance's version, which keys the adjustment. An account at its target
     needs nothing; one whose customer's balance is in another currency is held for review; the rest
@@ -336,7 +338,13 @@ def planned_adjustments(
         ],
         columns=list(LISTED_DTYPES),
     )
-    settled = balances_at_target(validated_accounts, provider_customers, listed)
+    settled = pd.concat(
+        [
+            balances_at_target(validated_accounts, provider_customers, listed),
+            balances_never_moved(provider_customers, listed),
+        ],
+        ignore_index=True,
+    ).drop_duplicates("customer_id")
     known = set(settled["customer_id"])
     ids = [str(c) for c in ready["customer_id"] if str(c) not in known]
     answers = _read(

@@ -12,8 +12,10 @@ Pure functions of frames, so the rules are unit-tested without a provider:
 
 The balances come from the customers list (a page of 100 customers per request) where that
 settles them: a customer listed at its target, in its account's currency or with no currency yet,
-needs nothing (rule 3), and its balance version is never read. Every other customer's newest
-balance transaction is read, one request each, and gives the balance and its version.
+needs nothing (rule 3), and its balance version is never read; a customer listed with no currency
+has never had a balance transaction, so its balance is 0 with no version (a customer made by this
+batch: night 1 reads none of them). Every other customer's newest balance transaction is read, one
+request each, and gives the balance and its version.
 """
 
 from __future__ import annotations
@@ -113,6 +115,27 @@ def balances_at_target(accounts: pd.DataFrame, customers: pd.DataFrame, listed: 
             "customer_id": settled["customer_id"],
             "current_cents": settled["balance"],
             "current_currency": settled["balance_currency"],
+            "balance_version": "",
+        },
+        columns=list(BALANCE_DTYPES),
+    )
+    return typed(balances, BALANCE_DTYPES)
+
+
+def balances_never_moved(customers: pd.DataFrame, listed: pd.DataFrame) -> pd.DataFrame:
+    """The balances (:data:`BALANCE_DTYPES`) of the ready customers the list shows with a zero balance
+    and no currency: no balance transaction was ever applied to them (the first one sets the
+    customer's currency, and nothing unsets it), so their balance is 0 with no version, exactly what
+    reading their newest transaction would answer (none). A customer just made by this batch is one:
+    its balance need not be read before its first adjustment."""
+    ready = customers.loc[customers["status"] == CustomerOutcome.READY, ["customer_id"]].drop_duplicates()
+    merged = ready.merge(typed(listed, LISTED_DTYPES), on="customer_id")
+    untouched = merged[(merged["balance_currency"] == "") & (merged["balance"] == 0)]
+    balances = pd.DataFrame(
+        {
+            "customer_id": untouched["customer_id"],
+            "current_cents": 0,
+            "current_currency": "",
             "balance_version": "",
         },
         columns=list(BALANCE_DTYPES),

@@ -15,6 +15,7 @@ from durable_assets.credit_migration.plan import (
     BALANCE_DTYPES,
     LISTED_DTYPES,
     balances_at_target,
+    balances_never_moved,
     plan_adjustments,
     target_cents,
 )
@@ -221,6 +222,24 @@ def test_a_settled_balance_plans_as_if_its_transaction_had_been_read() -> None:
     from_reads = plan_adjustments(accts, custs, balances(bal("A", -1250, "usd", "cbtxn_1"), bal("B")))
     assert from_list["action"].tolist() == from_reads["action"].tolist() == ["unchanged", "unchanged"]
     assert from_list["adjustment_cents"].tolist() == from_reads["adjustment_cents"].tolist() == [0, 0]
+
+
+def test_a_customer_listed_with_no_currency_is_settled_at_zero_with_no_version_whatever_its_target() -> None:
+    """No currency: no balance transaction was ever applied, so reading the newest one would answer
+    none; the plan is the one those reads would give."""
+    accts = accounts(acct("NEW", 1250), acct("OLD", 1250), acct("ODD", 1250))
+    custs = customers(cust("NEW"), cust("OLD"), cust("ODD"), cust("H", held="x"))
+    seen = listed(("NEW", 0, ""), ("OLD", -1000, "usd"), ("ODD", 500, ""), ("H", 0, ""))
+    out = balances_never_moved(custs, seen)
+    # OLD has moved (a currency), ODD has a balance without one (read to be sure), H is held.
+    assert out["customer_id"].tolist() == ["cus_NEW"]
+    assert (out["current_cents"].tolist(), out["current_currency"].tolist()) == ([0], [""])
+    assert out["balance_version"].tolist() == [""]
+    from_list = plan_adjustments(accts, custs, out)
+    from_read = plan_adjustments(accts, custs, balances(bal("NEW")))
+    new = from_list[from_list["legacy_account_id"] == "NEW"]
+    assert new.equals(from_read[from_read["legacy_account_id"] == "NEW"])
+    assert new["adjustment_cents"].tolist() == [-1250]
 
 
 def test_nothing_listed_settles_nothing() -> None:
