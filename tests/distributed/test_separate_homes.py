@@ -51,12 +51,8 @@ def test_processes_in_separate_homes_share_only_the_database(
     batch_id = "dist-homes-1"
     source = tmp_path / "export.csv"
     synthetic_accounts(batch_id, SIZE).to_csv(source, index=False)  # the synthetic batch, as a file
-    run = JobProcess(
-        [*("run", "--job", "credit_migration", "--id", batch_id, "--input", str(source)), "--executor"]
-        + ["celery", "--shards", "4"],
-        cluster.env(),
-        cluster.logs,
-    )
+    args = ["run", "--job", "credit_migration", "--id", batch_id, "--input", str(source)]
+    run = JobProcess([*args, "--executor", "celery", "--shards", "4"], cluster.env(), cluster.logs)
     with step_leases(cluster) as store:
         a_running_shard(cluster, reader, store, batch_id, run)
     run.sigkill()
