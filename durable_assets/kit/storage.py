@@ -113,6 +113,11 @@ class BatchStorage(Protocol):
         ...
 
     @property
+    def location(self) -> str:
+        """Where its keys are, for people: the folder, ``durable://`` or ``s3://BUCKET/PREFIX``."""
+        ...
+
+    @property
     def shared(self) -> bool:
         """Whether another host reaches it (the local folder does not)."""
         ...
@@ -181,6 +186,10 @@ class LocalStorage:
     def uri(self, key: str) -> str:
         return str(self.path(key))
 
+    @property
+    def location(self) -> str:
+        return str(self.root)
+
 
 class DatabaseStorage:
     """Rows of ``durable_blobs`` in the instance's database: every host of a deployment reaches it.
@@ -220,6 +229,10 @@ class DatabaseStorage:
 
     def uri(self, key: str) -> str:
         return f"{DATABASE_SCHEME}{key}"
+
+    @property
+    def location(self) -> str:
+        return DATABASE_SCHEME
 
 
 class S3Storage:
@@ -287,6 +300,10 @@ class S3Storage:
 
     def uri(self, key: str) -> str:
         return f"{S3_SCHEME}{self.bucket}/{self._object(key)}"
+
+    @property
+    def location(self) -> str:
+        return f"{S3_SCHEME}{self.bucket}/{self.prefix}"
 
 
 def batch_storage(instance: DagsterInstance, config: StorageConfig | None = None) -> BatchStorage:

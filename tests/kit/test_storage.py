@@ -22,35 +22,23 @@ from durable_assets.kit.storage import (
     StorageKind,
     read_uri,
 )
-from tests.support.network import free_port
+from tests.support.s3 import CREDENTIALS, make_bucket, s3_server
 
 BUCKET = "durable-test"
 
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    """A local S3-compatible server for this module's tests (moto's, in a thread of this process)."""
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+    with s3_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
 def s3_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Credentials boto3 reads (moto accepts any) and a fresh bucket."""
-    import boto3
-
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
-    if BUCKET not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
-        client.create_bucket(Bucket=BUCKET)
+    """Credentials boto3 reads (moto accepts any) and the bucket."""
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    make_bucket(s3_endpoint, BUCKET)
     return s3_endpoint
 
 
