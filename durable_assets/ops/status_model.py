@@ -217,9 +217,7 @@ class BatchStatusModel(_Model):
     guardrails: GuardrailsModel | None = Field(
         description="the batch's pinned ceilings and limits, and their last override; null if it has none",
     )
-    files: list[BatchFileModel] = Field(
-        default_factory=list, description="the files its steps wrote for people, in summary order"
-    )
+    files: list[BatchFileModel] = Field(description="the files its steps wrote for people, in summary order")
     # Absent (not null) when not asked for: the schema says array, and `GET /runs` leaves it out.
     steps: list[StepModel] | SkipJsonSchema[None] = Field(default=None, json_schema_extra=_no_default)
 
