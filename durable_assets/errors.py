@@ -172,6 +172,11 @@ class ArchiveError(DurableError):
     """An archive could not be written, or one on disk disagrees with run storage; nothing was deleted."""
 
 
+class StorageError(DurableError):
+    """Shared storage (the database's ``durable_blobs``, an S3 bucket) could not store or give back a
+    batch's output, file or input; the message names the URI and the store's answer."""
+
+
 # --- the code location and the instance ----------------------------------------------------------
 
 

@@ -159,6 +159,7 @@ def test_status_columns_stay_aligned_with_long_step_names(capsys: pytest.Capture
         "needs_review": False,
         "held_for_review": 0,
         "steps": steps,
+        "files": [],
         **nothing,
     }
     _print_status(BatchStatusModel.model_validate(st), as_json=False)

@@ -85,7 +85,9 @@ def legacy_accounts(context: AssetExecutionContext, config: LegacyExport) -> Mat
     are the same in every batch (only some credits change), with about 1% broken rows.
     """
     if config.path:
-        return kit.frame_result(read_legacy_file(config.path), {"source": config.path})
+        with kit.batch_input(context, config.path) as path:  # stored with the batch, or a local file
+            raw = read_legacy_file(path)
+        return kit.frame_result(raw, {"source": config.path})
     return kit.frame_result(synthetic_accounts(context.partition_key, config.size), {"source": "synthetic"})
 
 

@@ -94,6 +94,8 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
     from durable_assets.kit.steps import (
         TRANSIENT_RETRY,
         batch_dir,
+        batch_input,
+        batch_storage_of,
         durable_asset,
         durable_step,
         effect_runner,
@@ -200,6 +202,8 @@ __all__ = [
     "bad_encoding",
     "batch_check",
     "batch_dir",
+    "batch_input",
+    "batch_storage_of",
     "batch_summary_spec",
     "call_with_retries",
     "check_examples",

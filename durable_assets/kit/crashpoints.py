@@ -64,6 +64,7 @@ class CrashPoint(StrEnum):
     # retention (ops/retention/pruning.py)
     ARCHIVE_WRITTEN = "archive_written"  # fsynced under its temporary name
     ARCHIVE_RENAMED = "archive_renamed"
+    ARCHIVE_STORED = "archive_stored"  # PUT to the object store; not read back and checked yet
     BATCH_DELETED = "batch_deleted"  # a chunk of lineages is gone from storage
 
 

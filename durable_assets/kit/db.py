@@ -192,6 +192,17 @@ rate_limits = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
 )
 
+blobs = sa.Table(
+    "durable_blobs",
+    metadata,
+    # Step outputs, batch files and stored inputs when DURABLE_STORAGE is the database
+    # (kit/storage.py): every host of a deployment reaches them through the instance's database.
+    sa.Column("key", sa.String(1024), primary_key=True),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("stored_at", sa.Float, nullable=False),
+)
+
 _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()
 

@@ -140,7 +140,7 @@ def _queue(celery: Celery) -> str:
     return str(celery.conf.task_default_queue)
 
 
-_instances: dict[str, DagsterInstance] = {}
+_instances: dict[str, DagsterInstance | None] = {}
 _instances_lock = threading.Lock()
 
 
@@ -154,6 +154,31 @@ def _instance(ref: Any) -> DagsterInstance:
             hold_connections(instance)
             _instances[key] = instance
         return instance
+
+
+def _worker_instance(ref: Any, run_id: str) -> DagsterInstance:
+    """The worker's own instance (its ``DAGSTER_HOME``) when it holds the run, else the orchestrator's ref.
+
+    The ref names the orchestrator's folder (local artifacts, compute logs): on another host that
+    path is not there, or worse, is some other instance's. A worker whose own instance shares the
+    orchestrator's database finds the run there and writes nothing under the orchestrator's path;
+    one that does not (a worker started without a home of its own) keeps opening the ref.
+    """
+    with _instances_lock:
+        own = _instances.get(_OWN)
+        if own is None and _OWN not in _instances:
+            try:
+                own = DagsterInstance.get()  # DAGSTER_HOME, as `job worker` resolved it
+            except Exception:  # no home of its own: the ref is all it has
+                own = None
+            _instances[_OWN] = own
+    if own is not None and own.get_run_by_id(run_id) is not None:
+        return own
+    return _instance(ref)
+
+
+#: The cache key of the worker's own instance (None cached when it has none).
+_OWN = "<own DAGSTER_HOME>"
 
 
 def _after_fork_in_child() -> None:
@@ -180,7 +205,7 @@ def _execute_step(
 
     ``step_lease_ttl_s`` comes from the orchestrator's executor config, so both sides agree on it."""
     args = unpack_value(execute_step_args_packed, as_type=ExecuteStepArgs)
-    instance = _instance(args.instance_ref)
+    instance = _worker_instance(args.instance_ref, args.run_id)
     recon_job = ReconstructableJob.from_dict(executable_dict)
     run = instance.get_run_by_id(args.run_id)
     if run is None:

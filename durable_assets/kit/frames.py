@@ -62,6 +62,11 @@ def neutralize_formulas(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def csv_bytes(df: pd.DataFrame) -> bytes:
+    """The frame as a CSV file for people (UTF-8, no index, spreadsheet formulas neutralised)."""
+    return neutralize_formulas(df).to_csv(index=False, lineterminator="\n").encode("utf-8")
+
+
 def write_csv_atomically(df: pd.DataFrame, path: Path) -> Path:
     """Write, fsync and rename, so a crash never leaves a half-written report behind."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.dagster_internals import UnresolvedAssetJobDefinition
 from durable_assets.kit.executor import durable_executor
 from durable_assets.kit.schedules import DailyBatches
-from durable_assets.kit.settings import DistributedSettings, KitSettings
+from durable_assets.kit.settings import DistributedSettings, KitSettings, StorageSettings
 from durable_assets.kit.tags import EFFECT_SCOPE_KEY, EXECUTOR_TAG, LABEL_KEY, SHARDS_TAG, STEPS_KEY
 
 
@@ -273,12 +273,14 @@ class DurableJobs:
         sensors: Sequence[Any] = (),
         settings: KitSettings | None = None,
         distributed: DistributedSettings | None = None,
+        storage: StorageSettings | None = None,
     ) -> Definitions:
         """The jobs' ``Definitions`` with ``resources`` over the kit's defaults (``ledger``, ``runtime``).
 
-        ``settings`` and ``distributed`` are the kit's knobs as the location read them from its
-        environment (None: the declared defaults): they tune the kit's resources and the
-        distributed executor, so no step or task reads a variable itself. The operations layer's
+        ``settings``, ``distributed`` and ``storage`` are the kit's knobs as the location read them
+        from its environment (None: the declared defaults): they tune the kit's resources (the IO
+        manager's storage among them) and the distributed executor, so no step or task reads a
+        variable itself. The operations layer's
         daemon parts (automatic resume, webhooks, retention) are added by
         :func:`durable_assets.location.definitions`, which calls this; a location should use that.
         """
@@ -286,8 +288,10 @@ class DurableJobs:
             self._settings = settings or KitSettings()
             self._distributed_settings = distributed or DistributedSettings()
             from durable_assets.kit.resources import default_resources
+            from durable_assets.kit.storage import StorageConfig
 
-            resources = {**default_resources(self._settings), **(resources or {})}
+            stored = StorageConfig.from_settings(storage or StorageSettings())
+            resources = {**default_resources(self._settings, stored), **(resources or {})}
             for j in self:
                 _check_kit_resources(j.name, j.assets, resources)
             self._resources = dict(resources)

@@ -35,6 +35,7 @@ from durable_assets.kit.pacing import Backoff
 from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore, ShardOf, event_log_sink
 from durable_assets.kit.settings import KitSettings
 from durable_assets.kit.step_leases import TaskContext, current_task
+from durable_assets.kit.storage import StorageConfig
 from durable_assets.kit.tags import BATCH_TAG, EXECUTOR_TAG, PARTITION_TAG
 
 #: The declared defaults (no environment read here): the code location passes the environment's.
@@ -124,6 +125,8 @@ class BatchRuntime(ConfigurableResource):
         default=_KIT.step_delay_s, ge=0, description="Pause before each step (DURABLE_STEP_DELAY_S)"
     )
     database_url: str | None = None
+    #: Where the batch's files go (quarantine, reports): the same place as its step outputs.
+    storage: StorageConfig = Field(default_factory=StorageConfig)
 
     _db: DurableDatabase | None = PrivateAttr(default=None)
     _batch_id: str | None = PrivateAttr(default=None)
@@ -230,9 +233,14 @@ class BatchRuntime(ConfigurableResource):
             ProgressStore(self._db).expect_shards(self._batch_id, self._run_id, step, rows)
 
 
-def default_resources(settings: KitSettings) -> dict[str, Any]:
-    """The kit's resources as a code location wires them: tuned by ``settings`` (its environment's)."""
+def default_resources(settings: KitSettings, storage: StorageConfig | None = None) -> dict[str, Any]:
+    """The kit's resources as a code location wires them: tuned by ``settings`` (its environment's),
+    outputs and batch files in ``storage`` (``DURABLE_STORAGE``; default ``auto``)."""
+    from durable_assets.kit.io_manager import DurableIOManager
+
+    storage = storage or StorageConfig()
     return {
+        "io_manager": DurableIOManager(storage=storage),
         "ledger": IdempotencyLedger(
             provider_key_retention_hours=settings.key_retention_hours,
             concurrency=settings.concurrency,
@@ -240,6 +248,8 @@ def default_resources(settings: KitSettings) -> dict[str, Any]:
             provider_down_budget_seconds=settings.provider_down_budget_s,
         ),
         "runtime": BatchRuntime(
-            lease_ttl_seconds=settings.lease_ttl_s, step_delay_seconds=settings.step_delay_s
+            lease_ttl_seconds=settings.lease_ttl_s,
+            step_delay_seconds=settings.step_delay_s,
+            storage=storage,
         ),
     }

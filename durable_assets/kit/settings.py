@@ -88,6 +88,31 @@ class DistributedSettings(Section):
     )
 
 
+class StorageSettings(Section):
+    """Where step outputs, batch files and stored inputs live (kit/storage.py)."""
+
+    storage: Literal["auto", "local", "database", "s3"] = var(
+        "DURABLE_STORAGE",
+        "auto",
+        "where step outputs, batch files (quarantine, reports) and `--input` copies live: `local` "
+        "(files under `DAGSTER_HOME`), `database` (the instance's Postgres database, table "
+        "`durable_blobs`), `s3` (an S3-compatible store); `auto` is `database` on a Postgres "
+        "instance, `local` on SQLite ([Scaling out](docs/scaling.md#many-hosts-what-is-shared))",
+    )
+    s3_bucket: str | None = var(
+        "DURABLE_S3_BUCKET", None, "the bucket of `DURABLE_STORAGE=s3` (it must exist)", unset="none"
+    )
+    s3_prefix: str = var("DURABLE_S3_PREFIX", "durable-assets", "the key prefix under that bucket")
+    s3_endpoint_url: str | None = var(
+        "DURABLE_S3_ENDPOINT_URL",
+        None,
+        "an S3-compatible server's URL (MinIO, Ceph, ...); unset is AWS. Credentials: boto3's usual "
+        "(`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, profiles, instance roles)",
+        unset="AWS",
+    )
+    s3_region: str = var("DURABLE_S3_REGION", "us-east-1", "the bucket's region")
+
+
 class CrashHooks(Section):
     """Test hooks, not configuration: kept out of the README."""
 

@@ -11,7 +11,8 @@ may be retried by the asset's ``RetryPolicy``.
 import functools
 import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from inspect import Parameter, Signature
 from pathlib import Path
@@ -48,6 +49,7 @@ from durable_assets.kit.pacing import PacedProvider, RateLimiter
 from durable_assets.kit.progress import Progress, ShardOf
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.kit.shard_names import shard_position, step_of_shard
+from durable_assets.kit.storage import BatchStorage, batch_storage, local_copy
 from durable_assets.kit.tags import CANCELED_KEY, EFFECT_SCOPE_KEY, LABEL_KEY, ROWS_KEY, STEPS_KEY
 
 #: Whole-step retries for transient faults that escape a step (the ledger makes a retried step
@@ -309,5 +311,27 @@ def frame_result(df: pd.DataFrame, metadata: Mapping[str, Any]) -> MaterializeRe
 
 
 def batch_dir(context: AssetExecutionContext) -> Path:
-    """Where a step writes files for people (quarantine, report): one directory per batch."""
+    """The batch's folder in the instance folder: where local storage keeps its files for people.
+    On shared storage they are elsewhere (:func:`batch_storage_of`); use that to write them."""
     return Path(context.instance.root_directory) / "batches" / context.partition_key
+
+
+def batch_storage_of(context: AssetExecutionContext) -> BatchStorage:
+    """The storage the step's batch files go to: the ``runtime`` resource's (``DURABLE_STORAGE``)."""
+    runtime = getattr(context.resources, "runtime", None)
+    config = runtime.storage if isinstance(runtime, BatchRuntime) else None
+    return batch_storage(context.instance, config)
+
+
+@contextmanager
+def batch_input(context: AssetExecutionContext, path: str) -> Iterator[Path]:
+    """The first step's input file as a local path, wherever the launcher stored it.
+
+    ``job run --input`` on shared storage stores the file's bytes with the batch and passes their
+    URI (``durable://batches/<id>/input/<name>``), so a step on another host, and every resume,
+    reads the same bytes; a local path (local storage, the UI's launchpad) is read as it is.
+    """
+    runtime = getattr(context.resources, "runtime", None)
+    config = runtime.storage if isinstance(runtime, BatchRuntime) else None
+    with local_copy(context.instance, path, config) as local:
+        yield local

@@ -34,7 +34,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from durable_assets.errors import BatchConflictError, InvalidBatchIdError, UnknownBatchError, UsageError
+from durable_assets.errors import (
+    BatchConflictError,
+    InvalidBatchIdError,
+    StorageError,
+    UnknownBatchError,
+    UsageError,
+)
 from durable_assets.ops import openapi, runner
 from durable_assets.ops.events import BatchEventFeed
 from durable_assets.ops.http_guard import (
@@ -47,6 +53,7 @@ from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.settings import ApiSettings
 from durable_assets.ops.sse import SharedFeeds, event_stream, parse_last_event_id
 from durable_assets.ops.status import batch_status, list_batches
+from durable_assets.ops.stored_files import BatchFile, read_batch_file
 from durable_assets.settings import variable
 
 logger = logging.getLogger("durable_assets.ops.api")
@@ -116,6 +123,27 @@ async def list_runs(request: Request) -> Response:
 async def get_run(request: Request) -> Response:
     st = await run_in_threadpool(batch_status, _instance(request), _batch_id(request))
     return JSONResponse(st.as_json())
+
+
+async def get_run_file(request: Request) -> Response:
+    """One of the batch's files, read by the URI its step's metadata names (any host reaches it)."""
+    instance, name = _instance(request), str(request.path_params["name"])
+    st = await run_in_threadpool(batch_status, instance, _batch_id(request), include_steps=False)
+    found = next((f for f in st.files if f.name == name), None)
+    if found is None:
+        return _error(
+            404,
+            "unknown_file",
+            f"batch {st.id!r} has no file {name!r}; its files: "
+            f"{', '.join(f.name for f in st.files) or 'none'}",
+        )
+    file = BatchFile(found.name, found.label, found.step, found.uri)
+    try:
+        data = await run_in_threadpool(read_batch_file, instance, file)
+    except StorageError as exc:
+        return _error(404, "file_gone", str(exc))
+    kind = "text/csv; charset=utf-8" if name.endswith(".csv") else "application/octet-stream"
+    return Response(data, media_type=kind, headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 
 async def cancel_run(request: Request) -> Response:
@@ -225,6 +253,7 @@ def endpoints() -> list[Endpoint]:
         Endpoint("/runs/{id}", "GET", get_run, openapi.GET_RUN),
         Endpoint("/runs/{id}/events", "GET", run_events, openapi.RUN_EVENTS),
         Endpoint("/runs/{id}/cancel", "POST", cancel_run, openapi.CANCEL_RUN),
+        Endpoint("/runs/{id}/files/{name}", "GET", get_run_file, openapi.RUN_FILE),
         Endpoint("/metrics", "GET", metrics, openapi.METRICS),
         Endpoint("/openapi.json", "GET", openapi_json, openapi.OPENAPI),
     ]

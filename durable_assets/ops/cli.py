@@ -464,6 +464,8 @@ def _print_status(st: BatchStatusModel, as_json: bool) -> None:
             f"  automatically resumed (attempt {auto.attempts} of {auto.max_attempts}) after its "
             f"worker was lost: run {auto.run_ids[-1]}"
         )
+    for f in st.files:  # where a person opens them, from any host (`GET /runs/{ID}/files/{name}`)
+        print(f"  {f.label}: {f.uri}")
     steps = st.steps or []
     name_width = max([20, *(len(s.step_name) for s in steps)])  # a long step name widens the column
     number_width = len(str(len(steps)))

@@ -271,6 +271,36 @@ CANCEL_RUN: dict[str, Any] = {
     "parameters": [_ID_PARAM],
     "responses": {"202": _json(_ref(CancelAcceptedModel), "accepted"), "404": _UNKNOWN, "422": _BAD_ID},
 }
+RUN_FILE: dict[str, Any] = {
+    "operationId": "getRunFile",
+    "summary": "A file a step of the batch wrote for people (its quarantine, its report), from any host",
+    "description": (
+        "The status JSON's `files` lists them (`name`, `uri`). Read from wherever the batch's storage "
+        "keeps it (the instance folder, the database, an S3 bucket), so it answers on any host of the "
+        "deployment. CSV files are `text/csv`."
+    ),
+    "parameters": [
+        _ID_PARAM,
+        {
+            "name": "name",
+            "in": "path",
+            "required": True,
+            "description": "a file's `name` from the status JSON's `files`",
+            "schema": {"type": "string"},
+        },
+    ],
+    "responses": {
+        "200": {
+            "description": "the file's bytes",
+            "content": {
+                "text/csv": {"schema": {"type": "string"}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            },
+        },
+        "404": _error("no batch with this ID, or no file of that name in it (or retention removed it)"),
+        "422": _BAD_ID,
+    },
+}
 METRICS: dict[str, Any] = {
     "operationId": "metrics",
     "summary": (

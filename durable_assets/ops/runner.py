@@ -60,6 +60,7 @@ from durable_assets.ops.registry import (
 )
 from durable_assets.ops.status import batch_runs, check_batch_id, step_states, worker_lost
 from durable_assets.ops.status_model import StepStatus
+from durable_assets.ops.stored_files import store_input
 from durable_assets.ops.webhooks import batch as batch_webhooks
 from durable_assets.settings import InstanceSettings
 
@@ -129,7 +130,8 @@ def start_batch(
             AccountBindings(DurableDatabase.for_instance(instance)).bind(batch_id, account)
         pin_at_run(DurableDatabase.for_instance(instance), batch_id, durable)
         instance.add_dynamic_partitions(durable.partitions_name, [batch_id])
-        config = durable.run_config(str(Path(input_path).resolve()) if input_path else None, size)
+        # On shared storage the input's bytes are stored with the batch: every host and resume reads them.
+        config = durable.run_config(store_input(instance, batch_id, input_path), size)
         distributed = executor == ExecutorKind.CELERY
         tags = {**batch_tags(batch_id), **(distributed_tags(shards) if distributed else {})}
         with batch_output(instance, batch_id, "run"):

@@ -141,7 +141,12 @@ class RetentionSettings(Section):
     )
     ledger_days: float = var("DURABLE_LEDGER_RETENTION_DAYS", 365.0, "idempotency-key horizon", ge=0)
     archive_dir: str | None = var(
-        "DURABLE_ARCHIVE_DIR", None, "where pruned batches are archived", unset="`$DAGSTER_HOME/archive`"
+        "DURABLE_ARCHIVE_DIR",
+        None,
+        "where pruned batches are archived: a folder, or `s3://BUCKET/PREFIX` (cold storage; "
+        "`DURABLE_S3_ENDPOINT_URL` and `DURABLE_S3_REGION` apply). With `DURABLE_STORAGE=s3` unset "
+        "means that bucket's `archive/`",
+        unset="`$DAGSTER_HOME/archive`",
     )
     schedule: Literal["running", "stopped"] = var(
         "DURABLE_RETENTION_SCHEDULE", "running", "`stopped`: the daily retention schedule starts stopped"

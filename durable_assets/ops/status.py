@@ -41,6 +41,7 @@ from durable_assets.ops.job_shape import JobShape, job_shape, stored_steps
 from durable_assets.ops.status_model import (
     BATCH_ID_REGEX,
     AutoResumeModel,
+    BatchFileModel,
     BatchStatus,
     BatchStatusModel,
     ProgressModel,
@@ -48,6 +49,7 @@ from durable_assets.ops.status_model import (
     StepModel,
     StepStatus,
 )
+from durable_assets.ops.stored_files import batch_files
 
 BATCH_ID_PATTERN = re.compile(BATCH_ID_REGEX)
 #: The name of the error a step stops with when its batch was canceled (kit/cancel.py). Only for runs
@@ -478,6 +480,10 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         **_lineage_times(instance, runs),
         provider=_provider(db, batch_id),
         guardrails=guardrails_model(db, batch_id),
+        files=[
+            BatchFileModel(name=f.name, label=f.label, step=f.step, uri=f.uri)
+            for f in batch_files({name: st.metadata for name, st in folded.items()}, job.name)
+        ],
         steps=[st.model(n) for n, st in enumerate(steps, start=1)] if include_steps else None,
     )
     return model

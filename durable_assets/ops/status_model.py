@@ -112,6 +112,20 @@ class ProgressModel(_Model):
     )
 
 
+class BatchFileModel(_Model):
+    """A file a step of the batch wrote for people (quarantine, report), and where it is stored."""
+
+    name: str = Field(description="the file's name; `GET /runs/{ID}/files/{name}` serves it")
+    label: str = Field(description="what it is, as the end-of-batch summary names it (quarantine, report)")
+    step: str = Field(description="the step (asset) that wrote it")
+    uri: str = Field(
+        description=(
+            "where it is stored: a path under DAGSTER_HOME (local storage), `durable://KEY` (the "
+            "instance's database) or `s3://BUCKET/KEY`; readable from any host but the first"
+        )
+    )
+
+
 class StepModel(_Model):
     """One step of the batch's job, folded over every run of its lineage."""
 
@@ -203,6 +217,7 @@ class BatchStatusModel(_Model):
     guardrails: GuardrailsModel | None = Field(
         description="the batch's pinned ceilings and limits, and their last override; null if it has none",
     )
+    files: list[BatchFileModel] = Field(description="the files its steps wrote for people, in summary order")
     # Absent (not null) when not asked for: the schema says array, and `GET /runs` leaves it out.
     steps: list[StepModel] | SkipJsonSchema[None] = Field(default=None, json_schema_extra=_no_default)
 

@@ -48,7 +48,8 @@ def invoices(
     creates no second charge). An unreadable file or missing columns fail here, naming both.
     """
     if config.path:
-        raw = read_invoice_file(config.path)
+        with kit.batch_input(context, config.path) as path:  # stored with the batch, or a local file
+            raw = read_invoice_file(path)
         return kit.frame_result(raw, {"source": config.path})
     raw = synthetic_invoices(context.partition_key, config.size)
     chargeable = validate_invoices(raw, require_charge_id=False).valid

@@ -18,10 +18,21 @@ def _routes(served: Served) -> list[tuple[str, str]]:
     """Every (method, concrete path) of /openapi.json, so a new route is covered by being documented."""
     doc = httpx.get(f"{served.url}/openapi.json", headers=served.auth, timeout=30).json()
     return [
-        (method.upper(), path.replace("{id}", served.batch_id))
+        (method.upper(), path.replace("{id}", served.batch_id).replace("{name}", "quarantine.csv"))
         for path, item in doc["paths"].items()
         for method in item
     ]
+
+
+def test_a_batch_file_is_served_as_its_status_names_it(served: Served) -> None:
+    status = httpx.get(f"{served.url}/runs/{served.batch_id}", headers=served.auth, timeout=30).json()
+    files = {f["name"]: f for f in status["files"]}
+    assert set(files) == {"quarantine.csv", "refund_report.csv"}
+    local = served.home / "batches" / served.batch_id / "refund_report.csv"  # the SQLite home: files
+    assert files["refund_report.csv"]["uri"] == str(local)
+    got = httpx.get(f"{served.url}/runs/{served.batch_id}/files/refund_report.csv", headers=served.auth)
+    assert got.status_code == 200 and got.content == local.read_bytes()
+    assert got.headers["content-type"].startswith("text/csv")
 
 
 def test_healthz_needs_no_token(served: Served) -> None:

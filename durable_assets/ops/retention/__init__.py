@@ -23,10 +23,12 @@ from dagster import (
     op,
 )
 
+from durable_assets.kit.storage import S3_SCHEME, S3Storage, StorageKind
 from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.retention.pruning import PruneReport, RetentionPolicy, prune
 from durable_assets.ops.settings import RetentionSettings
+from durable_assets.ops.stored_files import storage_config
 
 
 def policy_from_env(
@@ -46,8 +48,27 @@ def policy_from_env(
 
 
 def archive_dir_for(instance: DagsterInstance, archive_dir: str | None = None) -> Path:
+    """The folder archives are written in (first, when they go on to an object store)."""
     chosen = archive_dir or RetentionSettings.current().archive_dir
-    return Path(chosen) if chosen else Path(instance.root_directory) / "archive"
+    if chosen and not chosen.startswith(S3_SCHEME):
+        return Path(chosen)
+    return Path(instance.root_directory) / ("archive-staging" if archive_store_for(chosen) else "archive")
+
+
+def archive_store_for(archive_dir: str | None = None) -> S3Storage | None:
+    """The object store archives go to: ``s3://BUCKET/PREFIX`` given, or the batch storage's bucket
+    (``archive/`` under its prefix) when ``DURABLE_STORAGE=s3`` and no folder is given; else None."""
+    chosen = archive_dir or RetentionSettings.current().archive_dir
+    config = storage_config()
+    if chosen and chosen.startswith(S3_SCHEME):
+        bucket, _, prefix = chosen[len(S3_SCHEME) :].partition("/")
+        return S3Storage(bucket, prefix, endpoint_url=config.s3_endpoint_url, region=config.s3_region)
+    if not chosen and config.kind == StorageKind.S3.value:
+        prefix = f"{config.s3_prefix.strip('/')}/archive"
+        return S3Storage(
+            config.s3_bucket or "", prefix, endpoint_url=config.s3_endpoint_url, region=config.s3_region
+        )
+    return None
 
 
 def prune_batches(
@@ -63,6 +84,7 @@ def prune_batches(
         instance,
         policy or policy_from_env(),
         archive_dir_for(instance, archive_dir),
+        archive_store=archive_store_for(archive_dir),
         batch_tag=BATCH_TAG,
         partitions_def_names=sorted({job.partitions_name for job in durable_jobs()}),
         status_fn=lambda batch_id: batch_status(instance, batch_id).as_json(),

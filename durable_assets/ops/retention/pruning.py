@@ -47,7 +47,13 @@ import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, RunRecord, RunsFilter
 from dagster_shared.serdes import serialize_value
 
-from durable_assets.errors import ArchiveError, BatchConflictError, PruneInProgressError, UsageError
+from durable_assets.errors import (
+    ArchiveError,
+    BatchConflictError,
+    PruneInProgressError,
+    StorageError,
+    UsageError,
+)
 from durable_assets.kit import dagster_internals
 from durable_assets.kit import db as kit_db
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
@@ -65,6 +71,7 @@ from durable_assets.kit.dagster_internals import (
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Lease, LeaseStore
 from durable_assets.kit.ledger import STARTED
+from durable_assets.kit.storage import BatchStorage
 from durable_assets.ops.settings import RetentionSettings
 from durable_assets.ops.status_model import BatchStatus
 
@@ -524,7 +531,11 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z") if ts else None
 
 
-def _entry(lineage: Lineage, archive: Path | None, events: int | None) -> dict[str, Any]:
+def _where(lineage: Lineage, archive_dir: Path, store: BatchStorage | None) -> str:
+    return store.uri(lineage.archive_name) if store is not None else str(archive_dir / lineage.archive_name)
+
+
+def _entry(lineage: Lineage, archive: str | None, events: int | None) -> dict[str, Any]:
     return {
         "id": lineage.batch_id,
         "status": lineage.status,
@@ -544,23 +555,78 @@ def _archive_one(
     lineage: Lineage,
     archive_dir: Path,
     status_fn: Callable[[str], dict[str, Any]] | None,
-) -> tuple[Lineage, Path, int]:
-    """Find the lineage's complete archive from an interrupted prune, or write it."""
+    store: BatchStorage | None = None,
+) -> tuple[Lineage, str, int]:
+    """Find the lineage's complete archive from an interrupted prune, or write it; return where.
+
+    With ``store`` (an object store), the archive is written and fsynced in ``archive_dir`` as
+    always, then stored whole (one atomic PUT), read back and checked complete before anything of
+    the lineage may be deleted; only then is the local copy removed. A crash at any point leaves
+    the store without the object or with all of it, and the lineage's rows in place until it is.
+    """
     path = archive_dir / lineage.archive_name
+    if store is not None:
+        try:
+            events = _stored_complete(store, archive_dir, lineage)
+        except StorageError as exc:
+            raise ArchiveError(
+                f"cannot reach the archive store for batch {lineage.batch_id!r}: {exc}. Nothing was "
+                "deleted; check DURABLE_ARCHIVE_DIR and DURABLE_S3_*, then prune again."
+            ) from exc
+        if events is not None:  # stored by an interrupted prune: its local copy is no longer needed
+            path.unlink(missing_ok=True)
+            return lineage, store.uri(lineage.archive_name), events
     try:
         events = complete_archive(path, lineage)
     except ArchiveError as exc:
         raise _Skip(str(exc)) from exc
-    if events is not None:
-        return lineage, path, events  # do not write it twice
+    if events is None:
+        try:
+            path, events = write_archive(instance, lineage, archive_dir, status_fn)
+        except OSError as exc:
+            raise ArchiveError(
+                f"cannot write the archive of batch {lineage.batch_id!r} in {archive_dir}: {exc}. "
+                "Nothing was deleted; free space or set another archive directory, then prune again."
+            ) from exc
+    if store is None:
+        return lineage, str(path), events
     try:
-        path, events = write_archive(instance, lineage, archive_dir, status_fn)
-    except OSError as exc:
+        store.put(lineage.archive_name, path.read_bytes())
+    except StorageError as exc:
         raise ArchiveError(
-            f"cannot write the archive of batch {lineage.batch_id!r} in {archive_dir}: {exc}. "
-            "Nothing was deleted; free space or set another archive directory, then prune again."
+            f"cannot store the archive of batch {lineage.batch_id!r}: {exc}. Nothing was deleted; "
+            f"the archive stays in {archive_dir} and the next prune stores it again."
         ) from exc
-    return lineage, path, events
+    crash_point(CrashPoint.ARCHIVE_STORED)
+    try:
+        checked = _stored_complete(store, archive_dir, lineage)
+    except StorageError as exc:
+        raise ArchiveError(
+            f"cannot read back the stored archive of batch {lineage.batch_id!r}: {exc}. Nothing was "
+            "deleted; prune again."
+        ) from exc
+    if checked != events:
+        raise ArchiveError(
+            f"the stored archive {store.uri(lineage.archive_name)} of batch {lineage.batch_id!r} reads "
+            f"back {checked} events, not {events}; nothing was deleted, prune again"
+        )
+    path.unlink()
+    return lineage, store.uri(lineage.archive_name), events
+
+
+def _stored_complete(store: BatchStorage, archive_dir: Path, lineage: Lineage) -> int | None:
+    """Events in the store's complete archive of this lineage (read back whole), else None."""
+    data = store.get(lineage.archive_name)
+    if data is None:
+        return None
+    probe = archive_dir / f".{lineage.archive_name}.stored"
+    probe.write_bytes(data)
+    try:
+        return complete_archive(probe, lineage)
+    except ArchiveError as exc:
+        raise _Skip(str(exc)) from exc
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def _lease_chunk(
@@ -605,23 +671,26 @@ def prune(
     dry_run: bool = False,
     at: float | None = None,
     chunk_size: int | None = None,
+    archive_store: BatchStorage | None = None,
 ) -> PruneReport:
     """Archive, then delete, every finished lineage older than the policy; prune the ledger.
 
     Lineages are handled in chunks: archive each (or find its complete archive from an earlier,
     interrupted prune), fsync the directory once, then bulk-delete the chunk's events, dynamic
-    partitions, our batch rows and finally its runs.
+    partitions, our batch rows and finally its runs. With ``archive_store`` (an S3 bucket), the
+    archives end up there, each checked stored and complete before its lineage is deleted, and
+    ``archive_dir`` is only where they are written first.
     """
     started = time.perf_counter()
     at = now() if at is None else at
     archive_dir = Path(archive_dir)
-    report = PruneReport(dry_run, str(archive_dir), policy)
+    report = PruneReport(dry_run, archive_store.location if archive_store else str(archive_dir), policy)
     db = DurableDatabase.for_instance(instance)
     lineages = find_lineages(instance, batch_tag)
     report.in_progress = [b for b, lin in lineages.items() if lin.in_progress]
     candidates = [lin for lin in lineages.values() if due(lin, policy, at)]
     if dry_run:
-        report.batches = [_entry(lin, archive_dir / lin.archive_name, None) for lin in candidates]
+        report.batches = [_entry(lin, _where(lin, archive_dir, archive_store), None) for lin in candidates]
         report.ledger_keys = prune_ledger(db, policy.ledger_days, at, dry_run=True)
         report.seconds = time.perf_counter() - started
         return report
@@ -637,12 +706,12 @@ def prune(
     leases = LeaseStore(db, ttl_s=RETENTION_LEASE_TTL_S)
     with _exclusive(archive_dir):
         for chunk in _chunks(candidates, chunk_size or CHUNK_SIZE):
-            ready: list[tuple[Lineage, Path, int]] = []
+            ready: list[tuple[Lineage, str, int]] = []
             leased = _lease_chunk(instance, leases, chunk, batch_tag, policy, at, report)
             try:
                 for lineage, lease in leased:
                     try:
-                        ready.append(_archive_one(instance, lineage, archive_dir, status_fn))
+                        ready.append(_archive_one(instance, lineage, archive_dir, status_fn, archive_store))
                     except _Skip as skip:
                         leases.release(lease)
                         report.skipped.append({"id": lineage.batch_id, "reason": str(skip)})

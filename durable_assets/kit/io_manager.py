@@ -1,0 +1,101 @@
+"""Step outputs in the batch storage (kit/storage.py), so a step on any host reads its parent's.
+
+Dagster's default IO manager pickles each output into ``DAGSTER_HOME/storage``: fine on one host,
+but a distributed step on another host, or a ``job resume`` from another host, finds nothing there.
+This IO manager keeps the same keys (asset key + partition, so re-execution from failure reads the
+parent run's outputs; an op's outputs by run, step and output name) and the same pickles, in the
+storage the deployment chose. On local storage it *is* Dagster's filesystem IO manager, unchanged.
+
+Existing batches keep resuming: an output that the database or S3 does not hold is read from the
+path the filesystem IO manager wrote it to before the instance switched storage.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+from dagster import (
+    ConfigurableIOManagerFactory,
+    FilesystemIOManager,
+    InitResourceContext,
+    InputContext,
+    IOManager,
+    MetadataValue,
+    OutputContext,
+)
+from pydantic import Field
+
+from durable_assets.errors import StorageError
+from durable_assets.kit.storage import BatchStorage, StorageConfig, StorageKind, batch_storage
+
+#: Outputs live under this key prefix; batch files under ``batches/`` (kit/storage.py BatchKeys).
+OUTPUTS_PREFIX = "outputs"
+
+
+class StoredOutputs(IOManager):
+    """Pickled outputs in a :class:`BatchStorage`, falling back to the filesystem IO manager's files."""
+
+    def __init__(self, storage: BatchStorage, legacy_dir: Path) -> None:
+        self.storage = storage
+        self.legacy_dir = legacy_dir
+
+    def handle_output(self, context: OutputContext, obj: Any) -> None:
+        if obj is None and context.dagster_type.is_nothing:
+            return
+        parts = _output_parts(context)
+        uri = self.storage.put("/".join([OUTPUTS_PREFIX, *parts]), pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
+        if obj is not None:  # as Dagster's IO manager: no "path" for a None the step did not mean to store
+            context.add_output_metadata({"path": MetadataValue.path(uri)})
+
+    def load_input(self, context: InputContext) -> Any:
+        if context.dagster_type.is_nothing:
+            return None
+        parts = _input_parts(context)
+        key = "/".join([OUTPUTS_PREFIX, *parts])
+        data = self.storage.get(key)
+        if data is None:
+            legacy = self.legacy_dir.joinpath(*parts)
+            if not legacy.is_file():
+                raise StorageError(
+                    f"no stored output {self.storage.uri(key)} (nor {legacy}): "
+                    "the step that makes it has not run in this batch's lineage, or retention removed it"
+                )
+            data = legacy.read_bytes()  # written before this instance stored outputs in shared storage
+        return pickle.loads(data)
+
+
+def _output_parts(context: OutputContext) -> list[str]:
+    if context.has_asset_key:
+        return list(context.get_asset_identifier())
+    return list(context.get_identifier())
+
+
+def _input_parts(context: InputContext) -> list[str]:
+    if context.has_asset_key:
+        if context.has_asset_partitions and len(context.asset_partition_keys) != 1:
+            raise StorageError(
+                f"{context.asset_key.to_user_string()}: a step reads one batch (partition) at a time, "
+                f"not {len(context.asset_partition_keys)}"
+            )
+        return list(context.get_asset_identifier())
+    upstream = context.upstream_output
+    if upstream is None:
+        raise StorageError("an op input with no upstream output has nothing stored to load")
+    return list(upstream.get_identifier())
+
+
+class DurableIOManager(ConfigurableIOManagerFactory):
+    """The kit's IO manager: step outputs where ``storage`` says (``DURABLE_STORAGE``)."""
+
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+
+    def create_io_manager(self, context: InitResourceContext) -> IOManager:
+        instance = context.instance
+        if instance is None:
+            raise StorageError("the durable IO manager needs a Dagster instance")
+        legacy_dir = Path(instance.storage_directory())
+        if self.storage.resolved(instance) is StorageKind.LOCAL:
+            return FilesystemIOManager(base_dir=str(legacy_dir)).create_io_manager(context)
+        return StoredOutputs(batch_storage(instance, self.storage), legacy_dir)
