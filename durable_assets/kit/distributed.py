@@ -169,6 +169,7 @@ def _worker_instance(ref: Any, run_id: str) -> DagsterInstance:
         if own is None and _OWN not in _instances:
             try:
                 own = DagsterInstance.get()  # DAGSTER_HOME, as `job worker` resolved it
+                hold_connections(own)
             except Exception:  # no home of its own: the ref is all it has
                 own = None
             _instances[_OWN] = own
