@@ -507,11 +507,28 @@ def assert_batch_complete(status: Mapping[str, Any], home: Path, batch_id: str) 
 
     assert status["status"] == "succeeded", status
     assert [s["status"] for s in status["steps"]] == ["completed"] * len(STEPS), status["steps"]
-    for step in STEPS:
-        stored = home / "storage" / step / batch_id
-        assert stored.is_file() and stored.stat().st_size > 0, f"missing output {stored}"
-    for s in status["steps"]:
-        assert s["output_ref"] and Path(s["output_ref"]).is_file(), s
+    assert_outputs_stored(status, home)
+
+
+def stored_output(home: Path, ref: str) -> bytes | None:
+    """The bytes of a step's ``output_ref``: a file of the home, or a ``durable://`` row of its database."""
+    from durable_assets.kit.db import DurableDatabase
+    from durable_assets.kit.storage import DATABASE_SCHEME, DatabaseStorage
+
+    if not ref.startswith(DATABASE_SCHEME):
+        path = Path(ref)
+        return path.read_bytes() if path.is_file() else None
+    db = DurableDatabase(pg_url_of(home) or f"sqlite:///{home / 'durable.db'}")
+    return DatabaseStorage(db).get(ref[len(DATABASE_SCHEME) :])
+
+
+def assert_outputs_stored(status: Mapping[str, Any], home: Path) -> None:
+    """Every step's output is where the status says (the home's files, or its database on Postgres)."""
+    for step in status["steps"]:
+        ref = step["output_ref"]
+        assert ref, f"step {step['step_name']} names no output: {step}"
+        data = stored_output(home, ref)
+        assert data, f"missing output {ref} of step {step['step_name']}"
 
 
 def assert_ended_exactly_once(

@@ -43,6 +43,7 @@ from .helpers import (
     EmbeddedProvider,
     JobProcess,
     Simulator,
+    assert_outputs_stored,
     instance_reader,
     job,
     job_env,
@@ -90,9 +91,7 @@ def _assert_batch_complete(status: Mapping[str, Any], home: Path, batch_id: str)
     assert status["status"] == "succeeded", status
     assert [s["step_name"] for s in status["steps"]] == list(STEPS), status["steps"]
     assert [s["status"] for s in status["steps"]] == ["completed"] * len(STEPS), status["steps"]
-    for step in STEPS:
-        stored = home / "storage" / step / batch_id
-        assert stored.is_file() and stored.stat().st_size > 0, f"missing output {stored}"
+    assert_outputs_stored(status, home)
     assert status.get("held_for_review", 0) == 0, status
 
 
