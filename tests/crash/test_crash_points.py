@@ -79,7 +79,9 @@ KILLED = -signal.SIGKILL
 #: Points a `job run` passes (the run phase and its webhook); retention's are passed by `job prune`.
 RUN_POINTS = [p for p in CrashPoint if p not in {CrashPoint.AFTER_REVIEW_RECORD}]
 RETENTION_POINTS = [CrashPoint.ARCHIVE_WRITTEN, CrashPoint.ARCHIVE_RENAMED, CrashPoint.BATCH_DELETED]
-RUN_POINTS = [p for p in RUN_POINTS if p not in RETENTION_POINTS]
+#: Passed only by a prune that archives to an object store (tests/test_retention_s3.py kills at that moment).
+OBJECT_STORE_POINTS = [CrashPoint.ARCHIVE_STORED]
+RUN_POINTS = [p for p in RUN_POINTS if p not in RETENTION_POINTS + OBJECT_STORE_POINTS]
 #: Passed as often as a clock says, not the batch: the heartbeat, the progress throttle (0.5 s) and
 #: the group commit (50 ms). Their hit counts vary from run to run, so a later hit may never come.
 TIMED_POINTS = {
