@@ -112,9 +112,17 @@ def _status(home: Path, batch_id: str) -> dict[str, Any]:
 
 def _report(home: Path, batch_id: str) -> dict[str, dict[str, str]]:
     import csv
+    import io
 
-    with open(home / "batches" / batch_id / "migration_report.csv", newline="") as f:
-        return {row["legacy_account_id"]: row for row in csv.DictReader(f)}
+    from tests.crash.helpers import stored_output
+
+    # A SQLite home keeps the report in its folder; a Postgres home in its database (DURABLE_STORAGE=auto).
+    local = home / "batches" / batch_id / "migration_report.csv"
+    data = stored_output(
+        home, str(local) if local.is_file() else f"durable://batches/{batch_id}/migration_report.csv"
+    )
+    assert data, f"no migration report for {batch_id}"
+    return {row["legacy_account_id"]: row for row in csv.DictReader(io.StringIO(data.decode()))}
 
 
 def _sim_credits(sim: ThreadedSimulator) -> ProviderCredits:
