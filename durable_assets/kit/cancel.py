@@ -38,8 +38,12 @@ class CancelStore:
 
     def raise_if_requested(self, batch_id: str) -> None:
         if self.is_requested(batch_id):
-            raise BatchCanceledError(
-                f"batch {batch_id!r} was canceled; stopped before the next side effect. "
-                f"`job resume --id {batch_id}` continues it."
-            )
+            raise canceled_error(batch_id)
         crash_point(CrashPoint.AFTER_CANCEL_CHECK)
+
+
+def canceled_error(batch_id: str) -> BatchCanceledError:
+    return BatchCanceledError(
+        f"batch {batch_id!r} was canceled; stopped before the next side effect. "
+        f"`job resume --id {batch_id}` continues it."
+    )

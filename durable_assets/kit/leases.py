@@ -214,11 +214,20 @@ class LeaseStore:
         """Raise :class:`FencedOutError` when a newer worker took the batch over."""
         current = self.get(batch_id)
         if current is None or current.fence != fence:
-            raise FencedOutError(
-                f"batch {batch_id!r} was taken over by run {current.run_id if current else '?'} "
-                f"(fence {current.fence if current else '?'} > {fence}); this worker stops before "
-                "sending anything more."
+            raise fenced_out_error(
+                batch_id, current.run_id if current else None, current.fence if current else None, fence
             )
+
+
+def fenced_out_error(
+    batch_id: str, run_id: str | None, current_fence: int | None, fence: int
+) -> FencedOutError:
+    """``run_id`` and ``current_fence``: the lease as read now (None: the batch has no lease row)."""
+    return FencedOutError(
+        f"batch {batch_id!r} was taken over by run {run_id or '?'} "
+        f"(fence {'?' if current_fence is None else current_fence} > {fence}); this worker stops "
+        "before sending anything more."
+    )
 
 
 def acquire_unless_live_run(

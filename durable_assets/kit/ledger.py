@@ -34,7 +34,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from durable_assets.errors import IdempotencyKeyMismatchError
 from durable_assets.kit.accounts import DEFAULT_NAMESPACE
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
-from durable_assets.kit.db import DurableDatabase, effect_subjects, idempotency, now
+from durable_assets.kit.db import DurableDatabase, compiled_for, effect_subjects, idempotency, now
 
 STARTED = "started"
 FINISHED = "finished"
@@ -164,19 +164,10 @@ def _execute_many(conn: sa.Connection, stmt: sa.ClauseElement, rows: Sequence[Ma
     (~30 us a row); the ledger writes a row per intent and per result, every value already a plain
     str, int, float or None, so the rows go to the driver as they are, in its parameter style.
     """
-    sql, names, fixed = _compiled(conn.dialect, stmt)
+    sql, names, fixed = compiled_for(conn.dialect, stmt)
     full = [{**fixed, **row} for row in rows]
     params: Any = [tuple(row[n] for n in names) for row in full] if names is not None else full
     conn.exec_driver_sql(sql, params)
-
-
-@functools.cache
-def _compiled(dialect: sa.Dialect, stmt: sa.ClauseElement) -> tuple[str, list[str] | None, dict[str, Any]]:
-    """The statement's SQL for ``dialect``, its parameters' order (positional drivers) and the values
-    it binds itself (literals such as ``recovery_point == STARTED``; None for columns not given)."""
-    compiled = stmt.compile(dialect=dialect)
-    order = getattr(compiled, "positiontup", None)  # SQLCompiler's; None for a named paramstyle
-    return compiled.string, order, dict(compiled.params)
 
 
 class Ledger:

@@ -19,7 +19,6 @@ from dagster import ConfigurableResource, DagsterInstance, InitResourceContext
 from pydantic import Field, PrivateAttr
 
 from durable_assets.errors import FencedOutError
-from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.interrupts import raise_if_stop_requested
@@ -34,6 +33,7 @@ from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.pacing import Backoff
 from durable_assets.kit.progress import Progress, ProgressReporter, ProgressStore, ShardOf, event_log_sink
 from durable_assets.kit.settings import KitSettings
+from durable_assets.kit.standing import raise_unless_may_send
 from durable_assets.kit.step_leases import TaskContext, current_task
 from durable_assets.kit.storage import StorageConfig
 from durable_assets.kit.tags import BATCH_TAG, EXECUTOR_TAG, PARTITION_TAG
@@ -211,16 +211,10 @@ class BatchRuntime(ConfigurableResource):
             return
         if self._heartbeat is not None and self._heartbeat.lost.is_set():
             raise FencedOutError(f"this worker lost the lease on batch {self._batch_id!r}")
-        CancelStore(self._db).raise_if_requested(self.batch_id)
-        store = LeaseStore(self._db, ttl_s=self.lease_ttl_s)
-        store.check_fence(self.batch_id, self._lease.fence)
+        raise_unless_may_send(
+            self._db, self.batch_id, self._lease.fence, self._run_id if self._task is not None else None
+        )
         if self._task is not None:
-            current = store.get(self.batch_id)
-            if current is None or current.run_id != self._run_id:
-                raise FencedOutError(
-                    f"batch {self._batch_id!r} is now run by {current.run_id if current else '?'}; "
-                    f"this task of run {self._run_id} stops before sending anything more"
-                )
             self._task.stand_down_if_superseded()
 
     def report(self, p: Progress, *, force: bool = False, shard: ShardOf | None = None) -> None:

@@ -1,0 +1,43 @@
+"""The one-statement check before every side effect answers as the cancel and lease stores do."""
+
+from __future__ import annotations
+
+import pytest
+
+from durable_assets.errors import BatchCanceledError, FencedOutError
+from durable_assets.kit.cancel import CancelStore
+from durable_assets.kit.db import DurableDatabase
+from durable_assets.kit.leases import LeaseStore
+from durable_assets.kit.standing import Standing, raise_unless_may_send, read_standing
+
+
+def test_standing_reads_the_lease_and_the_cancel_request(durable_db_url: str) -> None:
+    db = DurableDatabase(durable_db_url)
+    assert read_standing(db, "b1") == Standing(canceled=False, run_id=None, fence=None)
+    lease = LeaseStore(db, ttl_s=15).acquire("b1", "run-a")
+    assert read_standing(db, "b1") == Standing(canceled=False, run_id="run-a", fence=lease.fence)
+    CancelStore(db).request("b1")
+    assert read_standing(db, "b1") == Standing(canceled=True, run_id="run-a", fence=lease.fence)
+    assert read_standing(db, "b2").canceled is False  # another batch's request is not this one's
+
+
+def test_the_holder_may_send_and_nobody_else(durable_db_url: str) -> None:
+    db = DurableDatabase(durable_db_url)
+    fence = LeaseStore(db, ttl_s=15).acquire("b1", "run-a").fence
+    raise_unless_may_send(db, "b1", fence)
+    raise_unless_may_send(db, "b1", fence, run_id="run-a")
+    with pytest.raises(FencedOutError, match="fence 1 > 2"):
+        raise_unless_may_send(db, "b1", fence + 1)
+    with pytest.raises(FencedOutError, match="is now run by run-a; this task of run run-b"):
+        raise_unless_may_send(db, "b1", fence, run_id="run-b")
+    with pytest.raises(FencedOutError, match="taken over by run \\?"):
+        raise_unless_may_send(db, "no-lease", 1)
+
+
+def test_a_cancel_is_judged_before_the_fence(durable_db_url: str) -> None:
+    """As the two stores did: a canceled batch says canceled (resume continues it), not fenced."""
+    db = DurableDatabase(durable_db_url)
+    LeaseStore(db, ttl_s=15).acquire("b1", "run-a")
+    CancelStore(db).request("b1")
+    with pytest.raises(BatchCanceledError, match="job resume --id b1"):
+        raise_unless_may_send(db, "b1", fence=99)
