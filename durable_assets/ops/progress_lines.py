@@ -58,11 +58,15 @@ def watch(feed: ProgressFeed, stop: threading.Event, out: TextIO, log_interval_s
     import time
 
     tty = out.isatty()
+    # A terminal's line is redrawn four times a second; a log gets at most a line per step and one
+    # per interval, so polling it once a second misses nothing (every report is read from the
+    # event log) and leaves the batch three quarters of the reads.
+    poll_s = 0.25 if tty else 1.0
     throttle = LogThrottle(log_interval_s)
     last = ""
     draining = 2  # the feed hands a record out one poll after it first sees it
     while draining:
-        if stop.wait(0.25):
+        if stop.wait(poll_s):
             draining -= 1
         try:
             reports = feed.poll()
