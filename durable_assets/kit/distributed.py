@@ -154,9 +154,9 @@ def _for_tasks(instance: DagsterInstance) -> DagsterInstance:
     """An instance that serves every task of this worker process: it holds its connections and
     keeps what it learnt that cannot become untrue while a task needs it.
 
-    Dagster checks that the run's partition exists (``has_dynamic_partition``: a query each) a
-    dozen times per step, for each input, output and data-version lookup: 11% of a task's time in
-    a profile. A batch's partition is added before its first run and deleted only by retention,
+    Dagster checks that the run's partition exists (``has_dynamic_partition``: a query each) about
+    ten times per task, for inputs, outputs and the data-version lookup: 11% of a task's time in a
+    profile, its schema check included (docs/benchmarks.md, scenario 10). A batch's partition is added before its first run and deleted only by retention,
     once the batch has ended, so "it exists" is remembered; "it does not" is asked again.
     """
     hold_connections(instance)
