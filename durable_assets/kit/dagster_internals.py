@@ -17,7 +17,11 @@ Names that Dagster exports publicly (``dagster.DagsterEvent``, ``dagster.Dagster
 
 from __future__ import annotations
 
+import functools
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import dagster
 from dagster._core.definitions.reconstruct import ReconstructableJob
@@ -69,6 +73,65 @@ def is_verified_version() -> bool:
     to Dagster's storage directly asks this first and takes the public API otherwise.
     """
     return INSTALLED_DAGSTER_VERSION == VERIFIED_DAGSTER_VERSION
+
+
+#: Methods of Dagster's SQL storages that ask the database's catalog (SQLAlchemy reflection: two to
+#: five queries) whether a migration has run, on every call: ``has_table("dynamic_partitions")`` on
+#: every dynamic-partition check, the asset-key columns on every ``get_asset_records`` (twice),
+#: the runs table's columns on every ``get_run_records``. A worker task made ~16 such checks, 13% of
+#: its time in a profile (docs/benchmarks.md, scenario 10). A migration only adds tables and columns,
+#: so a True answer holds for the life of the process; a False one is asked again (a `dagster instance
+#: migrate` while workers run is then seen). Dagster's own Postgres storages keep ``has_secondary_index``
+#: (both answers) for the process's life the same way. Storage attribute of the instance -> methods.
+SCHEMA_CHECKS: dict[str, tuple[str, ...]] = {
+    "event_log_storage": ("has_table", "has_asset_key_col"),
+    "run_storage": ("has_run_stats_index_cols",),
+}
+
+
+def remember_schema_checks(instance: dagster.DagsterInstance) -> None:
+    """Keep each True answer of this instance's :data:`SCHEMA_CHECKS` (for a long-lived process).
+
+    Wraps the methods on this instance's storage objects only (their classes are untouched), so an
+    instance a short command opens keeps asking. Idempotent; a storage without the method is skipped.
+    """
+    for storage_attr, methods in SCHEMA_CHECKS.items():
+        storage = getattr(instance, storage_attr)
+        for name in methods:
+            method = getattr(storage, name, None)
+            if method is None or getattr(method, _REMEMBERED, False):
+                continue
+            setattr(storage, name, remember_true(method))
+
+
+_REMEMBERED = "_durable_remembers_true"
+
+
+def remember_true(method: Callable[..., bool], max_entries: int | None = None) -> Callable[..., bool]:
+    """``method`` answering True at once for the arguments it said True to (as they were passed:
+    the same question asked by keyword and by position is asked once each).
+
+    ``max_entries``: how many answers are kept (the oldest goes first); None keeps every one (a
+    schema check has a handful of arguments).
+    """
+    known: dict[tuple[Any, ...], None] = {}  # insertion-ordered: the oldest first
+    lock = threading.Lock()
+
+    @functools.wraps(method)
+    def remembered(*args: Any, **kwargs: Any) -> bool:
+        key = (args, tuple(sorted(kwargs.items()))) if kwargs else args
+        if key in known:
+            return True
+        answer = method(*args, **kwargs)
+        if answer:
+            with lock:
+                known[key] = None
+                if max_entries is not None and len(known) > max_entries:
+                    del known[next(iter(known))]
+        return answer
+
+    setattr(remembered, _REMEMBERED, True)
+    return remembered
 
 
 @dataclass(frozen=True)
@@ -209,6 +272,7 @@ __all__ = [
     "RETRY_NUMBER_TAG",
     "ROOT_RUN_ID_TAG",
     "RUN_FAILURE_REASON_TAG",
+    "SCHEMA_CHECKS",
     "VERIFIED_DAGSTER_VERSION",
     "WILL_RETRY_TAG",
     "ActiveExecution",
@@ -241,6 +305,8 @@ __all__ = [
     "get_retries_config",
     "is_verified_version",
     "pack_value",
+    "remember_schema_checks",
+    "remember_true",
     "serializable_error_info_from_exc_info",
     "unpack_value",
 ]

@@ -44,6 +44,7 @@ from celery.result import AsyncResult
 from dagster import (
     DagsterEvent,
     DagsterInstance,
+    DagsterRun,
     DagsterSubprocessError,
     Executor,
     executor,
@@ -65,6 +66,7 @@ from durable_assets.kit.dagster_internals import (
     create_execution_plan,
     execute_plan_iterator,
     pack_value,
+    remember_true,
     serializable_error_info_from_exc_info,
     unpack_value,
 )
@@ -144,20 +146,40 @@ _instances: dict[str, DagsterInstance | None] = {}
 _instances_lock = threading.Lock()
 
 
+#: Batches whose dynamic partition a worker process remembers exists (a few bytes each).
+_KNOWN_PARTITIONS = 1024
+
+
+def _for_tasks(instance: DagsterInstance) -> DagsterInstance:
+    """An instance that serves every task of this worker process: it holds its connections and
+    keeps what it learnt that cannot become untrue while a task needs it.
+
+    Dagster checks that the run's partition exists (``has_dynamic_partition``: a query each) about
+    ten times per task, for inputs, outputs and the data-version lookup: 11% of a task's time in a
+    profile, its schema check included (docs/benchmarks.md, scenario 10). A batch's partition is added before its first run and deleted only by retention,
+    once the batch has ended, so "it exists" is remembered; "it does not" is asked again.
+    """
+    hold_connections(instance)
+    instance.has_dynamic_partition = remember_true(  # type: ignore[method-assign]
+        instance.has_dynamic_partition, max_entries=_KNOWN_PARTITIONS
+    )
+    return instance
+
+
 def _instance(ref: Any) -> DagsterInstance:
     """One DagsterInstance per worker process: opening one per task costs engines and connections."""
     key = serialize_value(ref)
     with _instances_lock:
         instance = _instances.get(key)
         if instance is None:
-            instance = DagsterInstance.from_ref(ref)
-            hold_connections(instance)
+            instance = _for_tasks(DagsterInstance.from_ref(ref))
             _instances[key] = instance
         return instance
 
 
-def _worker_instance(ref: Any, run_id: str) -> DagsterInstance:
-    """The worker's own instance (its ``DAGSTER_HOME``) when it holds the run, else the orchestrator's ref.
+def _worker_instance(ref: Any, run_id: str) -> tuple[DagsterInstance, DagsterRun | None]:
+    """The worker's own instance (its ``DAGSTER_HOME``) when it holds the run, else the orchestrator's
+    ref; with the run as that instance reads it (the task needs it: one read, not two).
 
     The ref names the orchestrator's folder (local artifacts, compute logs): on another host that
     path is not there, or worse, is some other instance's. A worker whose own instance shares the
@@ -168,14 +190,15 @@ def _worker_instance(ref: Any, run_id: str) -> DagsterInstance:
         own = _instances.get(_OWN)
         if own is None and _OWN not in _instances:
             try:
-                own = DagsterInstance.get()  # DAGSTER_HOME, as `job worker` resolved it
-                hold_connections(own)
+                own = _for_tasks(DagsterInstance.get())  # DAGSTER_HOME, as `job worker` resolved it
             except Exception:  # no home of its own: the ref is all it has
                 own = None
             _instances[_OWN] = own
-    if own is not None and own.get_run_by_id(run_id) is not None:
-        return own
-    return _instance(ref)
+    run = own.get_run_by_id(run_id) if own is not None else None
+    if own is not None and run is not None:
+        return own, run
+    instance = _instance(ref)
+    return instance, instance.get_run_by_id(run_id)
 
 
 #: The cache key of the worker's own instance (None cached when it has none).
@@ -206,9 +229,8 @@ def _execute_step(
 
     ``step_lease_ttl_s`` comes from the orchestrator's executor config, so both sides agree on it."""
     args = unpack_value(execute_step_args_packed, as_type=ExecuteStepArgs)
-    instance = _worker_instance(args.instance_ref, args.run_id)
+    instance, run = _worker_instance(args.instance_ref, args.run_id)
     recon_job = ReconstructableJob.from_dict(executable_dict)
-    run = instance.get_run_by_id(args.run_id)
     if run is None:
         raise RuntimeError(f"no run {args.run_id} in this worker's instance")
     step_key = (args.step_keys_to_execute or [""])[0]

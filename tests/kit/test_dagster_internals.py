@@ -14,14 +14,33 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import AssetSelection, DagsterInstance, DefaultRunLauncher, Executor, asset, define_asset_job
+import sqlalchemy as sa
+from dagster import (
+    AssetKey,
+    AssetSelection,
+    DagsterInstance,
+    DefaultRunLauncher,
+    Executor,
+    asset,
+    define_asset_job,
+)
 
 from durable_assets.kit import dagster_internals as di
 from durable_assets.kit import tags
 from durable_assets.ops import auto_resume
+from tests.support.homes import shipped_home
 
 #: What the module exports besides Dagster's names.
-OWN = {"INSTALLED_DAGSTER_VERSION", "REASONS", "VERIFIED_DAGSTER_VERSION", "Reason", "is_verified_version"}
+OWN = {
+    "INSTALLED_DAGSTER_VERSION",
+    "REASONS",
+    "SCHEMA_CHECKS",
+    "VERIFIED_DAGSTER_VERSION",
+    "Reason",
+    "is_verified_version",
+    "remember_schema_checks",
+    "remember_true",
+}
 
 
 def test_every_private_name_says_why_and_what_would_replace_it() -> None:
@@ -237,3 +256,116 @@ def test_the_tags_we_spell_out_are_dagsters() -> None:
     assert retry_bookkeeping == (tags.WILL_RETRY_TAG, tags.RETRY_NUMBER_TAG, tags.FAILURE_REASON_TAG)
     assert retry_bookkeeping == auto_resume._NOT_INHERITED_PREFIXES
     assert di.RESUME_RETRY_TAG in auto_resume._NOT_INHERITED
+
+
+# --- the schema checks a long-lived process remembers (remember_schema_checks) ------------------
+
+#: storage attribute -> the SQL storage class whose methods SCHEMA_CHECKS names, and their parameters
+SCHEMA_CHECK_PARAMS: dict[str, tuple[type, dict[str, tuple[str, ...]]]] = {
+    "event_log_storage": (
+        di.SqlEventLogStorage,
+        {"has_table": ("self", "table_name"), "has_asset_key_col": ("self", "column_name")},
+    ),
+    "run_storage": (di.SqlRunStorage, {"has_run_stats_index_cols": ("self",)}),
+}
+
+
+@pytest.mark.parametrize("storage", sorted(di.SCHEMA_CHECKS))
+def test_the_schema_checks_we_remember_are_still_there(storage: str) -> None:
+    cls, params = SCHEMA_CHECK_PARAMS[storage]
+    assert set(di.SCHEMA_CHECKS[storage]) == set(params)
+    for name, expected in params.items():
+        assert tuple(inspect.signature(getattr(cls, name)).parameters) == expected, f"{cls.__name__}.{name}"
+
+
+def _catalog_queries(reads: Callable[[], None]) -> int:
+    """Statements ``reads`` sends to Postgres's catalog (what SQLAlchemy's reflection asks)."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "pg_catalog" in statement or "information_schema" in statement:
+            seen.append(statement)
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", record)
+    try:
+        reads()
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", record)
+    return len(seen)
+
+
+@pytest.mark.postgres
+def test_a_remembered_instance_stops_asking_the_catalog(
+    tmp_path: Path, pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reads a worker task makes ask the catalog each time; remembered, never again. If a Dagster
+    release moves a check out of the methods we wrap, the first assertion still holds and the second
+    fails: the wrapping no longer saves anything."""
+    monkeypatch.setenv("DAGSTER_PG_URL", pg_database)
+    instance = DagsterInstance.from_config(str(shipped_home(tmp_path, "distributed")))
+    try:
+
+        def reads() -> None:
+            instance.get_run_by_id("no-such-run")
+            instance.get_asset_records([AssetKey("invoices")])
+            instance.has_dynamic_partition("batches", "b-1")
+
+        reads()  # storages created, connections opened
+        assert _catalog_queries(reads) > 0
+        di.remember_schema_checks(instance)
+        di.remember_schema_checks(instance)  # idempotent: one wrapper, not two
+        reads()  # the first answers, remembered
+        assert _catalog_queries(reads) == 0
+    finally:
+        instance.dispose()
+
+
+@pytest.mark.postgres
+def test_a_workers_instance_remembers_that_a_batch_partition_exists(
+    tmp_path: Path, pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dagster asks by keyword, several times per step; a missing partition is asked again."""
+    from durable_assets.kit.distributed import _for_tasks
+
+    monkeypatch.setenv("DAGSTER_PG_URL", pg_database)
+    instance = _for_tasks(DagsterInstance.from_config(str(shipped_home(tmp_path, "distributed"))))
+    try:
+        assert not instance.has_dynamic_partition(partitions_def_name="batches", partition_key="b-1")
+        instance.add_dynamic_partitions("batches", ["b-1"])
+        assert instance.has_dynamic_partition(partitions_def_name="batches", partition_key="b-1")
+
+        def asks() -> None:
+            assert instance.has_dynamic_partition(partitions_def_name="batches", partition_key="b-1")
+
+        statements: list[str] = []
+
+        def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            statements.append(statement)
+
+        sa.event.listen(sa.engine.Engine, "before_cursor_execute", record)
+        try:
+            asks()
+        finally:
+            sa.event.remove(sa.engine.Engine, "before_cursor_execute", record)
+        assert statements == []
+    finally:
+        instance.dispose()
+
+
+def test_only_true_answers_are_remembered_and_the_oldest_goes_first() -> None:
+    asked: list[str] = []
+    exists = {"a", "b", "c"}
+
+    def has(key: str) -> bool:
+        asked.append(key)
+        return key in exists
+
+    remembered = di.remember_true(has, max_entries=2)
+    assert [remembered(k) for k in ("a", "a", "x", "x")] == [True, True, False, False]
+    assert asked == ["a", "x", "x"]  # a False answer is asked again (a migration may have run since)
+    assert remembered(key="b") and remembered(key="b")  # by keyword, as Dagster asks
+    assert asked == ["a", "x", "x", "b"]
+    assert remembered("c")  # a third answer: "a", the oldest, is forgotten
+    asked.clear()
+    assert remembered("c") and remembered(key="b") and remembered("a")
+    assert asked == ["a"]
