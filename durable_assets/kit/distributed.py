@@ -156,8 +156,9 @@ def _for_tasks(instance: DagsterInstance) -> DagsterInstance:
 
     Dagster checks that the run's partition exists (``has_dynamic_partition``: a query each) about
     ten times per task, for inputs, outputs and the data-version lookup: 11% of a task's time in a
-    profile, its schema check included (docs/benchmarks.md, scenario 10). A batch's partition is added before its first run and deleted only by retention,
-    once the batch has ended, so "it exists" is remembered; "it does not" is asked again.
+    profile, its schema check included (docs/benchmarks.md, scenario 10). A batch's partition is
+    added before its first run and deleted only by retention, once the batch has ended, so "it
+    exists" is remembered; "it does not" is asked again.
     """
     hold_connections(instance)
     instance.has_dynamic_partition = remember_true(  # type: ignore[method-assign]
