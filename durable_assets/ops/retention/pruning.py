@@ -10,10 +10,15 @@ Crash safety rests on three rules:
 
 1. **Archive first, fsynced.** A lineage's archive is written to a temporary name, fsynced,
    renamed to a name derived from the lineage (batch ID + first run ID), and the directory is
-   fsynced, before any of its rows is deleted.
+   fsynced, before any of its rows or stored data is deleted.
 2. **Runs go last.** A lineage is visible (and so retried by the next prune) until its runs are
-   deleted, and those go in one transaction after its events, partition and our rows. A re-run
-   finds the complete archive, does not write it again, and finishes the delete.
+   deleted, and those go in one transaction after its stored data, events, partition and our rows.
+   A re-run finds the complete archive, does not write it again, and finishes the delete.
+   The stored data (step outputs, files, logs: ``delete_stored``) goes *first* of all: while the
+   lineage's lease still keeps resumes out, and while its events still name the assets whose
+   outputs it stored. Deleted after the runs, a kill in between would orphan it for good (nothing
+   would list that batch again); deleted first, a kill leaves a lineage that the next prune finds,
+   whose data it deletes again (what is gone is skipped) before its rows.
 3. **One pruner, and no worker, per lineage.** A file lock admits one prune per archive
    directory, and the batch's lease (``kit.leases``) is taken before a lineage is archived, so a
    resume cannot add a run between archive and delete.
@@ -71,7 +76,7 @@ from durable_assets.kit.dagster_internals import (
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Lease, LeaseStore
 from durable_assets.kit.ledger import STARTED
-from durable_assets.kit.storage import BatchStorage
+from durable_assets.kit.storage import BatchStorage, Purged
 from durable_assets.ops.settings import RetentionSettings
 from durable_assets.ops.status_model import BatchStatus
 
@@ -161,6 +166,8 @@ class PruneReport:
     in_progress: list[str] = field(default_factory=list)
     ledger_keys: int = 0
     seconds: float = 0.0
+    #: Stored objects (files, ``durable_blobs`` rows, S3 objects) of pruned batches deleted, and bytes.
+    stored: Purged = field(default_factory=Purged)
 
     @property
     def runs(self) -> int:
@@ -180,6 +187,8 @@ class PruneReport:
             "in_progress": self.in_progress,
             "runs_pruned": 0 if self.dry_run else self.runs,
             "ledger_keys_pruned": self.ledger_keys,
+            "stored_objects_deleted": self.stored.objects,
+            "stored_bytes_deleted": self.stored.bytes,
             "seconds": round(self.seconds, 3),
             "runs_per_s": round(self.runs / self.seconds, 1) if self.seconds and not self.dry_run else None,
         }
@@ -672,12 +681,14 @@ def prune(
     at: float | None = None,
     chunk_size: int | None = None,
     archive_store: BatchStorage | None = None,
+    delete_stored: Callable[[Sequence[Lineage]], Purged] | None = None,
 ) -> PruneReport:
     """Archive, then delete, every finished lineage older than the policy; prune the ledger.
 
     Lineages are handled in chunks: archive each (or find its complete archive from an earlier,
-    interrupted prune), fsync the directory once, then bulk-delete the chunk's events, dynamic
-    partitions, our batch rows and finally its runs. With ``archive_store`` (an S3 bucket), the
+    interrupted prune), fsync the directory once, then delete the chunk's stored data
+    (``delete_stored``: outputs and files in the batch storage), then bulk-delete its events,
+    dynamic partitions, our batch rows and finally its runs. With ``archive_store`` (an S3 bucket), the
     archives end up there, each checked stored and complete before its lineage is deleted, and
     ``archive_dir`` is only where they are written first.
     """
@@ -722,6 +733,9 @@ def prune(
             if not ready:
                 continue
             _fsync_dir(archive_dir)
+            if delete_stored is not None:  # first: see the module docstring's rule 2
+                report.stored += delete_stored([lin for lin, _, _ in ready])
+                crash_point(CrashPoint.BATCH_DATA_DELETED)
             run_ids = [rid for lin, _, _ in ready for rid in lin.run_ids]
             batch_ids = [lin.batch_id for lin, _, _ in ready]
             _delete_event_logs(instance, run_ids)
