@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from dagster import DagsterEventType, DagsterInstance, RunRecord, RunsFilter
-from dagster_shared.serdes import serialize_value
+from dagster import DagsterEventType, DagsterInstance, EventLogEntry, RunRecord, RunsFilter
+from dagster_shared.serdes import deserialize_value, serialize_value
 
 from durable_assets.errors import (
     ArchiveError,
@@ -92,6 +92,11 @@ CHUNK_SIZE = 200
 EVENT_PAGE = 1000
 _IN_CLAUSE = 400  # SQLite's bound-parameter limit is 32766 (999 on old builds); stay well below
 _ASSET_EVENTS = (DagsterEventType.ASSET_MATERIALIZATION.value, DagsterEventType.ASSET_OBSERVATION.value)
+#: Events that name an asset a run planned or wrote: a step's output is stored under that asset.
+_PLANNED_OR_STORED = (
+    DagsterEventType.ASSET_MATERIALIZATION_PLANNED.value,
+    DagsterEventType.ASSET_MATERIALIZATION.value,
+)
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
 
@@ -352,6 +357,46 @@ def _stored_events(
         finally:
             engine.dispose()
         opened.add(run_id)  # it exists with its tables: spare Dagster's check if status_fn reads it
+
+
+def asset_paths_named(instance: DagsterInstance, run_ids: Sequence[str]) -> set[tuple[str, ...]]:
+    """The asset paths these runs' events name (planned or materialized): the assets whose outputs
+    their steps may have stored, a distributed run's shard steps among them.
+
+    Read as :func:`_stored_events` reads (a plain connection per SQLite shard). A run whose shard is
+    gone names none: its events were deleted by a prune killed before its run was, and its stored
+    data went before its events.
+    """
+    paths: set[tuple[str, ...]] = set()
+    storage = _bulk_event_log(instance)
+    if storage is None:
+        for run_id in run_ids:
+            for entry in instance.all_logs(run_id, of_type={DagsterEventType(t) for t in _PLANNED_OR_STORED}):
+                key = entry.dagster_event.asset_key if entry.dagster_event else None
+                if key is not None:
+                    paths.add(tuple(key.path))
+        return paths
+    t = SqlEventLogStorageTable.c
+    for run_id in run_ids:
+        query = sa.select(t.event).where(t.run_id == run_id, t.dagster_event_type.in_(_PLANNED_OR_STORED))
+        if not storage.is_run_sharded:
+            with storage.index_connection() as conn:
+                rows = list(conn.execute(query).scalars())
+        else:
+            path = storage.path_for_shard(run_id)  # type: ignore[attr-defined]
+            if not os.path.exists(path):
+                continue
+            engine = sa.create_engine(f"sqlite:///{path}", poolclass=sa.pool.NullPool)
+            try:
+                with engine.connect() as conn:
+                    rows = list(conn.execute(query).scalars())
+            finally:
+                engine.dispose()
+        for raw in rows:
+            event = deserialize_value(raw, EventLogEntry).dagster_event
+            if event is not None and event.asset_key is not None:
+                paths.add(tuple(event.asset_key.path))
+    return paths
 
 
 def _public_paged_events(

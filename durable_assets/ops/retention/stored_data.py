@@ -26,18 +26,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from dagster import DagsterEventType, DagsterInstance
+from dagster import DagsterInstance
 
 from durable_assets.errors import StorageError
 from durable_assets.kit import DurableJobs
 from durable_assets.kit.io_manager import OUTPUTS_PREFIX
 from durable_assets.kit.storage import BatchKeys, BatchStorage, LocalStorage, Purged
 from durable_assets.ops.batch_log import log_path
-from durable_assets.ops.retention.pruning import Lineage
+from durable_assets.ops.retention.pruning import Lineage, asset_paths_named
 
 AssetPath = tuple[str, ...]
-#: Events that name an asset a run planned or wrote: a step's output is stored under that asset.
-_ASSET_EVENTS = {DagsterEventType.ASSET_MATERIALIZATION_PLANNED, DagsterEventType.ASSET_MATERIALIZATION}
 
 
 class StoredData:
@@ -53,13 +51,7 @@ class StoredData:
 
     def asset_paths(self, lineage: Lineage) -> set[AssetPath]:
         """Every asset path whose output of this batch may be stored (read before its events go)."""
-        paths = set(self.registered)
-        for run_id in lineage.run_ids:
-            for entry in self.instance.all_logs(run_id, of_type=_ASSET_EVENTS):
-                key = entry.dagster_event.asset_key if entry.dagster_event else None
-                if key is not None:
-                    paths.add(tuple(key.path))
-        return paths
+        return self.registered | asset_paths_named(self.instance, lineage.run_ids)
 
     def delete(self, lineages: Sequence[Lineage]) -> Purged:
         """Delete the lineages' data everywhere it may be; absent data is skipped, so a prune run
