@@ -65,6 +65,7 @@ class CrashPoint(StrEnum):
     ARCHIVE_WRITTEN = "archive_written"  # fsynced under its temporary name
     ARCHIVE_RENAMED = "archive_renamed"
     ARCHIVE_STORED = "archive_stored"  # PUT to the object store; not read back and checked yet
+    BATCH_DATA_DELETED = "batch_data_deleted"  # a chunk's stored outputs and files; not its rows
     BATCH_DELETED = "batch_deleted"  # a chunk of lineages is gone from storage
 
 

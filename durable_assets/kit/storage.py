@@ -6,7 +6,8 @@ wrote it. The local filesystem of ``DAGSTER_HOME`` cannot give that; the databas
 already shares can (no new server to run), and an S3-compatible store can for outputs too large
 for a database row.
 
-One small interface, :class:`BatchStorage` (put, get, list, delete bytes by key), three backends:
+One small interface, :class:`BatchStorage` (put, get, list, delete bytes by key, and purge many
+keys and folders at once, for retention), three backends:
 
 - :class:`LocalStorage`: files under the instance folder, the SQLite home's default;
 - :class:`DatabaseStorage`: rows of ``durable_blobs`` in the instance's own database (Postgres or
@@ -24,8 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -45,6 +49,14 @@ if TYPE_CHECKING:
 #: The URI scheme of a value kept in the instance's database.
 DATABASE_SCHEME: Final = "durable://"
 S3_SCHEME: Final = "s3://"
+#: Keys per ``DELETE ... IN`` of a database purge: far below SQLite's 32766 bound parameters.
+PURGE_KEYS_PER_STATEMENT: Final = 1000
+#: The most keys one S3 ``DeleteObjects`` request may name (the S3 API's own limit).
+S3_DELETE_BATCH: Final = 1000
+#: Key lookups of an S3 purge in flight at once: each is one round trip (~10-30 ms), and a chunk of
+#: 200 batches has ~2,000 keys (42 s one at a time against a local moto server); boto3's client is
+#: thread-safe and pools 10 connections, so more threads than that would only queue.
+S3_LOOKUP_THREADS: Final = 10
 
 
 class StorageKind(StrEnum):
@@ -89,6 +101,20 @@ class StorageConfig(Config):
         return kind
 
 
+@dataclass(frozen=True)
+class Purged:
+    """What a purge removed: stored objects (files, rows, S3 objects) and their bytes.
+
+    Only what was there counts, so a purge repeated after a crash reports what it really freed.
+    """
+
+    objects: int = 0
+    bytes: int = 0
+
+    def __add__(self, other: Purged) -> Purged:
+        return Purged(self.objects + other.objects, self.bytes + other.bytes)
+
+
 class BatchStorage(Protocol):
     """Bytes by key (``/``-separated, e.g. ``batches/b1/quarantine.csv``); ``put`` is atomic."""
 
@@ -106,6 +132,11 @@ class BatchStorage(Protocol):
 
     def delete(self, key: str) -> None:
         """Remove ``key`` (nothing happens when it is absent)."""
+        ...
+
+    def purge(self, keys: Sequence[str], folders: Sequence[str] = ()) -> Purged:
+        """Remove every one of ``keys`` and everything under each of ``folders`` (prefixes that end
+        in ``/``, so ``batches/b1/`` never reaches ``batches/b10/``); what is absent is skipped."""
         ...
 
     def uri(self, key: str) -> str:
@@ -130,6 +161,15 @@ def _check_key(key: str) -> str:
             f"invalid storage key {key!r}: relative, '/'-separated, no empty, '.' or '..' part"
         )
     return key
+
+
+def _check_folder(folder: str) -> str:
+    """A purge's folder is a key prefix ending in ``/``: without it, a prefix ``batches/b1`` would
+    also take ``batches/b10/...``, another batch's files."""
+    if not folder.endswith("/"):
+        raise StorageError(f"invalid storage folder {folder!r}: it must end with '/'")
+    _check_key(folder[:-1])
+    return folder
 
 
 class LocalStorage:
@@ -183,6 +223,31 @@ class LocalStorage:
         with contextlib.suppress(FileNotFoundError):
             self.path(key).unlink()
 
+    def purge(self, keys: Sequence[str], folders: Sequence[str] = ()) -> Purged:
+        """Files unlinked, folders removed whole (a put's leftover temporary files with them)."""
+        objects = size = 0
+        for key in keys:
+            path = self.path(key)
+            try:
+                found = path.lstat()
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if stat.S_ISREG(found.st_mode):  # a folder at a key's place is nobody's value
+                path.unlink(missing_ok=True)
+                objects, size = objects + 1, size + found.st_size
+        for folder in folders:
+            top = self.path(_check_folder(folder)[:-1])
+            if not top.is_dir():
+                continue
+            for dirpath, _dirs, files in os.walk(top):
+                for name in files:
+                    with contextlib.suppress(FileNotFoundError):
+                        size += os.lstat(os.path.join(dirpath, name)).st_size
+                        objects += 1
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile: a re-run finishes it
+                shutil.rmtree(top)
+        return Purged(objects, size)
+
     def uri(self, key: str) -> str:
         return str(self.path(key))
 
@@ -226,6 +291,23 @@ class DatabaseStorage:
     def delete(self, key: str) -> None:
         with self.db.transaction() as conn:
             conn.execute(sa.delete(blobs).where(blobs.c.key == key))
+
+    def purge(self, keys: Sequence[str], folders: Sequence[str] = ()) -> Purged:
+        """One transaction: the rows go together or not at all. Keys are matched in statements of
+        :data:`PURGE_KEYS_PER_STATEMENT` (SQLite's bound-parameter limit), folders by an escaped
+        ``LIKE 'folder/%'``; ``RETURNING`` counts exactly what each statement removed."""
+        matches: list[sa.ColumnElement[bool]] = [
+            blobs.c.key.in_(keys[i : i + PURGE_KEYS_PER_STATEMENT])
+            for i in range(0, len(keys), PURGE_KEYS_PER_STATEMENT)
+        ]
+        if folders:
+            checked = [_check_folder(f) for f in folders]
+            matches.append(sa.or_(*(blobs.c.key.startswith(f, autoescape=True) for f in checked)))
+        sizes: list[int] = []
+        with self.db.transaction() as conn:
+            for match in matches:
+                sizes.extend(conn.execute(sa.delete(blobs).where(match).returning(blobs.c.size)).scalars())
+        return Purged(len(sizes), sum(sizes))
 
     def uri(self, key: str) -> str:
         return f"{DATABASE_SCHEME}{key}"
@@ -297,6 +379,47 @@ class S3Storage:
 
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._object(key))
+
+    def purge(self, keys: Sequence[str], folders: Sequence[str] = ()) -> Purged:
+        """Folders listed, keys looked up (:data:`S3_LOOKUP_THREADS` at a time), then everything
+        found removed in ``DeleteObjects`` calls of up to 1000 keys; an object the store
+        refuses to delete is a :class:`StorageError` (the caller prunes again)."""
+        found: dict[str, int] = {}
+        try:
+            pages = self.client.get_paginator("list_objects_v2")
+            for folder in folders:
+                for page in pages.paginate(
+                    Bucket=self.bucket, Prefix=self._object(_check_folder(folder)[:-1]) + "/"
+                ):
+                    found.update((str(o["Key"]), int(o["Size"])) for o in page.get("Contents", []))
+            with ThreadPoolExecutor(S3_LOOKUP_THREADS) as pool:
+                for name, size in pool.map(self._size_of, [self._object(k) for k in keys]):
+                    if size is not None:
+                        found[name] = size
+            names = sorted(found)
+            for i in range(0, len(names), S3_DELETE_BATCH):
+                batch = [{"Key": n} for n in names[i : i + S3_DELETE_BATCH]]
+                answer = self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}
+                )
+                if answer.get("Errors"):
+                    first_error = answer["Errors"][0]
+                    raise StorageError(
+                        f"{S3_SCHEME}{self.bucket}/{first_error.get('Key')} was not deleted: "
+                        f"{first_error.get('Code')} {first_error.get('Message')}"
+                    )
+        except StorageError:
+            raise
+        except Exception as exc:
+            raise StorageError(f"cannot purge from {self.location}: {exc}") from exc
+        return Purged(len(found), sum(found.values()))
+
+    def _size_of(self, name: str) -> tuple[str, int | None]:
+        """The object's size, or None when absent: a listing of one, so an absent key costs no
+        error (the key itself sorts before any longer key it is a prefix of)."""
+        answer = self.client.list_objects_v2(Bucket=self.bucket, Prefix=name, MaxKeys=1)
+        first = (answer.get("Contents") or [{}])[0]
+        return name, int(first["Size"]) if first.get("Key") == name else None
 
     def uri(self, key: str) -> str:
         return f"{S3_SCHEME}{self.bucket}/{self._object(key)}"

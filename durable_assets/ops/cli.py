@@ -538,6 +538,11 @@ def _prune(instance: Any, args: argparse.Namespace) -> int:
         print(f"  kept {len(out['in_progress'])} batches with a run in progress")
     gone = "would be removed" if report.dry_run else "removed"
     print(f"ledger: {report.ledger_keys} idempotency keys older than {policy.ledger_days:g} days {gone}")
+    if not report.dry_run:
+        print(
+            f"storage: {report.stored.objects} stored objects ({report.stored.bytes} bytes) "
+            "of the pruned batches removed"
+        )
     if out["runs_per_s"]:
         print(f"took {out['seconds']} s ({out['runs_per_s']} runs/s)")
     return EXIT_OK

@@ -15,7 +15,7 @@ run, it finished; then, read from outside every worker:
 - one logical webhook delivery (``batch.succeeded``, one ``webhook-id``, verified by the receiver
   of tests/webhooks);
 - for the retention points, `job prune` killed there and run again: one complete archive, the
-  batch gone from storage.
+  batch gone from storage, and its stored outputs, files, log and compute logs gone from the home.
 
 Which hits exist is learned from an uncrashed reference run of each job (``DURABLE_CRASH_COUNTS``).
 ``DURABLE_CRASH_ENUMERATE=full`` explores every point of both jobs at every hit (first, middle and
@@ -78,7 +78,12 @@ KILLED = -signal.SIGKILL
 
 #: Points a `job run` passes (the run phase and its webhook); retention's are passed by `job prune`.
 RUN_POINTS = [p for p in CrashPoint if p not in {CrashPoint.AFTER_REVIEW_RECORD}]
-RETENTION_POINTS = [CrashPoint.ARCHIVE_WRITTEN, CrashPoint.ARCHIVE_RENAMED, CrashPoint.BATCH_DELETED]
+RETENTION_POINTS = [
+    CrashPoint.ARCHIVE_WRITTEN,
+    CrashPoint.ARCHIVE_RENAMED,
+    CrashPoint.BATCH_DATA_DELETED,
+    CrashPoint.BATCH_DELETED,
+]
 #: Passed only by a prune that archives to an object store (tests/test_retention_s3.py kills at that moment).
 OBJECT_STORE_POINTS = [CrashPoint.ARCHIVE_STORED]
 RUN_POINTS = [p for p in RUN_POINTS if p not in RETENTION_POINTS + OBJECT_STORE_POINTS]
@@ -433,6 +438,11 @@ def test_a_prune_killed_at_a_named_point_is_finished_by_the_next_prune(
     _assert_archive_complete(archives[0], reference)
     gone = job(["status", "--id", pipeline.batch], env, tmp_path)
     assert gone.proc.returncode == EXIT_CONFLICT, gone.tail()  # no such batch any more
+    assert (reference.home / "batches" / pipeline.batch).is_dir()  # what there was to delete
+    assert not (home / "batches" / pipeline.batch).exists()
+    assert not (home / "logs" / f"{pipeline.batch}.log").exists()
+    left = [p.relative_to(home) for p in (home / "storage").rglob("*") if p.is_file()]
+    assert left == [], left  # the step outputs and the runs' compute logs went with the batch
     EXPLORED.add(f"{pipeline.job} prune {point.value}:1", "killed")
 
 

@@ -17,6 +17,7 @@ from durable_assets.kit.storage import (
     BatchStorage,
     DatabaseStorage,
     LocalStorage,
+    Purged,
     S3Storage,
     StorageConfig,
     StorageKind,
@@ -72,6 +73,30 @@ def test_a_value_is_stored_whole_replaced_listed_and_deleted(storage: BatchStora
 def test_an_empty_value_is_a_value(storage: BatchStorage) -> None:
     storage.put("outputs/x/b1", b"")
     assert storage.get("outputs/x/b1") == b""
+
+
+def test_a_purge_removes_the_keys_and_folders_named_and_counts_only_what_was_there(
+    storage: BatchStorage,
+) -> None:
+    storage.put("outputs/refunds/b_1", b"12345")
+    storage.put("outputs/nested/asset/b_1", b"67")
+    storage.put("batches/b_1/quarantine.csv", b"abc")
+    storage.put("batches/b_1/input/in.csv", b"de")
+    kept = {
+        "outputs/refunds/b_10": b"other batch's output",  # the key it purges is a prefix of this one
+        "outputs/refunds/bx1": b"'_' in a folder is no LIKE wildcard",
+        "batches/b_10/quarantine.csv": b"other batch's file",
+        "batches/bx1/quarantine.csv": b"x",
+    }
+    for key, value in kept.items():
+        storage.put(key, value)
+    keys = ["outputs/refunds/b_1", "outputs/nested/asset/b_1", "outputs/never/b_1"]
+    assert storage.purge(keys, ["batches/b_1/"]) == Purged(objects=4, bytes=12)
+    assert storage.purge(keys, ["batches/b_1/"]) == Purged()  # a re-run finds nothing left to count
+    assert storage.list("batches/b_1/") == [] and storage.list("outputs/nested/") == []
+    assert {k: storage.get(k) for k in kept} == kept
+    with pytest.raises(StorageError, match="must end with '/'"):
+        storage.purge([], ["batches/b_1"])
 
 
 @pytest.mark.parametrize("key", ["", "/abs", "a/../b", "a//b", "./a"])

@@ -23,10 +23,11 @@ from dagster import (
     op,
 )
 
-from durable_assets.kit.storage import S3_SCHEME, S3Storage, StorageKind
+from durable_assets.kit.storage import S3_SCHEME, S3Storage, StorageKind, batch_storage
 from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.retention.pruning import PruneReport, RetentionPolicy, prune
+from durable_assets.ops.retention.stored_data import StoredData
 from durable_assets.ops.settings import RetentionSettings
 from durable_assets.ops.stored_files import storage_config
 
@@ -80,15 +81,18 @@ def prune_batches(
 ) -> PruneReport:
     from durable_assets.ops.status import batch_status
 
+    jobs = durable_jobs()
+    stored = StoredData(instance, batch_storage(instance, storage_config()), jobs)
     return prune(
         instance,
         policy or policy_from_env(),
         archive_dir_for(instance, archive_dir),
         archive_store=archive_store_for(archive_dir),
         batch_tag=BATCH_TAG,
-        partitions_def_names=sorted({job.partitions_name for job in durable_jobs()}),
+        partitions_def_names=sorted({job.partitions_name for job in jobs}),
         status_fn=lambda batch_id: batch_status(instance, batch_id).as_json(),
         dry_run=dry_run,
+        delete_stored=stored.delete,
     )
 
 
@@ -114,7 +118,8 @@ def prune_old_batches(context: OpExecutionContext, config: PruneConfig) -> None:
     context.log.info(
         f"{'would prune' if report.dry_run else 'pruned'} {len(report.batches)} batches "
         f"({report.runs} runs) in {report.seconds:.1f} s; {len(report.skipped)} skipped, "
-        f"{len(report.in_progress)} in progress; {report.ledger_keys} ledger keys"
+        f"{len(report.in_progress)} in progress; {report.ledger_keys} ledger keys; "
+        f"{report.stored.objects} stored objects ({report.stored.bytes} bytes) deleted"
     )
     context.add_output_metadata(
         {
@@ -122,6 +127,8 @@ def prune_old_batches(context: OpExecutionContext, config: PruneConfig) -> None:
             "runs": report.runs,
             "skipped": len(report.skipped),
             "ledger_keys": report.ledger_keys,
+            "stored_objects_deleted": report.stored.objects,
+            "stored_bytes_deleted": report.stored.bytes,
             "seconds": round(report.seconds, 3),
             "archive_dir": summary["archive_dir"],
         }

@@ -10,10 +10,15 @@ Crash safety rests on three rules:
 
 1. **Archive first, fsynced.** A lineage's archive is written to a temporary name, fsynced,
    renamed to a name derived from the lineage (batch ID + first run ID), and the directory is
-   fsynced, before any of its rows is deleted.
+   fsynced, before any of its rows or stored data is deleted.
 2. **Runs go last.** A lineage is visible (and so retried by the next prune) until its runs are
-   deleted, and those go in one transaction after its events, partition and our rows. A re-run
-   finds the complete archive, does not write it again, and finishes the delete.
+   deleted, and those go in one transaction after its stored data, events, partition and our rows.
+   A re-run finds the complete archive, does not write it again, and finishes the delete.
+   The stored data (step outputs, files, logs: ``delete_stored``) goes *first* of all: while the
+   lineage's lease still keeps resumes out, and while its events still name the assets whose
+   outputs it stored. Deleted after the runs, a kill in between would orphan it for good (nothing
+   would list that batch again); deleted first, a kill leaves a lineage that the next prune finds,
+   whose data it deletes again (what is gone is skipped) before its rows.
 3. **One pruner, and no worker, per lineage.** A file lock admits one prune per archive
    directory, and the batch's lease (``kit.leases``) is taken before a lineage is archived, so a
    resume cannot add a run between archive and delete.
@@ -44,8 +49,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from dagster import DagsterEventType, DagsterInstance, RunRecord, RunsFilter
-from dagster_shared.serdes import serialize_value
+from dagster import DagsterEventType, DagsterInstance, EventLogEntry, RunRecord, RunsFilter
+from dagster_shared.serdes import deserialize_value, serialize_value
 
 from durable_assets.errors import (
     ArchiveError,
@@ -71,7 +76,7 @@ from durable_assets.kit.dagster_internals import (
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import Lease, LeaseStore
 from durable_assets.kit.ledger import STARTED
-from durable_assets.kit.storage import BatchStorage
+from durable_assets.kit.storage import BatchStorage, Purged
 from durable_assets.ops.settings import RetentionSettings
 from durable_assets.ops.status_model import BatchStatus
 
@@ -87,6 +92,11 @@ CHUNK_SIZE = 200
 EVENT_PAGE = 1000
 _IN_CLAUSE = 400  # SQLite's bound-parameter limit is 32766 (999 on old builds); stay well below
 _ASSET_EVENTS = (DagsterEventType.ASSET_MATERIALIZATION.value, DagsterEventType.ASSET_OBSERVATION.value)
+#: Events that name an asset a run planned or wrote: a step's output is stored under that asset.
+_PLANNED_OR_STORED = (
+    DagsterEventType.ASSET_MATERIALIZATION_PLANNED.value,
+    DagsterEventType.ASSET_MATERIALIZATION.value,
+)
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
 
@@ -161,6 +171,8 @@ class PruneReport:
     in_progress: list[str] = field(default_factory=list)
     ledger_keys: int = 0
     seconds: float = 0.0
+    #: Stored objects (files, ``durable_blobs`` rows, S3 objects) of pruned batches deleted, and bytes.
+    stored: Purged = field(default_factory=Purged)
 
     @property
     def runs(self) -> int:
@@ -180,6 +192,8 @@ class PruneReport:
             "in_progress": self.in_progress,
             "runs_pruned": 0 if self.dry_run else self.runs,
             "ledger_keys_pruned": self.ledger_keys,
+            "stored_objects_deleted": self.stored.objects,
+            "stored_bytes_deleted": self.stored.bytes,
             "seconds": round(self.seconds, 3),
             "runs_per_s": round(self.runs / self.seconds, 1) if self.seconds and not self.dry_run else None,
         }
@@ -343,6 +357,46 @@ def _stored_events(
         finally:
             engine.dispose()
         opened.add(run_id)  # it exists with its tables: spare Dagster's check if status_fn reads it
+
+
+def asset_paths_named(instance: DagsterInstance, run_ids: Sequence[str]) -> set[tuple[str, ...]]:
+    """The asset paths these runs' events name (planned or materialized): the assets whose outputs
+    their steps may have stored, a distributed run's shard steps among them.
+
+    Read as :func:`_stored_events` reads (a plain connection per SQLite shard). A run whose shard is
+    gone names none: its events were deleted by a prune killed before its run was, and its stored
+    data went before its events.
+    """
+    paths: set[tuple[str, ...]] = set()
+    storage = _bulk_event_log(instance)
+    if storage is None:
+        for run_id in run_ids:
+            for entry in instance.all_logs(run_id, of_type={DagsterEventType(t) for t in _PLANNED_OR_STORED}):
+                key = entry.dagster_event.asset_key if entry.dagster_event else None
+                if key is not None:
+                    paths.add(tuple(key.path))
+        return paths
+    t = SqlEventLogStorageTable.c
+    for run_id in run_ids:
+        query = sa.select(t.event).where(t.run_id == run_id, t.dagster_event_type.in_(_PLANNED_OR_STORED))
+        if not storage.is_run_sharded:
+            with storage.index_connection() as conn:
+                rows = list(conn.execute(query).scalars())
+        else:
+            path = storage.path_for_shard(run_id)  # type: ignore[attr-defined]
+            if not os.path.exists(path):
+                continue
+            engine = sa.create_engine(f"sqlite:///{path}", poolclass=sa.pool.NullPool)
+            try:
+                with engine.connect() as conn:
+                    rows = list(conn.execute(query).scalars())
+            finally:
+                engine.dispose()
+        for raw in rows:
+            event = deserialize_value(raw, EventLogEntry).dagster_event
+            if event is not None and event.asset_key is not None:
+                paths.add(tuple(event.asset_key.path))
+    return paths
 
 
 def _public_paged_events(
@@ -672,12 +726,14 @@ def prune(
     at: float | None = None,
     chunk_size: int | None = None,
     archive_store: BatchStorage | None = None,
+    delete_stored: Callable[[Sequence[Lineage]], Purged] | None = None,
 ) -> PruneReport:
     """Archive, then delete, every finished lineage older than the policy; prune the ledger.
 
     Lineages are handled in chunks: archive each (or find its complete archive from an earlier,
-    interrupted prune), fsync the directory once, then bulk-delete the chunk's events, dynamic
-    partitions, our batch rows and finally its runs. With ``archive_store`` (an S3 bucket), the
+    interrupted prune), fsync the directory once, then delete the chunk's stored data
+    (``delete_stored``: outputs and files in the batch storage), then bulk-delete its events,
+    dynamic partitions, our batch rows and finally its runs. With ``archive_store`` (an S3 bucket), the
     archives end up there, each checked stored and complete before its lineage is deleted, and
     ``archive_dir`` is only where they are written first.
     """
@@ -722,6 +778,9 @@ def prune(
             if not ready:
                 continue
             _fsync_dir(archive_dir)
+            if delete_stored is not None:  # first: see the module docstring's rule 2
+                report.stored += delete_stored([lin for lin, _, _ in ready])
+                crash_point(CrashPoint.BATCH_DATA_DELETED)
             run_ids = [rid for lin, _, _ in ready for rid in lin.run_ids]
             batch_ids = [lin.batch_id for lin, _, _ in ready]
             _delete_event_logs(instance, run_ids)
