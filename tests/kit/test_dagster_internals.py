@@ -278,20 +278,24 @@ def test_the_schema_checks_we_remember_are_still_there(storage: str) -> None:
         assert tuple(inspect.signature(getattr(cls, name)).parameters) == expected, f"{cls.__name__}.{name}"
 
 
-def _catalog_queries(reads: Callable[[], None]) -> int:
-    """Statements ``reads`` sends to Postgres's catalog (what SQLAlchemy's reflection asks)."""
+def _statements(reads: Callable[[], None]) -> list[str]:
+    """The SQL statements ``reads`` sends, through any engine."""
     seen: list[str] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if "pg_catalog" in statement or "information_schema" in statement:
-            seen.append(statement)
+        seen.append(statement)
 
     sa.event.listen(sa.engine.Engine, "before_cursor_execute", record)
     try:
         reads()
     finally:
         sa.event.remove(sa.engine.Engine, "before_cursor_execute", record)
-    return len(seen)
+    return seen
+
+
+def _catalog_queries(reads: Callable[[], None]) -> int:
+    """Statements ``reads`` sends to Postgres's catalog (what SQLAlchemy's reflection asks)."""
+    return sum("pg_catalog" in s or "information_schema" in s for s in _statements(reads))
 
 
 @pytest.mark.postgres
@@ -337,17 +341,7 @@ def test_a_workers_instance_remembers_that_a_batch_partition_exists(
         def asks() -> None:
             assert instance.has_dynamic_partition(partitions_def_name="batches", partition_key="b-1")
 
-        statements: list[str] = []
-
-        def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-            statements.append(statement)
-
-        sa.event.listen(sa.engine.Engine, "before_cursor_execute", record)
-        try:
-            asks()
-        finally:
-            sa.event.remove(sa.engine.Engine, "before_cursor_execute", record)
-        assert statements == []
+        assert _statements(asks) == []
     finally:
         instance.dispose()
 
