@@ -8,7 +8,7 @@ through the idempotency ledger and check cancel and fencing before every request
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
 import functools
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -225,7 +225,7 @@ def _money_answer(movement: Charge | Refund) -> dict[str, Any]:
 
 
 def _refund_answer(refund: Refund) -> dict[str, Any]:
-    """A refund's answer adds what :func:`verify_refund` and the reconciliation check."""
+    """A refund's answer adds what :func:`verify_refund` compares besides the money: charge and status."""
     return {**_money_answer(refund), "charge": refund.charge_id, "status": refund.status}
 
 
@@ -270,33 +270,72 @@ def reconciled_refunds(
 ) -> MaterializeResult:
     """Step 5 — every refund we recorded, read back from the provider and compared.
 
-    Read-only: a refund whose amount, currency or status at the provider differs from our record is
-    flagged ``mismatch`` (and gets no customer notice) instead of being trusted.
+    Read-only: a refund whose amount, currency or status at the provider differs from our record,
+    or that the provider does not list, is flagged ``mismatch`` (and gets no customer notice)
+    instead of being trusted. Each refunded charge's refunds are listed once (all pages), and that
+    one read also records how many refunds there carry our key or our reason: the blocking
+    ``no_duplicate_refunds_at_provider`` check reads them here rather than asking the provider again.
     """
-    refunded = issued_refunds[issued_refunds["status"] == s.RefundOutcome.REFUNDED]
-    answers = kit.paced_map(
-        lambda refund_id: _refund_answer(payments.gateway.retrieve_refund(refund_id)),
-        [str(r) for r in refunded["provider_id"]],
+    out = kit.typed(issued_refunds, s.OUTCOME_DTYPES)
+    refunded = out["status"] == s.RefundOutcome.REFUNDED
+    charges = list(dict.fromkeys(str(c) for c in out.loc[refunded, s.CHARGE_ID]))
+    listings = kit.paced_map(
+        lambda charge_id: {"refunds": payments.gateway.list_charge_refunds(charge_id)},
+        charges,
         payments.limiter(),
         payments.backoff(),
         concurrency=payments.concurrency,
     )
-    out = kit.typed(issued_refunds, s.OUTCOME_DTYPES)
-    out["reconciliation"] = "not_refunded"
-    matches = [
-        a["amount"] == amt and a["currency"] == cur and a["status"] in ("succeeded", "pending")
-        for a, amt, cur in zip(answers, refunded["amount_cents"], refunded[s.CURRENCY], strict=True)
+    at_provider: dict[str, list[Refund]] = {
+        charge_id: listing["refunds"] for charge_id, listing in zip(charges, listings, strict=True)
+    }
+    readings = [
+        _read_back(row, at_provider[str(row[s.CHARGE_ID])]) if done else _NOT_REFUNDED
+        for row, done in zip(out.to_dict("records"), refunded, strict=True)
     ]
-    out.loc[refunded.index, "reconciliation"] = ["matched" if m else "mismatch" for m in matches]
-    out = kit.typed(out, s.RECONCILED_DTYPES)
-    runtime.report(kit.step_progress(context, len(refunded), len(refunded)), force=True)
+    read = pd.DataFrame(readings, index=out.index, columns=list(_NOT_REFUNDED))
+    out = kit.typed(pd.concat([out, read], axis=1), s.RECONCILED_DTYPES)
+    runtime.report(kit.step_progress(context, int(refunded.sum()), int(refunded.sum())), force=True)
     return kit.frame_result(
         out,
         {
             "matched": int((out["reconciliation"] == "matched").sum()),
             "mismatched": int((out["reconciliation"] == "mismatch").sum()),
+            "charges_listed": len(charges),
         },
     )
+
+
+#: What step 5 records of a row that was not refunded: nothing was read for it.
+_NOT_REFUNDED: dict[str, Any] = {
+    "reconciliation": "not_refunded",
+    "provider_refunds_with_key": 0,
+    "provider_ids_with_key": "",
+    "provider_refunds_for_reason": 0,
+    "provider_ids_for_reason": "",
+}
+
+
+def _read_back(row: Mapping[Hashable, Any], listing: list[Refund]) -> dict[str, Any]:
+    """One refunded row against its charge's refunds at the provider: ours is the one with our
+    provider id (compared as :func:`verify_refund` compares an answer); the others with our key or
+    reason are counted, not judged — judging them is the duplicate check's."""
+    ours = next((r for r in listing if r.id == row["provider_id"]), None)
+    agrees = (
+        ours is not None
+        and ours.amount == row["amount_cents"]
+        and ours.currency == row[s.CURRENCY]
+        and ours.status in ("succeeded", "pending")
+    )
+    with_key = [r.id for r in listing if r.idempotency_key == row["idempotency_key"]]
+    for_reason = [r.id for r in listing if r.durable_reason == row["reason"]]
+    return {
+        "reconciliation": "matched" if agrees else "mismatch",
+        "provider_refunds_with_key": len(with_key),
+        "provider_ids_with_key": ", ".join(with_key),
+        "provider_refunds_for_reason": len(for_reason),
+        "provider_ids_for_reason": ", ".join(for_reason),
+    }
 
 
 @step(label="Notifying customers", group_name="customers", effect_scope="notice")
@@ -370,7 +409,7 @@ def batch_report(
     Written as CSV with spreadsheet formulas neutralised (invoice fields come from outside).
     """
     notices = kit.typed(customer_notices, s.NOTICE_DTYPES)
-    report = kit.typed(reconciled_refunds, s.RECONCILED_DTYPES).merge(
+    report = kit.typed(reconciled_refunds, s.REPORTED_DTYPES).merge(
         notices[[s.INVOICE_ID, "sent"]].rename(columns={"sent": "notice_sent"}),
         on=s.INVOICE_ID,
         how="left",

@@ -1,23 +1,21 @@
 """Asset checks that guard money, shown beside each batch's materializations in the Dagster UI.
 
 The refund step already fails closed before its first request (guardrails) and holds odd answers for
-review; these checks verify the *outcome* afterwards, from outside the code that produced it. The
-three on ``issued_refunds`` are blocking: if one fails, the batch's run stops before reconciliation
-and customer notices, so no customer is told about money whose books do not balance. Each reads
-stored frames (no provider call) except the duplicate check, which lists each refunded charge's
-refunds at the provider — the same order of cost as reconciliation.
+review; these checks verify the *outcome* afterwards, from outside the code that produced it. Three
+are blocking: the two on ``issued_refunds`` stop the batch's run before reconciliation, and
+``no_duplicate_refunds_at_provider`` on ``reconciled_refunds`` stops it before the customer notices,
+so no customer is told about money whose books do not balance. Every check reads stored frames only:
+the duplicate check judges what reconciliation's one listing of each refunded charge found there.
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import pandas as pd
 from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue
 
-from durable_assets.kit import HELD_FOR_REVIEW_KEY, batch_check, call_with_retries, check_examples
-from durable_assets.payments.resources import PaymentGateway
+from durable_assets.kit import HELD_FOR_REVIEW_KEY, batch_check, check_examples, typed
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.assets import BATCHES, issued_refunds, reconciled_refunds
 from durable_assets.refunds.resources import RefundLimits
@@ -92,19 +90,21 @@ def refunds_within_batch_ceiling(issued_refunds: pd.DataFrame, limits: RefundLim
     )
 
 
-@batch_check(asset=issued_refunds, partitions_def=BATCHES, blocking=True, reads=["refund_candidates"])
+@batch_check(asset=reconciled_refunds, partitions_def=BATCHES, blocking=True, reads=["refund_candidates"])
 def no_duplicate_refunds_at_provider(
-    issued_refunds: pd.DataFrame, refund_candidates: pd.DataFrame, payments: PaymentGateway
+    reconciled_refunds: pd.DataFrame, refund_candidates: pd.DataFrame
 ) -> AssetCheckResult:
     """The provider holds exactly one refund per idempotency key, and at most one per charge and reason.
 
     Two refunds with one key would mean exactly-once was broken somewhere (a provider that forgot a
     key, a second system sending our keys); two of our refunds of one charge for one reason — from
     another invoice row, or an earlier batch — would mean the charge was paid back twice. Either is
-    money paid twice. Every refund of each refunded charge is read from the provider (all pages);
-    our own records are checked for repeated keys, refund IDs and charge-reason pairs too.
+    money paid twice. Reconciliation listed every refund of each refunded charge (all pages) and
+    kept what it found there; this judges that, with no request of its own, and blocks the customer
+    notices. Our own records are checked for repeated keys, refund IDs and charge-reason pairs too.
     """
-    refunded = issued_refunds[issued_refunds["status"] == s.RefundOutcome.REFUNDED]
+    rows = typed(reconciled_refunds, s.RECONCILED_DTYPES)
+    refunded = rows[rows["status"] == s.RefundOutcome.REFUNDED]
     repeated_keys = refunded.loc[refunded["idempotency_key"].duplicated(), "idempotency_key"]
     repeated_ids = refunded.loc[refunded["provider_id"].duplicated(), "provider_id"]
     charges = refund_candidates.set_index(s.INVOICE_ID)[s.CHARGE_ID].astype(str)
@@ -112,31 +112,7 @@ def no_duplicate_refunds_at_provider(
     repeated_charges = refunded.loc[
         pd.DataFrame({"c": charge_of, "r": refunded["reason"]}).duplicated(), s.INVOICE_ID
     ]
-    gateway = payments.gateway
-    limiter, backoff = payments.limiter(), payments.backoff()
-
-    def probe(row: Mapping[str, Any]) -> list[str]:
-        key = str(row["idempotency_key"])
-        charge_id = charges.get(row[s.INVOICE_ID])
-        if charge_id is None:
-            return [f"{key}: refunded invoice {row[s.INVOICE_ID]} is not a refund candidate"]
-        at_provider = call_with_retries(
-            lambda: {"refunds": gateway.list_charge_refunds(str(charge_id))}, limiter, backoff
-        )["refunds"]
-        ours = [r for r in at_provider if r.idempotency_key == key]
-        same_reason = [r for r in at_provider if r.durable_reason == row["reason"]]
-        problems = []
-        if len(ours) != 1:
-            problems.append(f"{key}: {len(ours)} refunds with this key at the provider")
-        elif ours[0].id != row["provider_id"]:
-            problems.append(f"{key}: provider refund {ours[0].id}, we recorded {row['provider_id']}")
-        if len(same_reason) > 1:
-            ids = ", ".join(r.id for r in same_reason)
-            problems.append(f"charge {charge_id}: {len(same_reason)} refunds for {row['reason']} ({ids})")
-        return problems
-
-    with ThreadPoolExecutor(max_workers=payments.concurrency) as pool:
-        problems = [p for found in pool.map(probe, refunded.to_dict("records")) for p in found]
+    problems = [p for row in refunded.to_dict("records") for p in _duplicates_at_provider(row, charges)]
     passed = not problems and not len(repeated_keys) and not len(repeated_ids) and not len(repeated_charges)
     metadata: dict[str, Any] = {
         "refunds_checked": len(refunded),
@@ -148,6 +124,29 @@ def no_duplicate_refunds_at_provider(
     if problems:
         metadata["examples"] = check_examples(problems)
     return AssetCheckResult(passed=passed, severity=AssetCheckSeverity.ERROR, metadata=metadata)
+
+
+def _duplicates_at_provider(row: Mapping[Hashable, Any], charges: "pd.Series[str]") -> list[str]:
+    """What one refunded row's charge listing (read by reconciliation) says is wrong. The charge is
+    the approved candidate's, not the row's own word for it: a refund recorded against another
+    charge than the one approved is a problem in itself."""
+    key = str(row["idempotency_key"])
+    charge_id = charges.get(row[s.INVOICE_ID])
+    if charge_id is None:
+        return [f"{key}: refunded invoice {row[s.INVOICE_ID]} is not a refund candidate"]
+    problems = []
+    if row[s.CHARGE_ID] != charge_id:
+        problems.append(f"{key}: refunded charge {row[s.CHARGE_ID]}, the approved candidate's is {charge_id}")
+    with_key = int(row["provider_refunds_with_key"])
+    if with_key != 1:
+        problems.append(f"{key}: {with_key} refunds with this key at the provider")
+    elif (at_provider := row["provider_ids_with_key"]) != row["provider_id"]:
+        problems.append(f"{key}: provider refund {at_provider}, we recorded {row['provider_id']}")
+    for_reason = int(row["provider_refunds_for_reason"])
+    if for_reason > 1:
+        ids = row["provider_ids_for_reason"]
+        problems.append(f"charge {charge_id}: {for_reason} refunds for {row['reason']} ({ids})")
+    return problems
 
 
 @batch_check(asset=reconciled_refunds, partitions_def=BATCHES)

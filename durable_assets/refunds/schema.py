@@ -183,7 +183,21 @@ OUTCOME_DTYPES: Final[dict[str, str]] = {
 }
 
 #: Step 5 (``reconciled_refunds``) adds what the provider says about each refund.
-RECONCILED_DTYPES: Final[dict[str, str]] = {**OUTCOME_DTYPES, "reconciliation": kit.TEXT}
+REPORTED_DTYPES: Final[dict[str, str]] = {**OUTCOME_DTYPES, "reconciliation": kit.TEXT}
+
+#: What step 5's one listing of each refunded charge found besides our refund, kept so the blocking
+#: duplicate check reads it from the frame instead of listing every charge again: how many refunds
+#: of the charge carry our idempotency key and which (``", "``-joined ids), and how many are for our
+#: reason and which. Zero and empty for rows that were not refunded.
+PROVIDER_LISTING_DTYPES: Final[dict[str, str]] = {
+    "provider_refunds_with_key": kit.INT64,
+    "provider_ids_with_key": kit.TEXT,
+    "provider_refunds_for_reason": kit.INT64,
+    "provider_ids_for_reason": kit.TEXT,
+}
+
+#: The stored frame of step 5; the batch report keeps only :data:`REPORTED_DTYPES` of it.
+RECONCILED_DTYPES: Final[dict[str, str]] = {**REPORTED_DTYPES, **PROVIDER_LISTING_DTYPES}
 
 #: One row per customer notice of step 6 (``customer_notices``).
 NOTICE_DTYPES: Final[dict[str, str]] = {

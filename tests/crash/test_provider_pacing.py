@@ -39,9 +39,10 @@ def test_default_settings_get_past_a_rate_limiting_provider(
 ) -> None:
     """Provider at 50 req/s, no DURABLE_RATE_LIMIT: the batch succeeds, every refund exactly once.
 
-    Every provider call site of a batch runs into the limit here: charge creation (step 1), refunds,
-    reconciliation reads and the duplicate-refund check's list calls. Before the shared adaptive
-    limit, 16 threads retried each on their own, wasting requests on 429s and giving up after 8.
+    Every provider call site of a batch runs into the limit here: charge creation (step 1), refunds
+    and reconciliation's listing of each refunded charge (which the duplicate-refund check reads).
+    Before the shared adaptive limit, 16 threads retried each on their own, wasting requests on
+    429s and giving up after 8.
     """
     home = make_home(tmp_path)
     batch, size = "paced", 600

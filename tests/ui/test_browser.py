@@ -166,7 +166,7 @@ def test_launch_a_batch_from_the_launchpad_and_watch_it_succeed(ui: DagsterUi, p
         "invoices",
         "issued_refunds",
         "batch_report",
-        "issued_refunds_no_duplicate_refunds_at_provider",
+        "reconciled_refunds_no_duplicate_refunds_at_provider",
     }
     page.reload()
     page.get_by_text("Success", exact=True).first.wait_for()
