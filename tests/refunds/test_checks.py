@@ -169,6 +169,21 @@ def test_the_duplicate_check_still_judges_our_own_records() -> None:
     assert not twice.passed and twice.metadata["repeated_charge_reasons_in_our_records"].value == 1
 
 
+def test_a_batch_reconciled_by_the_earlier_release_passes_on_what_that_release_checked() -> None:
+    """A batch resumed across the upgrade: its stored reconciliation has no listing columns, and its
+    provider was judged by this check on issued_refunds before reconciliation could run."""
+    rows, candidates = _reconciled()
+    old = rows.drop(columns=[c for c in rows.columns if c.startswith("provider_") and c != "provider_id"])
+    result = no_duplicate_refunds_at_provider(reconciled_refunds=old, refund_candidates=candidates)
+    assert result.passed, result.metadata
+    assert "earlier release" in result.metadata["provider_judged_by"].value
+    # Our own records are still judged.
+    repeated = old.assign(provider_id=["re_a", "re_a", ""])
+    assert not no_duplicate_refunds_at_provider(
+        reconciled_refunds=repeated, refund_candidates=candidates
+    ).passed
+
+
 def _frames() -> tuple[pd.DataFrame, pd.DataFrame]:
     candidates = pd.DataFrame(
         {"invoice_id": ["A", "B", "C"], "refund_cents": [100, 200, 300], "currency": ["usd"] * 3}
