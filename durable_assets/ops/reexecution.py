@@ -9,6 +9,7 @@ step had already committed, and both tag the new run with its batch.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from dagster import (
     DagsterEvent,
@@ -17,6 +18,7 @@ from dagster import (
     DagsterRun,
     DagsterRunStatus,
     JobDefinition,
+    ReexecutionOptions,
 )
 
 from durable_assets.kit.tags import (
@@ -62,6 +64,40 @@ def record_run_success(instance: DagsterInstance, run: DagsterRun, batch_id: str
     instance.report_dagster_event(event, run_id=run.run_id)
 
 
+def steps_from_failure(
+    instance: DagsterInstance, job: Any, parent: DagsterRun
+) -> tuple[list[str], Any, bool]:
+    """The steps a re-execution from failure of ``parent`` runs in ``job`` as the code defines it now,
+    the known state to plan them with, and whether the job changed since ``parent`` was planned.
+
+    Dagster takes the parent's failed and unfinished steps by key. After an upgrade the job may no
+    longer have some of them (a check moved to another asset, under a new key), and Dagster then
+    refuses the whole plan: a batch the last release left failed could never resume. A key the job no
+    longer has is dropped; a step the whole job gained, which never ran for this batch, runs now (its
+    inputs are the committed outputs of the parent lineage or of steps re-executed with it).
+    """
+    from durable_assets.kit.dagster_internals import KnownExecutionState, create_execution_plan
+
+    step_keys, known_state = KnownExecutionState.build_resume_retry_reexecution(instance, parent_run=parent)
+    snapshot = instance.get_execution_plan_snapshot(parent.execution_plan_snapshot_id)  # type: ignore[arg-type]
+    before = {step.key for step in snapshot.steps}
+    now = create_execution_plan(job, parent.run_config, tags=parent.tags).step_keys_to_execute
+    if set(step_keys) <= set(now) and set(now) <= before:
+        return list(step_keys), known_state, False  # the job is as the parent ran it
+    kept = [key for key in step_keys if key in now]
+    subset = parent.asset_selection or parent.asset_check_selection  # a selection gains nothing new
+    gained = [] if subset else [key for key in now if key not in before]
+    return kept + gained, known_state, True
+
+
+def from_failure(instance: DagsterInstance, job: Any, parent: DagsterRun) -> ReexecutionOptions:
+    """``ReexecutionOptions.from_failure``, for the job as it is now (see :func:`steps_from_failure`)."""
+    keys, _known, changed = steps_from_failure(instance, job, parent)
+    if not changed:
+        return ReexecutionOptions.from_failure(parent.run_id, instance)
+    return ReexecutionOptions(parent_run_id=parent.run_id, step_selection=keys)
+
+
 def create_from_failure_run(
     instance: DagsterInstance,
     job: JobDefinition,
@@ -79,11 +115,11 @@ def create_from_failure_run(
     ``ValueError`` when there is nothing to re-execute.
     """
     # Internal, as in Dagster's own run-retry path: the public API executes instead of creating.
-    from durable_assets.kit.dagster_internals import KnownExecutionState, create_execution_plan
+    from durable_assets.kit.dagster_internals import create_execution_plan
 
     if parent.remote_job_origin is None or parent.job_code_origin is None:
         raise ValueError(f"run {parent.run_id} was not launched from a code location; use `job resume`")
-    step_keys, known_state = KnownExecutionState.build_resume_retry_reexecution(instance, parent_run=parent)
+    step_keys, known_state, _changed = steps_from_failure(instance, job, parent)
     if not step_keys:
         raise ValueError(f"run {parent.run_id} has no step left to re-execute")
     if parent.asset_selection:

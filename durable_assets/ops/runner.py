@@ -19,7 +19,6 @@ from dagster import (
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
-    ReexecutionOptions,
     execute_job,
 )
 
@@ -50,7 +49,7 @@ from durable_assets.kit.tags import (
 from durable_assets.ops.batch_log import batch_output
 from durable_assets.ops.guardrails import pin_at_run, reconcile_on_resume
 from durable_assets.ops.instance import ensure_instance_config
-from durable_assets.ops.reexecution import LIVE, batch_tags, record_run_success
+from durable_assets.ops.reexecution import LIVE, batch_tags, from_failure, record_run_success
 from durable_assets.ops.registry import (
     durable_jobs,
     executor_tags_of_runs,
@@ -228,11 +227,13 @@ def resume_batch(
             # As the lineage first ran: the sharded job, or the location's job, in process or (a
             # batch launched distributed from the UI or a schedule) on the workers again.
             tags = {**batch_tags(batch_id), **executor_tags_of_runs(runs)}
+            job = reconstructable_job(job_of_runs(runs), shards_of_runs(runs))
+            parent = instance.get_run_by_id(newest.run_id) or newest  # as failed just now, if it was live
             with batch_output(instance, batch_id, "resume"):
                 result = execute_job(
-                    reconstructable_job(job_of_runs(runs), shards_of_runs(runs)),
+                    job,
                     instance,
-                    reexecution_options=ReexecutionOptions.from_failure(newest.run_id, instance),
+                    reexecution_options=from_failure(instance, job, parent),
                     tags=tags,
                 )
         crash_point(CrashPoint.RUN_END)

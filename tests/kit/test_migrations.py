@@ -24,6 +24,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from dagster import DagsterEventType, DagsterInstance
 
 from durable_assets.kit import migrations
 from durable_assets.kit.account_bindings import AccountBindings
@@ -280,3 +281,15 @@ def test_a_batch_the_last_release_failed_resumes_after_the_upgrade(
     assert bound is not None and bound.kind == "embedded"
     finished = [e for e in Ledger(db, account=bound.namespace).entries("refund") if e.result is not None]
     assert sent == len(finished) > 0  # each refund sent once, and the ledger knows every one
+    # The release moved the duplicate check to reconciled_refunds under a new step key: the resume
+    # dropped the old key and ran the new check, which never ran for this batch.
+    with DagsterInstance.get() as instance:  # the fixture points DAGSTER_HOME at dagster_home
+        resume_run = instance.get_run_by_id(status["run_ids"][-1])
+        assert resume_run is not None
+        evaluations = [
+            e.dagster_event.event_specific_data
+            for e in instance.all_logs(resume_run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+            if e.dagster_event is not None
+        ]
+    checks = {e.check_name: e.passed for e in evaluations}  # type: ignore[union-attr]
+    assert checks.get("no_duplicate_refunds_at_provider") is True, checks
