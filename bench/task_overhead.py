@@ -20,6 +20,7 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import API_KEY, job_env
-from tests.support.homes import postgres_database, shipped_home
+from tests.support.homes import postgres_database
 from tests.support.network import DEFAULT_BROKER_URL
 from tests.support.polling import wait_until
 from tests.support.processes import JOB, Process
@@ -104,7 +105,10 @@ class _Tree:
         self.custom.mkdir()
         (self.custom / "sitecustomize.py").write_text(_SITECUSTOMIZE)
         self.times = self.work / "task_times.jsonl"
-        self.home = shipped_home(self.work, "distributed")
+        # The tree's own instance config: a change may be in its dagster.yaml as well as its code.
+        self.home = self.work / "dagster_home"
+        self.home.mkdir()
+        shutil.copy(self.path / "dagster_home" / "distributed" / "dagster.yaml", self.home / "dagster.yaml")
         if no_compute_logs:  # Dagster's documented switch: no per-step stdout/stderr capture
             with open(self.home / "dagster.yaml", "a") as f:
                 f.write(_NO_COMPUTE_LOGS)

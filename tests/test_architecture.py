@@ -216,8 +216,9 @@ def test_a_usage_error_imports_neither_dagster_nor_pandas() -> None:
 
 
 #: Kit modules that no kit module or pipeline imports and that still serve a job author: Dagster
-#: loads them by name from the instance's dagster.yaml (the launcher) or the job's executor config.
-_LOADED_BY_DAGSTER = {"launcher"}
+#: loads them by name from the instance's dagster.yaml (the launcher, the compute log manager) or
+#: the job's executor config.
+_LOADED_BY_DAGSTER = {"launcher", "compute_logs"}
 
 
 def test_every_kit_module_serves_a_job_author() -> None:

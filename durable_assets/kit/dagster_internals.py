@@ -29,13 +29,16 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from dagster._core.event_api import EventLogCursor
 from dagster._core.events import EngineEventData
 from dagster._core.execution.api import create_execution_plan, execute_plan_iterator
+from dagster._core.execution.compute_logs import redirect_to_file
 from dagster._core.execution.context.system import PlanOrchestrationContext
 from dagster._core.execution.plan.active import ActiveExecution
 from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
 from dagster._core.execution.plan.plan import ExecutionPlan
 from dagster._core.execution.plan.state import KnownExecutionState
 from dagster._core.execution.retries import RetryMode, get_retries_config
+from dagster._core.instance.ref import compute_logs_directory
 from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
+from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
 from dagster._core.storage.event_log.schema import (
     AssetEventTagsTable,
     ConcurrencySlotsTable,
@@ -44,6 +47,7 @@ from dagster._core.storage.event_log.schema import (
     SqlEventLogStorageTable,
 )
 from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
 from dagster._core.storage.runs.schema import RunsTable, RunTagsTable
 from dagster._core.storage.runs.sql_run_storage import SqlRunStorage
 from dagster._core.storage.tags import (
@@ -245,6 +249,23 @@ REASONS: dict[str, Reason] = {
     ),
     "RunsTable": Reason("A chunk's runs go in one statement.", "instance.delete_run"),
     "RunTagsTable": Reason("A chunk's run tags go with their runs.", "instance.delete_run"),
+    # --- capturing a step's output without helper processes (kit/compute_logs.py) ----------------
+    "LocalComputeLogManager": Reason(
+        "kit/compute_logs.py stores step output exactly where and how Dagster's default does, "
+        "so the UI reads it unchanged; only the capture differs.",
+        "none: the class is configurable in dagster.yaml but not exported",
+    ),
+    "CapturedLogContext": Reason("What a compute log manager's capture yields.", "none"),
+    "ComputeIOType": Reason("Names the stdout and stderr streams.", "none"),
+    "IO_TYPE_EXTENSION": Reason("The file suffix of each stream, as the UI reads it.", "none"),
+    "redirect_to_file": Reason(
+        "Points the process's stdout or stderr file descriptor at the capture file (what the "
+        "default does after starting its tail processes).",
+        "none",
+    ),
+    "compute_logs_directory": Reason(
+        "Where the default manager keeps a home's step output when no base_dir is configured.", "none"
+    ),
     # --- Dagster's run tags we write or must not inherit (ops/), spelled out there ----------------
     "PARENT_RUN_ID_TAG": Reason(
         "The UI groups a re-execution with its parent by it (ops/reexecution.py spells it out).",
@@ -265,6 +286,7 @@ REASONS: dict[str, Reason] = {
 __all__ = [
     "AUTO_RETRY_RUN_ID_TAG",
     "INSTALLED_DAGSTER_VERSION",
+    "IO_TYPE_EXTENSION",
     "MAX_RETRIES_TAG",
     "PARENT_RUN_ID_TAG",
     "REASONS",
@@ -277,7 +299,9 @@ __all__ = [
     "WILL_RETRY_TAG",
     "ActiveExecution",
     "AssetEventTagsTable",
+    "CapturedLogContext",
     "CheckRunHealthResult",
+    "ComputeIOType",
     "ConcurrencySlotsTable",
     "DynamicPartitionsTable",
     "EngineEventData",
@@ -287,6 +311,7 @@ __all__ = [
     "InstanceConcurrencyContext",
     "KnownExecutionState",
     "LaunchRunContext",
+    "LocalComputeLogManager",
     "PendingStepsTable",
     "PlanOrchestrationContext",
     "Reason",
@@ -300,11 +325,13 @@ __all__ = [
     "SqlRunStorage",
     "UnresolvedAssetJobDefinition",
     "WorkerStatus",
+    "compute_logs_directory",
     "create_execution_plan",
     "execute_plan_iterator",
     "get_retries_config",
     "is_verified_version",
     "pack_value",
+    "redirect_to_file",
     "remember_schema_checks",
     "remember_true",
     "serializable_error_info_from_exc_info",
