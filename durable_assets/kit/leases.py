@@ -223,10 +223,10 @@ def fenced_out_error(
     batch_id: str, run_id: str | None, current_fence: int | None, fence: int
 ) -> FencedOutError:
     """``run_id`` and ``current_fence``: the lease as read now (None: the batch has no lease row)."""
+    now_at = "no lease" if current_fence is None else f"fence {current_fence}"
     return FencedOutError(
-        f"batch {batch_id!r} was taken over by run {run_id or '?'} "
-        f"(fence {'?' if current_fence is None else current_fence} > {fence}); this worker stops "
-        "before sending anything more."
+        f"batch {batch_id!r} was taken over by run {run_id or '?'} ({now_at}; this worker held "
+        f"fence {fence}); this worker stops before sending anything more."
     )
 
 
