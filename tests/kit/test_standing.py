@@ -30,7 +30,7 @@ def test_the_holder_may_send_and_nobody_else(durable_db_url: str) -> None:
         raise_unless_may_send(db, "b1", fence + 1)
     with pytest.raises(FencedOutError, match="is now run by run-a; this task of run run-b"):
         raise_unless_may_send(db, "b1", fence, run_id="run-b")
-    with pytest.raises(FencedOutError, match="taken over by run \\? \\(no lease; this worker held fence 1\\)"):
+    with pytest.raises(FencedOutError, match=r"taken over by run \? \(no lease; this worker held fence 1\)"):
         raise_unless_may_send(db, "no-lease", 1)
 
 
