@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from dagster import DagsterRunStatus
 
+from durable_assets.ops.events import BatchEventFeed
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
 
@@ -77,6 +78,24 @@ def test_a_killed_worker_reads_as_failed_then_canceled_and_resume_finishes_it(tm
         # Derived, not written: Dagster still holds the run as the dead worker left it.
         run = reader.instance.get_run_by_id(run_id)
         assert run is not None and run.status == DagsterRunStatus.STARTED
+
+        # The event stream of `job serve` ends too, with the status `job status` shows: without it a
+        # client following the batch would wait forever on a run Dagster still calls started.
+        feed = BatchEventFeed(reader.instance, "d1")
+        events: list[Any] = []
+
+        def stream_ended() -> bool:
+            batch, ended = feed.poll()
+            events.extend(batch)
+            return ended
+
+        wait_until(stream_ended, timeout=DETECT_WITHIN_S, what="the event stream to end")
+        last = events[-1]
+        assert last.event == "status" and last.data["status"] == "failed", last
+        assert "was lost" in last.data["error"] and "`job resume --id d1`" in last.data["error"], last
+        assert last.data["run_id"] == run_id
+        assert [e.id for e in events] == sorted({e.id for e in events}), "ids increase, none repeats"
+        assert [e.data["status"] for e in events if e.event == "status"] == ["running", "failed"]
 
     # The CLI and the list say the same, in every form.
     assert _cli_json(["status", "--id", "d1"], env, tmp_path)["status"] == "failed"

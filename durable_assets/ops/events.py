@@ -9,6 +9,7 @@ same events with the same ids, whichever server process reads it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +21,7 @@ from durable_assets.kit.progress import Progress, progress_from_event
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.runlog import LineageFeed, LineageRecord, encode_id
 from durable_assets.ops.sse import ServerSentEvent
-from durable_assets.ops.status import batch_runs, check_batch_id
+from durable_assets.ops.status import batch_runs, check_batch_id, lost_worker_end
 from durable_assets.ops.status_model import BatchStatus, StepEventStatus
 
 STEP_EVENT_STATUS = {
@@ -80,23 +81,52 @@ def to_server_sent_event(batch_id: str, item: LineageRecord) -> ServerSentEvent 
     return None
 
 
+#: How often a quiet stream asks whether its batch's worker died (a lease read and a run read).
+LOST_WORKER_CHECK_S = 2.0
+
+
 class BatchEventFeed:
-    """One client's position in one batch's events."""
+    """One client's position in one batch's events.
+
+    A batch whose worker died has no event to end on: Dagster keeps the run STARTED until `job
+    resume` takes it over. While the stream is quiet it therefore asks, every
+    :data:`LOST_WORKER_CHECK_S`, what `job status` asks; a lost worker ends the stream with the
+    terminal ``status`` event `job status` shows (failed, or canceled, with the reason and the
+    `job resume` advice), as the contract's "ends after a terminal status" promises. Its id follows
+    the last one sent; a client reconnecting after a resume continues with the new run's events.
+    """
 
     def __init__(self, instance: DagsterInstance, batch_id: str, after: int | None = None) -> None:
         check_batch_id(batch_id)
         if not batch_runs(instance, batch_id):
             raise UnknownBatchError(f"no batch {batch_id!r} in this instance")
+        self.instance = instance
         self.batch_id = batch_id
         self.resumed = after is not None
         self._feed = LineageFeed(
             instance, lambda: batch_runs(instance, batch_id), EVENT_TYPES, after=after or 0
         )
+        self._last_lost_check = time.monotonic()
 
     def poll(self) -> tuple[Sequence[ServerSentEvent], bool]:
         records, ended = self._feed.poll()
         events = [e for e in (to_server_sent_event(self.batch_id, r) for r in records) if e is not None]
-        return events, ended
+        if ended or records or time.monotonic() - self._last_lost_check < LOST_WORKER_CHECK_S:
+            return events, ended
+        self._last_lost_check = time.monotonic()
+        lost = lost_worker_end(self.instance, self.batch_id)
+        if lost is None:
+            return events, False
+        status, reason = lost
+        runs = batch_runs(self.instance, self.batch_id)
+        data = {
+            "id": self.batch_id,
+            "status": status,
+            "error": reason,
+            "run_id": runs[-1].run_id,
+            "timestamp": _iso(time.time()),
+        }
+        return [ServerSentEvent(self._feed.cursor + 1, "status", data)], True
 
     def nothing_left(self) -> bool:
         """A resumed client already has every event of a batch that has ended."""

@@ -413,6 +413,21 @@ def _provider(db: DurableDatabase, batch_id: str) -> ProviderModel | None:
     )
 
 
+def lost_worker_end(instance: DagsterInstance, batch_id: str) -> tuple[BatchStatus, str] | None:
+    """How a batch whose worker died ends (failed, or canceled if a cancel was asked) and why, or
+    None while its worker may be alive: what :func:`batch_status` derives, read for a live stream,
+    which has no Dagster event to end on (the dead run stays STARTED until `job resume`)."""
+    runs = batch_runs(instance, batch_id)
+    if not runs:
+        return None
+    db = DurableDatabase.for_instance(instance)
+    lease = LeaseStore(db).get(batch_id)
+    if not worker_lost(instance, runs[-1], lease, KitSettings.current().lease_ttl_s):
+        return None
+    status = BatchStatus.CANCELED if CancelStore(db).is_requested(batch_id) else BatchStatus.FAILED
+    return status, _lost_reason(batch_id, status, lease)
+
+
 def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> BatchStatusModel:
     """The status of docs/contract.md, typed: what the CLI, the API, webhooks and the summary read.
 

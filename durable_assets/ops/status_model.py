@@ -248,6 +248,11 @@ class StatusEventModel(_StreamEvent):
 
     id: str
     status: BatchStatus
+    error: str | None = Field(
+        default=None,
+        description="only on the event that ends the stream of a batch whose worker was lost: why, "
+        "and the `job resume` that continues it",
+    )
 
 
 #: Every model of the status JSON and of the event stream, for the API's schema (ops/openapi.py).
