@@ -117,13 +117,11 @@ class BatchEventFeed:
         lost = lost_worker_end(self.instance, self.batch_id)
         if lost is None:
             return events, False
-        status, reason = lost
-        runs = batch_runs(self.instance, self.batch_id)
         data = {
             "id": self.batch_id,
-            "status": status,
-            "error": reason,
-            "run_id": runs[-1].run_id,
+            "status": lost.status,
+            "error": lost.reason,
+            "run_id": lost.run_id,
             "timestamp": _iso(time.time()),
         }
         return [ServerSentEvent(self._feed.cursor + 1, "status", data)], True

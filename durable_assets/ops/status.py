@@ -413,10 +413,20 @@ def _provider(db: DurableDatabase, batch_id: str) -> ProviderModel | None:
     )
 
 
-def lost_worker_end(instance: DagsterInstance, batch_id: str) -> tuple[BatchStatus, str] | None:
-    """How a batch whose worker died ends (failed, or canceled if a cancel was asked) and why, or
-    None while its worker may be alive: what :func:`batch_status` derives, read for a live stream,
-    which has no Dagster event to end on (the dead run stays STARTED until `job resume`)."""
+@dataclass(frozen=True)
+class LostWorkerEnd:
+    """How a batch whose worker died ends: ``status`` failed (canceled if a cancel was asked),
+    ``reason`` naming the lost worker and the `job resume` that continues it, in run ``run_id``."""
+
+    status: BatchStatus
+    reason: str
+    run_id: str
+
+
+def lost_worker_end(instance: DagsterInstance, batch_id: str) -> LostWorkerEnd | None:
+    """The end of a batch whose worker died, or None while its worker may be alive: what
+    :func:`batch_status` derives, read for a live stream, which has no Dagster event to end on
+    (the dead run stays STARTED until `job resume`)."""
     runs = batch_runs(instance, batch_id)
     if not runs:
         return None
@@ -425,7 +435,7 @@ def lost_worker_end(instance: DagsterInstance, batch_id: str) -> tuple[BatchStat
     if not worker_lost(instance, runs[-1], lease, KitSettings.current().lease_ttl_s):
         return None
     status = BatchStatus.CANCELED if CancelStore(db).is_requested(batch_id) else BatchStatus.FAILED
-    return status, _lost_reason(batch_id, status, lease)
+    return LostWorkerEnd(status, _lost_reason(batch_id, status, lease), runs[-1].run_id)
 
 
 def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: bool = True) -> BatchStatusModel:
