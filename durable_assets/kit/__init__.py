@@ -21,7 +21,8 @@
   :data:`BATCH_TAG`; a step reports the items it left for a person as :data:`HELD_FOR_REVIEW_KEY`
   in its materialization metadata (``job status`` shows the batch as needing review).
 - Tables of your own: :class:`Migrations` versions them with Alembic (your revisions, your version
-  table), as the kit versions its own.
+  table), as the kit versions its own; :func:`enable_wal` switches a SQLite file of your own to
+  WAL even while other processes are opening it.
 - Errors: one hierarchy under :class:`DurableError`; raise :class:`TransientProviderError` for a
   fault worth retrying with the same key, :class:`ProviderRejectedError` for one that is not.
 
@@ -91,6 +92,7 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
     from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
     from durable_assets.kit.schedules import DailyBatches
     from durable_assets.kit.schema_migrations import Migrations
+    from durable_assets.kit.sqlite_wal import enable_wal
     from durable_assets.kit.steps import (
         TRANSIENT_RETRY,
         batch_dir,
@@ -213,6 +215,7 @@ __all__ = [
     "durable_asset",
     "durable_step",
     "effect_runner",
+    "enable_wal",
     "frame_result",
     "held_for_review_line",
     "paced_map",

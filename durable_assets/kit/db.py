@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from durable_assets.kit.migrations import upgrade_to_head
+from durable_assets.kit.sqlite_wal import enable_wal
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -225,8 +226,8 @@ def _configure_sqlite(engine: Engine) -> None:
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # let BEGIN below own the transaction
+        enable_wal(dbapi_conn)
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA busy_timeout=60000")
         cur.close()

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from durable_assets.errors import UsageError
+from durable_assets.kit.sqlite_wal import enable_wal
 from durable_assets.payments.group_write import GroupWriter
 from durable_assets.payments.migrations import STORE_SCHEMA
 
@@ -539,18 +540,8 @@ def _connect(path: str) -> sqlite3.Connection:
 
 
 def _enable_wal(conn: sqlite3.Connection, path: str) -> None:
-    """Retries by hand: switching a fresh file to WAL fails with "database is locked" *without*
-    consulting busy_timeout when another process is opening the same file at that moment."""
-    deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
-    while True:
-        try:
-            mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-            break
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
-    if mode.lower() != "wal":
+    mode = enable_wal(conn, timeout_s=_BUSY_TIMEOUT_MS / 1000)
+    if mode != "wal":
         raise UsageError(
             f"The payments database {path} cannot use SQLite's WAL mode (journal mode is {mode!r}); "
             "put it on a local filesystem."

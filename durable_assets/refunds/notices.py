@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from durable_assets.kit import enable_wal
 from durable_assets.payments.group_write import GroupWriter
 from durable_assets.refunds.migrations import MAILBOX_SCHEMA
 
@@ -31,7 +32,7 @@ class Mailbox:
         self.path = str(path)
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        enable_wal(self._conn)
         self._conn.execute("PRAGMA busy_timeout=60000")
         MAILBOX_SCHEMA.upgrade(self.path)
         self._writer = GroupWriter(self._transaction)
