@@ -89,6 +89,18 @@ cancel_requests = sa.Table(
     sa.Column("requested_at", sa.Float, nullable=False),
 )
 
+#: A signal (Ctrl-C, SIGTERM) the process running a batch received, for the tasks of that run on
+#: other processes: the process-wide stop flag (kit/interrupts.py) reaches only its own threads.
+#: Scoped to the run, so the resume's run does not see it; unlike a cancel, the batch is interrupted.
+stop_requests = sa.Table(
+    "durable_stop_requests",
+    metadata,
+    sa.Column("batch_id", sa.String(64), primary_key=True),
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("signal", sa.Integer, nullable=False),
+    sa.Column("requested_at", sa.Float, nullable=False),
+)
+
 progress = sa.Table(
     "durable_progress",
     metadata,

@@ -10,8 +10,10 @@ already in flight finish and their answers are still recorded by the group commi
 sent after the signal and nothing answered is forgotten.
 
 The flag is a plain module attribute, not a database row: it must be readable from the signal
-handler's process at the cost of one attribute read per request, and it means nothing to any
-other process (a `job cancel` is the cross-process stop).
+handler's process at the cost of one attribute read per request. It means nothing to any other
+process, so a distributed run's tasks learn of the signal from a row the same handler commits
+(``durable_stop_requests``), read with the cancel and the lease before each request
+(:mod:`durable_assets.kit.standing`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import threading
 
 from durable_assets.errors import BatchInterruptedError
 
-__all__ = ["clear_stop", "raise_if_stop_requested", "request_stop", "stop_requested"]
+__all__ = ["clear_stop", "interrupted_error", "raise_if_stop_requested", "request_stop", "stop_requested"]
 
 _lock = threading.Lock()
 _signal: signal.Signals | None = None
@@ -53,8 +55,14 @@ def raise_if_stop_requested(batch_id: str) -> None:
     """Called where stopping is safe: raise :class:`BatchInterruptedError` once a stop was requested."""
     received = _signal
     if received is not None:
-        raise BatchInterruptedError(
-            f"batch {batch_id!r} was interrupted ({received.name}); stopped before the next side effect. "
-            f"`job resume --id {batch_id}` continues it.",
-            signum=int(received),
-        )
+        raise interrupted_error(batch_id, received)
+
+
+def interrupted_error(batch_id: str, received: int) -> BatchInterruptedError:
+    """What a worker raises when the process running its batch was signalled, here or elsewhere."""
+    name = signal.Signals(received).name
+    return BatchInterruptedError(
+        f"batch {batch_id!r} was interrupted ({name}); stopped before the next side effect. "
+        f"`job resume --id {batch_id}` continues it.",
+        signum=int(received),
+    )

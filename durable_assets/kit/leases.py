@@ -36,6 +36,10 @@ from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, from_row, leases
 from durable_assets.kit.settings import DEFAULT_LEASE_TTL_S
 
+#: The run a lease names before its run exists (`job run`/`job resume` take the batch first, so no
+#: other process may start it meanwhile); the run takes the lease over when its worker starts.
+PENDING_RUN = "pending"
+
 
 def process_owner() -> str:
     """Identity of this worker process (``host:pid:incarnation``); the same process may re-acquire

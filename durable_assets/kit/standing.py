@@ -1,4 +1,4 @@
-"""May this worker still send? The batch's cancel request and its lease, read in one statement.
+"""May this worker still send? The batch's cancel, its run's stop request and its lease, in one statement.
 
 A worker asks before every side effect (:meth:`BatchRuntime.check_may_continue`), so thousands of
 times a batch. As two SQLAlchemy reads (:class:`CancelStore`, :meth:`LeaseStore.check_fence`) that
@@ -16,38 +16,54 @@ import sqlalchemy as sa
 from durable_assets.errors import FencedOutError
 from durable_assets.kit.cancel import canceled_error
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
-from durable_assets.kit.db import DurableDatabase, cancel_requests, driver_params, leases
+from durable_assets.kit.db import DurableDatabase, cancel_requests, driver_params, leases, stop_requests
+from durable_assets.kit.interrupts import interrupted_error
 from durable_assets.kit.leases import fenced_out_error
 
 
 @dataclass(frozen=True)
 class Standing:
     canceled: bool
+    stop_signal: int | None  # the signal the process leading the asking run received, if any
     run_id: str | None  # the lease's holder; None when the batch has no lease row
     fence: int | None
 
 
 _BATCH: sa.BindParameter[str] = sa.bindparam("batch_id")
+_RUN: sa.BindParameter[str] = sa.bindparam("run_id")
 _STANDING = sa.select(
     sa.exists().where(cancel_requests.c.batch_id == _BATCH).label("canceled"),
+    sa.select(stop_requests.c.signal)
+    .where(stop_requests.c.batch_id == _BATCH, stop_requests.c.run_id == _RUN)
+    .scalar_subquery()
+    .label("stop_signal"),
     sa.select(leases.c.run_id).where(leases.c.batch_id == _BATCH).scalar_subquery().label("run_id"),
     sa.select(leases.c.fence).where(leases.c.batch_id == _BATCH).scalar_subquery().label("fence"),
 )
 
 
-def read_standing(db: DurableDatabase, batch_id: str) -> Standing:
+def read_standing(db: DurableDatabase, batch_id: str, run_id: str = "") -> Standing:
+    """The batch's standing as run ``run_id`` sees it (its stop request; none for ``""``)."""
     with db.read() as conn:
-        sql, params = driver_params(conn, _STANDING, {"batch_id": batch_id})
-        canceled, run_id, fence = conn.exec_driver_sql(sql, params).one()
-    return Standing(bool(canceled), run_id, None if fence is None else int(fence))
+        sql, params = driver_params(conn, _STANDING, {"batch_id": batch_id, "run_id": run_id})
+        canceled, stop_signal, holder, fence = conn.exec_driver_sql(sql, params).one()
+    return Standing(
+        bool(canceled),
+        None if stop_signal is None else int(stop_signal),
+        holder,
+        None if fence is None else int(fence),
+    )
 
 
 def raise_unless_may_send(db: DurableDatabase, batch_id: str, fence: int, run_id: str | None = None) -> None:
-    """Raise if the batch was canceled, or taken over by a newer fence, or (``run_id`` given, for a
-    distributed task) is now run by another run; the cancel is judged first, as by the stores."""
-    standing = read_standing(db, batch_id)
+    """Raise if the batch was canceled, or its run ``run_id`` (a distributed task's) was interrupted,
+    or it was taken over by a newer fence, or is now run by another run; the cancel is judged first,
+    as by the stores."""
+    standing = read_standing(db, batch_id, run_id or "")
     if standing.canceled:
         raise canceled_error(batch_id)
+    if standing.stop_signal is not None:
+        raise interrupted_error(batch_id, standing.stop_signal)
     crash_point(CrashPoint.AFTER_CANCEL_CHECK)
     if standing.fence != fence:
         raise fenced_out_error(batch_id, standing.run_id, standing.fence, fence)

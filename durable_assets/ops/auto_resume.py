@@ -49,7 +49,7 @@ from dagster import (
 from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.leases import LeaseStore, acquire_unless_live_run, process_owner
+from durable_assets.kit.leases import PENDING_RUN, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.resources import run_ended
 from durable_assets.kit.tags import (
     AUTO_RESUME_ATTEMPT_TAG,
@@ -198,7 +198,7 @@ def resume_lost_run(
     try:
         # Held by no run ("pending", as `job resume` holds it before its run exists): the run we
         # create takes it when its worker starts, and until then nobody may take the queued run for dead.
-        lease = acquire_unless_live_run(leases, batch_id, "pending", run_ended(instance), owner=owner)
+        lease = acquire_unless_live_run(leases, batch_id, PENDING_RUN, run_ended(instance), owner=owner)
     except LeaseHeldError as exc:
         return f"batch {batch_id!r}: not resuming, someone else holds it ({exc})"
     try:

@@ -5,10 +5,12 @@ step into a retry of the step (every durable step has a ``RetryPolicy``), and th
 ``succeeded``. So the batch runs in a thread of its own, where Dagster never installs signal
 handlers (it only does on the main thread), and the main thread keeps ours:
 
-- first signal: the kit's stop flag (:mod:`durable_assets.kit.interrupts`) is set; the worker sends
-  no provider request after it, lets the ones in flight finish and records their answers, and the
-  step ends failed, so the run ends, the CLI releases the lease, and `job resume` can continue at
-  once. The command exits 128 + the signal (130 for Ctrl-C, 143 for SIGTERM) with one line.
+- first signal: the kit's stop flag (:mod:`durable_assets.kit.interrupts`) is set, and committed
+  for the run this process leads (``durable_stop_requests``), so a distributed run's tasks on
+  workers read it too (:mod:`durable_assets.kit.standing`); the worker sends no provider request
+  after it, lets the ones in flight finish and records their answers, and the step ends failed,
+  so the run ends, the CLI releases the lease, and `job resume` can continue at once. The command exits
+  128 + the signal (130 for Ctrl-C, 143 for SIGTERM) with one line.
 - second signal: stop now. The run is marked failed and the lease released (each bounded, so a
   stuck database cannot keep the process alive), then the process exits. Still exactly once: an
   answer that was not recorded leaves its key an intent, which the resume re-sends with the same
@@ -23,10 +25,13 @@ import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_assets.errors import BatchInterruptedError
 from durable_assets.kit.interrupts import clear_stop, request_stop, stop_requested
+
+if TYPE_CHECKING:  # the CLI imports this module before it knows it will need a database
+    from durable_assets.kit.db import DurableDatabase
 
 T = TypeVar("T")
 
@@ -75,11 +80,20 @@ def run_interruptible(instance: Any, batch_id: str, fn: Callable[[], T]) -> T:
 
     worker = threading.Thread(target=work, name=f"batch-{batch_id}", daemon=True)
     told = False
+    handing_on: threading.Thread | None = None
     try:
         worker.start()
         while worker.is_alive():
             worker.join(_POLL_S)
             received = stop_requested()
+            if received is not None and handing_on is None:
+                handing_on = threading.Thread(
+                    target=_hand_on_to_tasks,
+                    args=(instance, batch_id, received, worker),
+                    name="stop-tasks",
+                    daemon=True,
+                )
+                handing_on.start()
             if received is not None and not told and os.isatty(err_fd):
                 # A person at a terminal learns that the first Ctrl-C was heard and what a second does
                 # (a script, reading stderr from a pipe or file, gets only the final line).
@@ -99,6 +113,47 @@ def run_interruptible(instance: Any, batch_id: str, fn: Callable[[], T]) -> T:
         if step is not None:
             raise BatchInterruptedError(_line(batch_id, step), signum=int(received))
     return outcome["value"]  # type: ignore[no-any-return]
+
+
+def _hand_on_to_tasks(
+    instance: Any, batch_id: str, received: signal.Signals, batch: threading.Thread
+) -> None:
+    """Commit the signal for the run this process leads, so its tasks on workers stop too.
+
+    In a thread of its own: a database that does not answer must not keep the main thread from a
+    second signal. The run may not exist yet when the signal comes (its lease still says
+    ``pending``): then it is retried until it does, or until the batch has ended.
+    """
+    from durable_assets.kit.db import DurableDatabase
+    from durable_assets.kit.leases import PENDING_RUN, LeaseStore, process_owner
+    from durable_assets.ops.runner import lease_ttl_s
+
+    db = DurableDatabase.for_instance(instance)
+    leases = LeaseStore(db, ttl_s=lease_ttl_s())
+    while batch.is_alive():
+        try:
+            lease = leases.get(batch_id)
+            if lease is not None and lease.owner == process_owner() and lease.run_id != PENDING_RUN:
+                request_stop_of_run(db, batch_id, lease.run_id, received)
+                return
+        except Exception:
+            pass
+        batch.join(_POLL_S)
+
+
+def request_stop_of_run(db: DurableDatabase, batch_id: str, run_id: str, signum: int) -> None:
+    """Commit that ``run_id``'s tasks stop at their next safe point; a repeat changes nothing.
+
+    The row names the run, not only the batch, so the resume's run never sees it; retention deletes
+    it with the batch's other rows.
+    """
+    from durable_assets.kit.db import now, stop_requests
+
+    with db.transaction() as conn:
+        conn.execute(
+            db.insert_ignore(stop_requests),
+            [{"batch_id": batch_id, "run_id": run_id, "signal": int(signum), "requested_at": now()}],
+        )
 
 
 def _line(batch_id: str, step: int | None) -> str:

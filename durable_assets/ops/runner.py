@@ -33,7 +33,13 @@ from durable_assets.kit.accounts import ProviderAccount
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
+from durable_assets.kit.leases import (
+    PENDING_RUN,
+    Heartbeat,
+    LeaseStore,
+    acquire_unless_live_run,
+    process_owner,
+)
 from durable_assets.kit.modes import DEFAULT_SHARDS, ExecutorKind
 from durable_assets.kit.resources import run_ended
 from durable_assets.kit.settings import KitSettings
@@ -92,7 +98,7 @@ def lease_ttl_s() -> float:
 @contextmanager
 def _holding_lease(instance: DagsterInstance, batch_id: str) -> Iterator[LeaseStore]:
     store = LeaseStore(DurableDatabase.for_instance(instance), ttl_s=lease_ttl_s())
-    lease = acquire_unless_live_run(store, batch_id, "pending", run_ended(instance), owner=process_owner())
+    lease = acquire_unless_live_run(store, batch_id, PENDING_RUN, run_ended(instance), owner=process_owner())
     heartbeat = Heartbeat(store, lease).start()
     try:
         yield store

@@ -273,3 +273,29 @@ def test_cancel_reaches_the_tasks(cluster: Cluster, reader: InstanceReader) -> N
     ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
     assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
     assert_exact(cluster, [(batch_id, SIZE)])
+
+
+def test_ctrl_c_of_the_orchestrator_stops_the_tasks_on_the_workers(
+    cluster: Cluster, reader: InstanceReader
+) -> None:
+    """The signal sets a flag in the orchestrator's process only; the shards run on the workers,
+    which went on to finish the whole batch. The run's stop request reaches them before their next
+    request: the batch stops as interrupted (not canceled), and `job resume` finishes it exactly once."""
+    batch_id = "dist-ctrl-c"
+    run = a_batch_on_two_workers(cluster, batch_id)
+    with step_leases(cluster) as store:
+        a_running_shard(cluster, reader, store, batch_id, run)
+    os.kill(run.pid, signal.SIGINT)
+    at_signal = effects(cluster)
+    assert run.wait(240) == 130, run.tail()
+    after = effects(cluster)
+    # At most the requests already in flight when the stop committed: 2 workers x 2 tasks x 2.
+    assert after - at_signal <= 8, (at_signal, after)
+    assert after < effects_of([], (batch_id, SIZE)), "the whole batch ran: the signal stopped nothing"
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("interrupted at step "), run.tail()
+    assert last.endswith(f"; job resume --id {batch_id} continues it"), run.tail()
+    assert status_of(cluster, batch_id)["status"] == "failed"
+    ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
+    assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
+    assert_exact(cluster, [(batch_id, SIZE)])

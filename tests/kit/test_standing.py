@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
-from durable_assets.errors import BatchCanceledError, FencedOutError
+from durable_assets.errors import BatchCanceledError, BatchInterruptedError, FencedOutError
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.standing import Standing, raise_unless_may_send, read_standing
+from durable_assets.ops.interrupts import request_stop_of_run
 
 
 def test_standing_reads_the_lease_and_the_cancel_request(durable_db_url: str) -> None:
     db = DurableDatabase(durable_db_url)
-    assert read_standing(db, "b1") == Standing(canceled=False, run_id=None, fence=None)
+    assert read_standing(db, "b1") == Standing(canceled=False, stop_signal=None, run_id=None, fence=None)
     lease = LeaseStore(db, ttl_s=15).acquire("b1", "run-a")
-    assert read_standing(db, "b1") == Standing(canceled=False, run_id="run-a", fence=lease.fence)
+    held = {"stop_signal": None, "run_id": "run-a", "fence": lease.fence}
+    assert read_standing(db, "b1") == Standing(canceled=False, **held)
     CancelStore(db).request("b1")
-    assert read_standing(db, "b1") == Standing(canceled=True, run_id="run-a", fence=lease.fence)
+    assert read_standing(db, "b1") == Standing(canceled=True, **held)
     assert read_standing(db, "b2").canceled is False  # another batch's request is not this one's
 
 
@@ -41,3 +45,22 @@ def test_a_cancel_is_judged_before_the_fence(durable_db_url: str) -> None:
     CancelStore(db).request("b1")
     with pytest.raises(BatchCanceledError, match="job resume --id b1"):
         raise_unless_may_send(db, "b1", fence=99)
+
+
+def test_a_stop_request_stops_the_tasks_of_its_run_only(durable_db_url: str) -> None:
+    """Ctrl-C of a distributed `job run` reaches its tasks; the resume's run is not stopped by it."""
+    db = DurableDatabase(durable_db_url)
+    fence = LeaseStore(db, ttl_s=15).acquire("b1", "run-a").fence
+    request_stop_of_run(db, "b1", "run-a", signal.SIGINT)
+    request_stop_of_run(db, "b1", "run-a", signal.SIGTERM)  # the first signal is the one reported
+    assert read_standing(db, "b1", "run-a").stop_signal == signal.SIGINT
+    assert read_standing(db, "b1", "run-b").stop_signal is None
+    assert read_standing(db, "b2", "run-a").stop_signal is None
+    with pytest.raises(BatchInterruptedError, match=r"interrupted \(SIGINT\).*job resume --id b1") as raised:
+        raise_unless_may_send(db, "b1", fence, run_id="run-a")
+    assert raised.value.signum == signal.SIGINT
+    with pytest.raises(FencedOutError):  # another run's task: stopped by the lease, not this request
+        raise_unless_may_send(db, "b1", fence, run_id="run-b")
+    CancelStore(db).request("b1")
+    with pytest.raises(BatchCanceledError):  # a cancel is still judged first
+        raise_unless_may_send(db, "b1", fence, run_id="run-a")
