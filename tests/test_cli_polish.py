@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from tests.support.homes import clean_env
 from tests.support.polling import wait_until
-from tests.support.processes import JOB, Process
+from tests.support.processes import JOB, PYTHON, Process
 from tests.support.simulator import ThreadedSimulator
 
 from .conftest import job_cli
@@ -168,3 +169,31 @@ def test_status_columns_stay_aligned_with_long_step_names(capsys: pytest.Capture
     assert len({line.index("completed") for line in rows}) == 1, rows  # one column, whatever the name
     assert len({line.index("executions=") for line in rows}) == 1, rows
     assert all(f" {name} " in row for name, row in zip(names, rows, strict=True))
+
+
+#: Runs a `job` command in this interpreter, then says which heavy modules it imported.
+_IMPORTS_OF = """
+import json, sys
+from durable_assets.ops.cli import main
+code = main(sys.argv[1:])
+heavy = ("durable_assets.definitions", "durable_assets.refunds.job", "pandas", "stripe")
+print(json.dumps({"exit": code, "imported": [m for m in heavy if m in sys.modules]}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("argv", [["status", "--id", "light", "--json"], ["list", "--json"]])
+def test_reading_commands_answer_without_importing_the_code_location(
+    dagster_home: Path, argv: list[str]
+) -> None:
+    """`job status --json` and `job list` read a batch's steps and files from its runs' stored job
+    snapshot: importing the location (pipelines, pandas, the provider SDK) cost more than Dagster's
+    own import, on every status poll."""
+    assert job_cli("run", "--id", "light", "--size", "20").returncode == 0
+    done = subprocess.run(
+        [str(PYTHON), "-c", _IMPORTS_OF, *argv], capture_output=True, text=True, timeout=120, check=False
+    )
+    said = json.loads(done.stderr.strip().splitlines()[-1])
+    assert said == {"exit": 0, "imported": []}, done.stderr
+    if argv[0] == "status":
+        files = {f["label"]: Path(f["uri"]).name for f in json.loads(done.stdout)["files"]}
+        assert files == {"report": "refund_report.csv", "quarantine": "quarantine.csv"}, done.stdout

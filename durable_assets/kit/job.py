@@ -38,7 +38,14 @@ from durable_assets.kit.dagster_internals import UnresolvedAssetJobDefinition
 from durable_assets.kit.executor import durable_executor
 from durable_assets.kit.schedules import DailyBatches
 from durable_assets.kit.settings import DistributedSettings, KitSettings, StorageSettings
-from durable_assets.kit.tags import EFFECT_SCOPE_KEY, EXECUTOR_TAG, LABEL_KEY, SHARDS_TAG, STEPS_KEY
+from durable_assets.kit.tags import (
+    EFFECT_SCOPE_KEY,
+    EXECUTOR_TAG,
+    FILES_KEY,
+    LABEL_KEY,
+    SHARDS_TAG,
+    STEPS_KEY,
+)
 
 
 @dataclass(frozen=True)
@@ -180,6 +187,15 @@ class DurableJob:
     def partitions_name(self) -> str:
         return self.partitions.name or self.name
 
+    @property
+    def job_metadata(self) -> dict[str, list[list[str]]]:
+        """What every run's job snapshot carries for the operations layer: the steps in order and
+        the files for people, so a status of any batch is read without importing this location."""
+        return {
+            STEPS_KEY: [[s.key, s.label] for s in self.steps],
+            FILES_KEY: [list(f) for f in self.summary.files] if self.summary else [],
+        }
+
     @cached_property
     def asset_job(self) -> UnresolvedAssetJobDefinition:
         return define_asset_job(
@@ -188,7 +204,7 @@ class DurableJob:
             partitions_def=self.partitions,
             executor_def=self.executor_def,
             description=self.description,
-            metadata={STEPS_KEY: [[s.key, s.label] for s in self.steps]},
+            metadata=self.job_metadata,
         )
 
     def distributed_assets(self, shards: int) -> tuple[AssetsDefinition, ...]:
@@ -351,7 +367,7 @@ class DurableJobs:
                 executor_config(self._settings, self._distributed_settings), name="durable_celery"
             ),
             description=job.description,
-            metadata={STEPS_KEY: [[s.key, s.label] for s in job.steps]},
+            metadata=job.job_metadata,
             tags={EXECUTOR_TAG: ExecutorKind.CELERY.value, SHARDS_TAG: str(shards)},
         )
         defs = Definitions(

@@ -85,6 +85,9 @@ LABEL_KEY: Final = "durable/label"
 EFFECT_SCOPE_KEY: Final = "durable/effect_scope"
 #: The job's steps in order, as ``[key, label]`` pairs: how a running step knows its number.
 STEPS_KEY: Final = "durable/steps"
+#: The job's files for people (``SummarySpec.files``), as ``[label, step, metadata key]`` triples:
+#: how a status names a batch's files without importing the code location.
+FILES_KEY: Final = "durable/files"
 #: On a shard asset: the step it is a part of.
 SHARD_OF_KEY: Final = "durable/shard_of"
 

@@ -4,9 +4,9 @@
 labels, and which asset step each asset check reports on. Importing the code location to learn
 that (its pipelines, pandas, the provider SDK, building ``Definitions``) cost a reading command
 more than its whole import floor. Every run already stores it: Dagster keeps the job's snapshot
-(whose metadata carries the durable job's ``[key, label]`` steps, ``STEPS_KEY``) and the
-execution plan's (whose check outputs name the asset they check). So a status is read from those,
-and the location is loaded only for runs recorded without them.
+(whose metadata carries the durable job's ``[key, label]`` steps, ``STEPS_KEY``, and its files for
+people, ``FILES_KEY``) and the execution plan's (whose check outputs name the asset they check). So
+a status is read from those, and the location is loaded only for runs recorded without them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from dagster import DagsterInstance, DagsterRun
 
-from durable_assets.kit.tags import STEPS_KEY
+from durable_assets.kit.tags import FILES_KEY, STEPS_KEY
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class JobShape:
     labels: Mapping[str, str]
     #: Each asset check's step key -> the step of the asset it checks.
     check_steps: Mapping[str, str]
+    #: The files for people: ``(label, step, metadata key)`` of a path the step wrote.
+    files: tuple[tuple[str, str, str], ...]
 
     def label(self, step_key: str) -> str:
         return self.labels.get(step_key, step_key)
@@ -41,21 +43,37 @@ def job_shape(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> JobShape
     return stored if stored is not None else _from_location(runs)
 
 
+@dataclass(frozen=True)
+class _Stored:
+    """What one job snapshot's metadata says; ``files`` is None when recorded before it was kept."""
+
+    steps: tuple[tuple[str, str], ...]
+    files: tuple[tuple[str, str, str], ...] | None
+
+
 #: Snapshot IDs are hashes of their content, so what one says never changes: read each once.
-_STEPS: dict[str, tuple[tuple[str, str], ...]] = {}
+_STORED: dict[str, _Stored] = {}
 _CHECKS: dict[str, dict[str, str]] = {}
+
+
+def _stored(instance: DagsterInstance, run: DagsterRun) -> _Stored:
+    snapshot_id = run.job_snapshot_id
+    if snapshot_id is None:
+        return _Stored((), None)
+    if snapshot_id not in _STORED:
+        metadata = instance.get_job_snapshot(snapshot_id).metadata or {}
+        steps: Any = getattr(metadata.get(STEPS_KEY), "value", metadata.get(STEPS_KEY))
+        files: Any = getattr(metadata.get(FILES_KEY), "value", metadata.get(FILES_KEY))
+        _STORED[snapshot_id] = _Stored(
+            tuple((str(key), str(label)) for key, label in steps or []),
+            None if files is None else tuple((str(lb), str(st), str(key)) for lb, st, key in files),
+        )
+    return _STORED[snapshot_id]
 
 
 def stored_steps(instance: DagsterInstance, run: DagsterRun) -> tuple[tuple[str, str], ...]:
     """The ``(key, label)`` steps ``run``'s job snapshot carries; empty for a run recorded without."""
-    snapshot_id = run.job_snapshot_id
-    if snapshot_id is None:
-        return ()
-    if snapshot_id not in _STEPS:
-        listed: Any = (instance.get_job_snapshot(snapshot_id).metadata or {}).get(STEPS_KEY)
-        pairs = getattr(listed, "value", listed) or []
-        _STEPS[snapshot_id] = tuple((str(key), str(label)) for key, label in pairs)
-    return _STEPS[snapshot_id]
+    return _stored(instance, run).steps
 
 
 def _plan_checks(instance: DagsterInstance, plan_id: str) -> dict[str, str]:
@@ -72,9 +90,9 @@ def _plan_checks(instance: DagsterInstance, plan_id: str) -> dict[str, str]:
 
 def _from_snapshots(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> JobShape | None:
     first = runs[0]
-    pairs = stored_steps(instance, first)
-    if not pairs or any(r.execution_plan_snapshot_id is None for r in runs):
-        return None  # recorded before the job carried its steps
+    stored = _stored(instance, first)
+    if not stored.steps or stored.files is None or any(r.execution_plan_snapshot_id is None for r in runs):
+        return None  # recorded before the job carried its steps and files
     check_steps: dict[str, str] = {}
     # A resume's plan may hold fewer steps than the first run's: every check step that produced
     # an event is in the plan of the run that produced it.
@@ -82,9 +100,10 @@ def _from_snapshots(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> Jo
         check_steps.update(_plan_checks(instance, plan_id))  # type: ignore[arg-type]
     return JobShape(
         name=first.job_name,
-        step_keys=tuple(key for key, _label in pairs),
-        labels=dict(pairs),
+        step_keys=tuple(key for key, _label in stored.steps),
+        labels=dict(stored.steps),
         check_steps=check_steps,
+        files=stored.files,
     )
 
 
@@ -99,4 +118,5 @@ def _from_location(runs: Sequence[DagsterRun]) -> JobShape:
         check_steps={
             checks.node_def.name: key.asset_key.path[-1] for checks in job.checks for key in checks.check_keys
         },
+        files=job.summary.files if job.summary else (),
     )

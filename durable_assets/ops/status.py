@@ -507,7 +507,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         guardrails=guardrails_model(db, batch_id),
         files=[
             BatchFileModel(name=f.name, label=f.label, step=f.step, uri=f.uri)
-            for f in batch_files({name: st.metadata for name, st in folded.items()}, job.name)
+            for f in batch_files({name: st.metadata for name, st in folded.items()}, job.files)
         ],
         steps=[st.model(n) for n, st in enumerate(steps, start=1)] if include_steps else None,
     )

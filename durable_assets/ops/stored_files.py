@@ -9,6 +9,7 @@ whichever host asks (``job status``, ``GET /runs/{ID}/files/{name}``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,6 @@ from dagster import DagsterInstance
 from durable_assets.errors import StorageError
 from durable_assets.kit.settings import StorageSettings
 from durable_assets.kit.storage import BatchKeys, StorageConfig, batch_storage, read_uri
-from durable_assets.ops.registry import durable_jobs
 
 
 def storage_config() -> StorageConfig:
@@ -51,12 +51,13 @@ class BatchFile:
     uri: str
 
 
-def batch_files(metadata: dict[str, dict[str, object]], job_name: str | None) -> list[BatchFile]:
-    """The files the job's summary names (``SummarySpec.files``) that the batch's steps wrote."""
-    job = durable_jobs().owning(job_name or "") if job_name else None
-    spec = job.summary if job is not None else None
+def batch_files(
+    metadata: dict[str, dict[str, object]], files: Sequence[tuple[str, str, str]]
+) -> list[BatchFile]:
+    """The files the job's summary names (``(label, step, key)``, ``SummarySpec.files``) that the
+    batch's steps wrote."""
     found: list[BatchFile] = []
-    for label, step, key in spec.files if spec else ():
+    for label, step, key in files:
         uri = metadata.get(step, {}).get(key)
         if uri:
             text = str(uri)
