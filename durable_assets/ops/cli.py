@@ -9,6 +9,7 @@ never a traceback (``--verbose`` adds it for debugging).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import sys
@@ -346,7 +347,15 @@ def _instance(verbose: bool) -> Any:
         from durable_assets.kit.db import DurableDatabase
 
         DurableDatabase.for_instance(instance)
+    _collect_garbage_again()
     return instance
+
+
+def _collect_garbage_again() -> None:
+    """Undo :func:`main`'s ``gc.disable()`` once the imports are done, before any work: what the
+    imports built lives as long as the process, so it is frozen out of every later collection."""
+    gc.freeze()
+    gc.enable()
 
 
 def _long_lived(instance: Any) -> Any:
@@ -549,6 +558,11 @@ def _prune(instance: Any, args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A command's imports (Dagster, its storages, the code location) build about a million objects
+    # and no garbage, and the cyclic collector would scan them over and over: off until they are
+    # done (``_instance``, or before the simulator serves). Measured: `job status --json` 1.37 ->
+    # 0.87 s, a 1,000-invoice `job run` 4.8 -> 3.9 s (bench 11 and 5).
+    gc.disable()
     from durable_assets.ops.console import ClosedPipeSafe, echo_worker_output
 
     ClosedPipeSafe.install()  # `job list | head -3`: stop writing quietly, finish, keep the exit code
@@ -577,6 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         return EXIT_FAILED
     finally:
+        gc.enable()  # a command that opened no instance (`job jobs`), or main() called by a test
         sys.stdout.flush()  # while the pipe guard is on: the interpreter's own flush would complain
 
 
@@ -659,6 +674,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             lost_response_rate=args.lost_response_rate,
             rate_limit=args.rate_limit,
         )
+        _collect_garbage_again()
         try:
             server = build_server(
                 args.host, args.port, args.db, faults, seed=args.seed, api_keys=args.api_keys
