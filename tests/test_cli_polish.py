@@ -181,19 +181,28 @@ print(json.dumps({"exit": code, "imported": [m for m in heavy if m in sys.module
 """
 
 
-@pytest.mark.parametrize("argv", [["status", "--id", "light", "--json"], ["list", "--json"]])
+@pytest.mark.parametrize(
+    "argv", [["status", "--id", "light", "--json"], ["status", "--id", "light"], ["list", "--json"]]
+)
 def test_reading_commands_answer_without_importing_the_code_location(
     dagster_home: Path, argv: list[str]
 ) -> None:
-    """`job status --json` and `job list` read a batch's steps and files from its runs' stored job
-    snapshot: importing the location (pipelines, pandas, the provider SDK) cost more than Dagster's
-    own import, on every status poll."""
+    """`job status` and `job list` read a batch's steps, files and guardrail variables from its
+    runs' stored job snapshot: importing the location (pipelines, pandas, the provider SDK) cost
+    more than Dagster's own import, on every status poll."""
     assert job_cli("run", "--id", "light", "--size", "20").returncode == 0
     done = subprocess.run(
         [str(PYTHON), "-c", _IMPORTS_OF, *argv], capture_output=True, text=True, timeout=120, check=False
     )
     said = json.loads(done.stderr.strip().splitlines()[-1])
     assert said == {"exit": 0, "imported": []}, done.stderr
-    if argv[0] == "status":
-        files = {f["label"]: Path(f["uri"]).name for f in json.loads(done.stdout)["files"]}
+    if argv[0] == "status" and "--json" in argv:
+        status = json.loads(done.stdout)
+        files = {f["label"]: Path(f["uri"]).name for f in status["files"]}
         assert files == {"report": "refund_report.csv", "quarantine": "quarantine.csv"}, done.stdout
+        assert status["guardrails"]["variables"]["RefundLimits"] == {
+            "max_amount_per_batch_cents": "DURABLE_MAX_AMOUNT_PER_BATCH_CENTS",
+            "max_refunds_per_batch": "DURABLE_MAX_REFUNDS_PER_BATCH",
+        }, status["guardrails"]
+    elif argv[0] == "status":
+        assert "DURABLE_MAX_REFUNDS_PER_BATCH=100000" in done.stdout, done.stdout

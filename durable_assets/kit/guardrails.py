@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -196,6 +196,17 @@ class Guardrails(ConfigurableResource):
         }
 
 
-def describe_values(guardrail: Guardrails, values: Mapping[str, Any]) -> str:
-    """``DURABLE_MAX_REFUNDS_PER_BATCH=5, ...``: each field by its variable where it has one."""
-    return ", ".join(f"{guardrail.variable(k) or k}={v}" for k, v in values.items())
+def guardrails_used(definitions: Iterable[Any], resources: Mapping[str, Any]) -> dict[str, Guardrails]:
+    """The guardrail resources that ``definitions`` (a job's assets and checks) require, by name."""
+    keys: set[str] = set()
+    for definition in definitions:
+        keys |= set(definition.required_resource_keys)
+    found = [resources[k] for k in sorted(keys) if isinstance(resources.get(k), Guardrails)]
+    return {g.guardrail_name(): g for g in found}
+
+
+def guardrail_variables(guardrails: Mapping[str, Guardrails]) -> dict[str, dict[str, str]]:
+    """``{guardrail name: {field: variable}}`` for the fields a variable sets."""
+    return {
+        name: {f: v for f in type(g).model_fields if (v := g.variable(f))} for name, g in guardrails.items()
+    }

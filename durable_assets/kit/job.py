@@ -42,6 +42,7 @@ from durable_assets.kit.tags import (
     EFFECT_SCOPE_KEY,
     EXECUTOR_TAG,
     FILES_KEY,
+    GUARDRAIL_VARIABLES_KEY,
     LABEL_KEY,
     SHARDS_TAG,
     STEPS_KEY,
@@ -143,6 +144,8 @@ class DurableJob:
         self.description = description
         self.checks = tuple(checks)
         self.summary = summary
+        #: Set by :meth:`DurableJobs.definitions`, which knows the location's resources.
+        self.guardrail_variables: dict[str, dict[str, str]] | None = None
         self.input_config = input_config
         self.executor_def = executor_def
         self.daily = daily
@@ -188,12 +191,17 @@ class DurableJob:
         return self.partitions.name or self.name
 
     @property
-    def job_metadata(self) -> dict[str, list[list[str]]]:
+    def job_metadata(self) -> dict[str, Any]:
         """What every run's job snapshot carries for the operations layer: the steps in order and
         the files for people, so a status of any batch is read without importing this location."""
         return {
             STEPS_KEY: [[s.key, s.label] for s in self.steps],
             FILES_KEY: [list(f) for f in self.summary.files] if self.summary else [],
+            **(
+                {GUARDRAIL_VARIABLES_KEY: self.guardrail_variables}
+                if self.guardrail_variables is not None
+                else {}
+            ),
         }
 
     @cached_property
@@ -311,6 +319,12 @@ class DurableJobs:
             for j in self:
                 _check_kit_resources(j.name, j.assets, resources)
             self._resources = dict(resources)
+            from durable_assets.kit.guardrails import guardrail_variables, guardrails_used
+
+            for j in self:  # before each job's Dagster job (and its metadata) is built
+                j.guardrail_variables = guardrail_variables(
+                    guardrails_used((*j.assets, *j.checks), resources)
+                )
             self._defs = Definitions(
                 assets=[a for j in self for a in j.assets],
                 asset_checks=[c for j in self for c in j.checks],

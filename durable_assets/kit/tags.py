@@ -88,6 +88,9 @@ STEPS_KEY: Final = "durable/steps"
 #: The job's files for people (``SummarySpec.files``), as ``[label, step, metadata key]`` triples:
 #: how a status names a batch's files without importing the code location.
 FILES_KEY: Final = "durable/files"
+#: The job's guardrails as ``{guardrail name: {field: environment variable}}``: how a status names
+#: a pinned value by the variable that sets it without importing the code location.
+GUARDRAIL_VARIABLES_KEY: Final = "durable/guardrail_variables"
 #: On a shard asset: the step it is a part of.
 SHARD_OF_KEY: Final = "durable/shard_of"
 

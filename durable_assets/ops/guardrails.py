@@ -9,12 +9,18 @@ module adds is only the operator's side: the one line when they differ, and the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from durable_assets.kit import DurableJob, Guardrails
 from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.guardrails import GuardrailPin, PinnedGuardrails, describe_values
+from durable_assets.kit.guardrails import (
+    GuardrailPin,
+    PinnedGuardrails,
+    guardrail_variables,
+    guardrails_used,
+)
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.status_model import GuardrailsModel
 
@@ -23,12 +29,7 @@ OVERRIDE_OPTION = "--override-guardrails"
 
 def job_guardrails(job: DurableJob) -> dict[str, Guardrails]:
     """The guardrail resources the job's steps and checks use, by guardrail name."""
-    keys: set[str] = set()
-    for definition in (*job.assets, *job.checks):
-        keys |= set(definition.required_resource_keys)
-    resources = durable_jobs().resources
-    found = [resources[k] for k in sorted(keys) if isinstance(resources.get(k), Guardrails)]
-    return {g.guardrail_name(): g for g in found}
+    return guardrails_used((*job.assets, *job.checks), durable_jobs().resources)
 
 
 def pin_at_run(db: DurableDatabase, batch_id: str, job: DurableJob) -> None:
@@ -80,8 +81,11 @@ def _iso(t: float | None) -> str | None:
     return None if t is None else datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
 
 
-def guardrails_model(db: DurableDatabase, batch_id: str) -> GuardrailsModel | None:
-    """The status JSON's ``guardrails``: what the batch runs under, and its last override."""
+def guardrails_model(
+    db: DurableDatabase, batch_id: str, variables: Mapping[str, Mapping[str, str]]
+) -> GuardrailsModel | None:
+    """The status JSON's ``guardrails``: what the batch runs under, its last override, and the
+    variable that sets each field (``variables``, from the job's snapshot)."""
     pins: list[GuardrailPin] = PinnedGuardrails(db).get(batch_id)
     if not pins:
         return None
@@ -92,16 +96,21 @@ def guardrails_model(db: DurableDatabase, batch_id: str) -> GuardrailsModel | No
         pinned_at=_iso(min(p.pinned_at for p in pins)) or "",
         overridden_at=_iso(last.overridden_at) if last else None,
         overridden_from={p.name: p.overridden_from or {} for p in overridden} if overridden else None,
+        variables={p.name: dict(variables.get(p.name, {})) for p in pins if p.name in variables},
     )
 
 
 def describe_pinned(model: GuardrailsModel) -> list[str]:
-    """`job status`'s lines for the guardrails: the values, and the override if there was one."""
-    jobs_guardrails = {g.guardrail_name(): g for j in durable_jobs() for g in job_guardrails(j).values()}
+    """`job status`'s lines for the guardrails: the values (named by their variables), and the
+    override if there was one."""
+    variables = dict(model.variables)
+    if any(name not in variables for name in model.pinned):  # a batch run before its job kept them
+        here = guardrail_variables({n: g for j in durable_jobs() for n, g in job_guardrails(j).items()})
+        variables = {**here, **variables}
     lines = []
     for name, values in model.pinned.items():
-        g = jobs_guardrails.get(name)
-        text = describe_values(g, values) if g else ", ".join(f"{k}={v}" for k, v in values.items())
+        named = variables.get(name, {})
+        text = ", ".join(f"{named.get(k, k)}={v}" for k, v in values.items())
         lines.append(f"  guardrails ({name}, pinned at {model.pinned_at}): {text}")
     if model.overridden_at:
         old = "; ".join(

@@ -17,7 +17,7 @@ from typing import Any
 
 from dagster import DagsterInstance, DagsterRun
 
-from durable_assets.kit.tags import FILES_KEY, STEPS_KEY
+from durable_assets.kit.tags import FILES_KEY, GUARDRAIL_VARIABLES_KEY, STEPS_KEY
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class JobShape:
     check_steps: Mapping[str, str]
     #: The files for people: ``(label, step, metadata key)`` of a path the step wrote.
     files: tuple[tuple[str, str, str], ...]
+    #: ``{guardrail name: {field: environment variable}}``; empty if the runs did not record them.
+    guardrail_variables: Mapping[str, Mapping[str, str]]
 
     def label(self, step_key: str) -> str:
         return self.labels.get(step_key, step_key)
@@ -49,6 +51,7 @@ class _Stored:
 
     steps: tuple[tuple[str, str], ...]
     files: tuple[tuple[str, str, str], ...] | None
+    guardrail_variables: Mapping[str, Mapping[str, str]]
 
 
 #: Snapshot IDs are hashes of their content, so what one says never changes: read each once.
@@ -59,14 +62,18 @@ _CHECKS: dict[str, dict[str, str]] = {}
 def _stored(instance: DagsterInstance, run: DagsterRun) -> _Stored:
     snapshot_id = run.job_snapshot_id
     if snapshot_id is None:
-        return _Stored((), None)
+        return _Stored((), None, {})
     if snapshot_id not in _STORED:
         metadata = instance.get_job_snapshot(snapshot_id).metadata or {}
         steps: Any = getattr(metadata.get(STEPS_KEY), "value", metadata.get(STEPS_KEY))
         files: Any = getattr(metadata.get(FILES_KEY), "value", metadata.get(FILES_KEY))
+        variables: Any = getattr(
+            metadata.get(GUARDRAIL_VARIABLES_KEY), "value", metadata.get(GUARDRAIL_VARIABLES_KEY)
+        )
         _STORED[snapshot_id] = _Stored(
             tuple((str(key), str(label)) for key, label in steps or []),
             None if files is None else tuple((str(lb), str(st), str(key)) for lb, st, key in files),
+            {str(n): {str(f): str(v) for f, v in fields.items()} for n, fields in (variables or {}).items()},
         )
     return _STORED[snapshot_id]
 
@@ -104,10 +111,13 @@ def _from_snapshots(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> Jo
         labels=dict(stored.steps),
         check_steps=check_steps,
         files=stored.files,
+        guardrail_variables=stored.guardrail_variables,
     )
 
 
 def _from_location(runs: Sequence[DagsterRun]) -> JobShape:
+    from durable_assets.kit.guardrails import guardrail_variables
+    from durable_assets.ops.guardrails import job_guardrails
     from durable_assets.ops.registry import job_of_runs
 
     job = job_of_runs(runs)
@@ -119,4 +129,5 @@ def _from_location(runs: Sequence[DagsterRun]) -> JobShape:
             checks.node_def.name: key.asset_key.path[-1] for checks in job.checks for key in checks.check_keys
         },
         files=job.summary.files if job.summary else (),
+        guardrail_variables=guardrail_variables(job_guardrails(job)),
     )

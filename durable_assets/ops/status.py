@@ -504,7 +504,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         auto_resume=auto_resume_summary(runs),
         **_lineage_times(instance, runs),
         provider=_provider(db, batch_id),
-        guardrails=guardrails_model(db, batch_id),
+        guardrails=guardrails_model(db, batch_id, job.guardrail_variables),
         files=[
             BatchFileModel(name=f.name, label=f.label, step=f.step, uri=f.uri)
             for f in batch_files({name: st.metadata for name, st in folded.items()}, job.files)

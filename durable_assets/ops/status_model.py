@@ -178,6 +178,12 @@ class GuardrailsModel(_Model):
     overridden_from: dict[str, dict[str, Any]] | None = Field(
         description="the values that override replaced, per guardrail resource; null if never"
     )
+    variables: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="per guardrail resource, the environment variable that sets each field it has one "
+        "for (DURABLE_MAX_REFUNDS_PER_BATCH for max_refunds_per_batch); empty for a batch run by a "
+        "release that did not record them",
+    )
 
 
 class BatchStatusModel(_Model):
