@@ -101,6 +101,16 @@ stop_requests = sa.Table(
     sa.Column("requested_at", sa.Float, nullable=False),
 )
 
+#: Where each page of a provider's list began at its last full reading (kit/pacing.py ListCursors):
+#: a process that knows them asks for every page at once. A hint for speed, never for what is listed.
+list_cursors = sa.Table(
+    "durable_list_cursors",
+    metadata,
+    sa.Column("name", sa.String(255), primary_key=True),  # account (provider + key digest) and list
+    sa.Column("cursors", sa.Text, nullable=False),  # JSON: the id ending each page but the last
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
 progress = sa.Table(
     "durable_progress",
     metadata,

@@ -15,6 +15,7 @@ a batch waits for a dead provider whatever the concurrency, the chunking or the 
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import threading
@@ -32,7 +33,7 @@ from durable_assets.errors import (
     ProviderUnavailableError,
     TransientProviderError,
 )
-from durable_assets.kit.db import DurableDatabase, rate_limits
+from durable_assets.kit.db import DurableDatabase, list_cursors, now, rate_limits
 from durable_assets.kit.settings import KitSettings
 
 if TYPE_CHECKING:
@@ -260,6 +261,28 @@ def account_limiter(db: DurableDatabase, account: str, rate: float) -> RateLimit
         if limiter is None:
             limiter = _shared[key] = SharedRateLimiter(SharedBucket(db, account, rate))
         return limiter
+
+
+class ListCursors:
+    """Where each page of a provider's list began at its last full reading, per account and list,
+    in the instance's database: a reader that knows them asks for every page at once instead of
+    one after another, in this process or any other (the next night's `job run`, a distributed
+    task). Only how many requests run at once depends on it, never what a list holds."""
+
+    def __init__(self, db: DurableDatabase) -> None:
+        self.db = db
+
+    def get(self, name: str) -> tuple[str, ...]:
+        with self.db.read() as conn:
+            found = conn.execute(
+                sa.select(list_cursors.c.cursors).where(list_cursors.c.name == name)
+            ).scalar()
+        return tuple(json.loads(found)) if found else ()
+
+    def put(self, name: str, cursors: Sequence[str]) -> None:
+        values = {"name": name, "cursors": json.dumps(list(cursors)), "updated_at": now()}
+        with self.db.transaction() as conn:
+            conn.execute(self.db.upsert(list_cursors, ["name"], values))
 
 
 @dataclass(frozen=True)

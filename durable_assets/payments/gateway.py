@@ -194,6 +194,18 @@ class CustomerGateway(Protocol):
         many as that many pages hold (for a reader that asks for the rest one by one)."""
         ...
 
+    @property
+    def page_size(self) -> int:
+        """Items per page of every list (Stripe's largest, 100, unless a test asks for fewer)."""
+        ...
+
+    def customers_page(
+        self, *, starting_after: str | None, send: PageSender = send_at_once
+    ) -> tuple[list[Customer], bool]:
+        """One page of the list (up to 100 live customers, newest first) after ``starting_after``,
+        and whether older ones follow: for a reader that knows its cursors before it asks."""
+        ...
+
     def find_customer(
         self, *, metadata_key: str, value: str, email: str | None = None
     ) -> Customer | None: ...
@@ -658,6 +670,19 @@ class _GatewayBase(ABC):
             parse_customer,
             max_pages,
         )
+
+    @property
+    def page_size(self) -> int:
+        return self._page_size
+
+    def customers_page(
+        self, *, starting_after: str | None, send: PageSender = send_at_once
+    ) -> tuple[list[Customer], bool]:
+        page = send(
+            lambda: self._list_customers(limit=self._page_size, starting_after=starting_after, email=None)
+        )
+        raw, has_more = _list_items(page)
+        return [parse_customer(item) for item in raw], has_more
 
     def find_customer(self, *, metadata_key: str, value: str, email: str | None = None) -> Customer | None:
         """The one customer whose ``metadata[metadata_key] == value``, read from the list (narrowed

@@ -3,7 +3,9 @@ CLI's way of asking which provider account a batch would talk to before the batc
 
 from __future__ import annotations
 
+import hashlib
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -21,6 +23,7 @@ from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.modes import ExecutorKind
 from durable_assets.kit.pacing import (
     Backoff,
+    ListCursors,
     RateLimiter,
     account_limiter,
     call_with_retries,
@@ -78,12 +81,15 @@ class PaymentGateway(ConfigurableResource):
     _shared: RateLimiter | None = PrivateAttr(default=None)
     _account: ProviderAccount | None = PrivateAttr(default=None)
     _account_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _cursors: ListCursors | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         self._account = None
         embedded = str(instance_dir(context) / "payments.db")
         self._gateway = gateway_from_settings(self.payments_url, self.api_key, embedded)
         self._provider = self.payments_url or f"embedded:{embedded}"
+        if context.instance is not None:
+            self._cursors = ListCursors(DurableDatabase.for_instance(context.instance))
         run = context.dagster_run
         distributed = run is not None and run.tags.get(EXECUTOR_TAG) == ExecutorKind.CELERY.value
         if distributed and self.rate_limit and context.instance is not None:
@@ -133,6 +139,21 @@ class PaymentGateway(ConfigurableResource):
     @property
     def concurrency(self) -> int:
         return self.concurrency_limit
+
+    def page_cursors(self, list_name: str) -> tuple[str, ...]:
+        """Where each page of ``list_name`` began when this account's list was last read whole
+        (by any process of this instance; none outside a run): see ``ListCursors``."""
+        return self._cursors.get(self._list_key(list_name)) if self._cursors else ()
+
+    def remember_page_cursors(self, list_name: str, cursors: Sequence[str]) -> None:
+        if self._cursors is not None:
+            self._cursors.put(self._list_key(list_name), cursors)
+
+    def _list_key(self, list_name: str) -> str:
+        """This provider, this key (a digest, never the key) and the list: another account's
+        customers are another list."""
+        digest = hashlib.sha256((self.api_key or "").encode()).hexdigest()[:16]
+        return f"{self._provider}|{digest}|{list_name}"
 
     @property
     def rate_limit(self) -> float | None:
