@@ -71,20 +71,27 @@ def _from_known_cursors(payments: PaymentGateway, cursors: tuple[str, ...]) -> l
     listed: list[Customer] = []
     seen: set[str] = set()
     for n, (page, has_more) in enumerate(pages):
-        # Where the next page starts: at its cursor customer, or at any customer it holds.
-        joins = {cursors[n], *(c.id for c in pages[n + 1][0])} if n + 1 < len(pages) else set()
+        # Where the next page begins: after its cursor customer, at the first customer it holds.
+        cursor = cursors[n] if n < len(cursors) else None
+        following = {c.id for c in pages[n + 1][0]} if n < len(cursors) else set()
+        joins = set() if cursor is None else {cursor, *following}
         run, more = list(page), has_more
-        while not joins.intersection(c.id for c in run) and more and run:
-            older, more = page_after(run[-1].id)
+        while more and joins.isdisjoint(c.id for c in run):  # the last page: until no more follow
+            older, more = page_after(run[-1].id) if run else ([], True)
             if (more and not older) or not {c.id for c in older}.isdisjoint(r.id for r in run):
                 raise ProviderResponseMismatchError(
-                    f"Payment provider's customers list did not advance after {run[-1].id}; failing closed."
+                    "Payment provider's customers list did not advance"
+                    f"{f' after {run[-1].id}' if run else ''}; failing closed."
                 )
             run += older
-        for customer in run:
-            if customer.id not in seen:  # where a page ran into the next one
+        for customer in run:  # up to where the next page begins, so the order stays newest first
+            if customer.id in following:
+                break
+            if customer.id not in seen:
                 seen.add(customer.id)
                 listed.append(customer)
+            if customer.id == cursor:
+                break
     return listed
 
 
