@@ -106,7 +106,7 @@ stop_requests = sa.Table(
 list_cursors = sa.Table(
     "durable_list_cursors",
     metadata,
-    sa.Column("name", sa.String(255), primary_key=True),  # account (provider + key digest) and list
+    sa.Column("name", sa.String(255), primary_key=True),  # the list, and a digest of its account
     sa.Column("cursors", sa.Text, nullable=False),  # JSON: the id ending each page but the last
     sa.Column("updated_at", sa.Float, nullable=False),
 )

@@ -150,10 +150,11 @@ class PaymentGateway(ConfigurableResource):
             self._cursors.put(self._list_key(list_name), cursors)
 
     def _list_key(self, list_name: str) -> str:
-        """This provider, this key (a digest, never the key) and the list: another account's
+        """This provider, this key and the list, as a digest (never the key itself, and never
+        longer than the column, however long an embedded provider's path): another account's
         customers are another list."""
-        digest = hashlib.sha256((self.api_key or "").encode()).hexdigest()[:16]
-        return f"{self._provider}|{digest}|{list_name}"
+        named = "\n".join((self._provider, self.api_key or "", list_name))
+        return f"{list_name}:{hashlib.sha256(named.encode()).hexdigest()}"
 
     @property
     def rate_limit(self) -> float | None:
