@@ -45,7 +45,8 @@ def _paced(payments: PaymentGateway) -> PageSender:
 
 def every_customer(payments: PaymentGateway) -> list[Customer]:
     """Every live customer of the provider account, newest first, one paced request per page: all
-    pages at once when this process has listed the account before, else one after another."""
+    pages at once when the account has been listed whole before (by any process of this
+    instance), else one after another."""
     cursors = payments.page_cursors(CUSTOMERS)
     if cursors:
         listed = _from_known_cursors(payments, cursors)
@@ -98,7 +99,7 @@ def _from_known_cursors(payments: PaymentGateway, cursors: tuple[str, ...]) -> l
 def some_customers(payments: PaymentGateway, accounts: int) -> dict[str, Customer]:
     """The newest listed customers by id, from at most ``accounts // 2`` pages (none for one
     account: its own read is cheaper); whoever is not among them is read by id. An account whose
-    last list in this process fit in those pages is listed whole, all pages at once."""
+    last full list fit in those pages is listed whole, all pages at once."""
     pages = accounts // 2
     if pages == 0:
         return {}

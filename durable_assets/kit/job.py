@@ -192,8 +192,9 @@ class DurableJob:
 
     @property
     def job_metadata(self) -> dict[str, Any]:
-        """What every run's job snapshot carries for the operations layer: the steps in order and
-        the files for people, so a status of any batch is read without importing this location."""
+        """What every run's job snapshot carries for the operations layer: the steps in order, the
+        files for people and the guardrails' variables, so a status of any batch is read without
+        importing this location."""
         return {
             STEPS_KEY: [[s.key, s.label] for s in self.steps],
             FILES_KEY: [list(f) for f in self.summary.files] if self.summary else [],

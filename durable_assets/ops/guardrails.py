@@ -96,7 +96,7 @@ def guardrails_model(
         pinned_at=_iso(min(p.pinned_at for p in pins)) or "",
         overridden_at=_iso(last.overridden_at) if last else None,
         overridden_from={p.name: p.overridden_from or {} for p in overridden} if overridden else None,
-        variables={p.name: dict(variables.get(p.name, {})) for p in pins if p.name in variables},
+        variables={p.name: dict(variables[p.name]) for p in pins if p.name in variables},
     )
 
 

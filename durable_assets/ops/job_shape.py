@@ -4,9 +4,10 @@
 labels, and which asset step each asset check reports on. Importing the code location to learn
 that (its pipelines, pandas, the provider SDK, building ``Definitions``) cost a reading command
 more than its whole import floor. Every run already stores it: Dagster keeps the job's snapshot
-(whose metadata carries the durable job's ``[key, label]`` steps, ``STEPS_KEY``, and its files for
-people, ``FILES_KEY``) and the execution plan's (whose check outputs name the asset they check). So
-a status is read from those, and the location is loaded only for runs recorded without them.
+(whose metadata carries the durable job's ``[key, label]`` steps, ``STEPS_KEY``, its files for
+people, ``FILES_KEY``, and its guardrails' variables, ``GUARDRAIL_VARIABLES_KEY``) and the
+execution plan's (whose check outputs name the asset they check). So a status is read from those,
+and the location is loaded only for runs recorded without them.
 """
 
 from __future__ import annotations
@@ -65,11 +66,12 @@ def _stored(instance: DagsterInstance, run: DagsterRun) -> _Stored:
         return _Stored((), None, {})
     if snapshot_id not in _STORED:
         metadata = instance.get_job_snapshot(snapshot_id).metadata or {}
-        steps: Any = getattr(metadata.get(STEPS_KEY), "value", metadata.get(STEPS_KEY))
-        files: Any = getattr(metadata.get(FILES_KEY), "value", metadata.get(FILES_KEY))
-        variables: Any = getattr(
-            metadata.get(GUARDRAIL_VARIABLES_KEY), "value", metadata.get(GUARDRAIL_VARIABLES_KEY)
-        )
+
+        def value(key: str) -> Any:  # a snapshot holds metadata values wrapped, or raw
+            found = metadata.get(key)
+            return getattr(found, "value", found)
+
+        steps, files, variables = value(STEPS_KEY), value(FILES_KEY), value(GUARDRAIL_VARIABLES_KEY)
         _STORED[snapshot_id] = _Stored(
             tuple((str(key), str(label)) for key, label in steps or []),
             None if files is None else tuple((str(lb), str(st), str(key)) for lb, st, key in files),
