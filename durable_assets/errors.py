@@ -78,6 +78,12 @@ class IdempotencyKeyInFlightError(IdempotencyError):
     """Another request with the same key is still being processed; retry later with the same key."""
 
 
+class KeyDriftError(IdempotencyError):
+    """A resumed step derives another key or subject for an item than the ledger recorded for it in
+    this batch (the code that derives keys changed): sending under the new key would act twice, so
+    the step stops before its first request, whatever ``--accept-code-change`` says."""
+
+
 class FencedOutError(DurableError):
     """A newer run of the batch has taken over; this (orphaned) worker must not send requests."""
 
@@ -97,6 +103,12 @@ class BatchInterruptedError(DurableError):
         super().__init__(message)
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+class CodeChangedError(UsageError):
+    """The deployed code of a step differs from the code its batch started with, in a step that has
+    recorded effects (or whose declared ``code_version`` changed): a resume is refused before any
+    step runs (exit 2) until the old code is back or a person accepts the change."""
 
 
 class GuardrailError(DurableError):

@@ -69,7 +69,7 @@ def definitions(
         schedules=[*([retention_schedule] if retention else []), *schedules],
         sensors=[
             *(webhook_sensors() if webhooks else []),
-            *([auto_resume_sensor(AutoResumeSettings.from_env())] if auto_resume else []),
+            *([auto_resume_sensor(AutoResumeSettings.from_env(), durable_jobs)] if auto_resume else []),
             *sensors,
         ],
     )

@@ -251,3 +251,56 @@ def test_a_sharded_batch_is_left_to_job_resume(instance: DagsterInstance) -> Non
     assert any("a sharded batch" in line and "job resume --id" in line for line in lines), lines
     assert not _children(instance, lost.run_id)
     assert _get(instance, lost.run_id).tags[AUTO_RESUMED_BY_TAG] == "none: a sharded batch"
+
+
+def test_a_batch_whose_code_changed_in_a_step_with_effects_is_left_for_a_person(
+    instance: DagsterInstance, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The daemon never crosses a deploy by itself: the batch stays failed, and its status says why."""
+    from durable_assets.definitions import durable_jobs
+    from durable_assets.kit.code_versions import CodePins, StepCode
+    from durable_assets.kit.db import batch_items, now
+
+    lost = _lost_run(instance)
+    db = DurableDatabase.for_instance(instance)
+    deployed = durable_jobs.get("refund_batch").code_versions
+    started_on = {**deployed, "issued_refunds": StepCode("fp-the-release-before")}
+    CodePins(db).pin(BATCH, started_on)
+    with db.transaction() as conn:  # the killed run had recorded an item of the refund step
+        conn.execute(
+            batch_items.insert().values(
+                batch_id=BATCH, scope="refund", item="invoice:INV-1:duplicate", key="k", created_at=now()
+            )
+        )
+    job = refund_batch_job()
+    lines = resume_lost_batches(
+        instance, lambda name: job if name == job.name else None, DUE, durable_jobs=durable_jobs
+    )
+    assert any("code changed since the batch started" in line and "issued_refunds" in line for line in lines)
+    assert not _children(instance, lost.run_id)
+    status = batch_status(instance, BATCH)
+    code = status.as_json()["code"]
+    assert code["changed"] == ["issued_refunds"], code
+    assert code["deployed"]["issued_refunds"] == deployed["issued_refunds"].version
+    assert status.status.value == "failed"
+    cli._print_status(status, as_json=False)
+    out = capsys.readouterr().out
+    assert "code changed since the batch started: issued_refunds fp-the-release-before →" in out
+    assert "why: code changed since the batch started (issued_refunds)" in out
+
+
+def test_a_changed_step_without_effects_does_not_stop_the_automatic_resume(instance: DagsterInstance) -> None:
+    from durable_assets.definitions import durable_jobs
+    from durable_assets.kit.code_versions import CodePins, StepCode
+
+    lost = _lost_run(instance)
+    deployed = durable_jobs.get("refund_batch").code_versions
+    CodePins(DurableDatabase.for_instance(instance)).pin(
+        BATCH, {**deployed, "batch_report": StepCode("fp-the-release-before")}
+    )
+    job = refund_batch_job()
+    lines = resume_lost_batches(
+        instance, lambda name: job if name == job.name else None, DUE, durable_jobs=durable_jobs
+    )
+    assert any("attempt 1 of 3" in line for line in lines), lines
+    assert len(_children(instance, lost.run_id)) == 1

@@ -41,6 +41,7 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
         "updated_at",
         "provider",
         "guardrails",
+        "code",
         "files",
         "steps",
     }

@@ -207,6 +207,39 @@ batch_guardrails = sa.Table(
     sa.Column("overridden_from", sa.Text),
 )
 
+batch_code = sa.Table(
+    "durable_batch_code",
+    metadata,
+    # The code version of each step as the batch first ran (kit/code_versions.py): a resume on code
+    # that changed in a step with recorded effects is refused until the old code is back or a person
+    # accepts the change (`job resume --accept-code-change`).
+    sa.Column("batch_id", sa.String(64), primary_key=True),
+    sa.Column("step", sa.String(255), primary_key=True),
+    sa.Column("version", sa.String(255), nullable=False),
+    sa.Column("declared", sa.Boolean, nullable=False),  # the author's code_version, not a fingerprint
+    sa.Column("pinned_at", sa.Float, nullable=False),
+    # The deployed version a refused resume (or a run that stopped on it) saw, for `job status`.
+    sa.Column("seen_version", sa.String(255)),
+    sa.Column("seen_at", sa.Float),
+    # Set by `job resume --accept-code-change`: when, and the version it replaced.
+    sa.Column("accepted_at", sa.Float),
+    sa.Column("accepted_from", sa.String(255)),
+)
+
+batch_items = sa.Table(
+    "durable_batch_items",
+    metadata,
+    # Each item's key and subject as the batch's mutating step first derived them (kit/ledger.py,
+    # Intent.item): a resume on code that derives another key or subject for an item stops before
+    # it sends anything, whatever the code versions say.
+    sa.Column("batch_id", sa.String(64), primary_key=True),
+    sa.Column("scope", sa.String(64), primary_key=True),
+    sa.Column("item", sa.String(255), primary_key=True),
+    sa.Column("key", sa.String(255), nullable=False),
+    sa.Column("subject", sa.String(255)),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
 rate_limits = sa.Table(
     "durable_rate_limits",
     metadata,

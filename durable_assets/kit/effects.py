@@ -23,7 +23,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from durable_assets.errors import LeaseHeldError, ProviderRejectedError, ProviderResponseMismatchError
+from durable_assets.errors import (
+    KeyDriftError,
+    LeaseHeldError,
+    ProviderRejectedError,
+    ProviderResponseMismatchError,
+)
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.group_commit import (
     COMMIT_MAX_KEYS,
@@ -33,7 +38,7 @@ from durable_assets.kit.group_commit import (
     Outcome,
     Settled,
 )
-from durable_assets.kit.ledger import Intent, Ledger, LedgerEntry
+from durable_assets.kit.ledger import Intent, Ledger, LedgerEntry, unambiguous_items
 from durable_assets.kit.pacing import Backoff, RateLimiter, Result, call_with_retries
 from durable_assets.kit.settings import KitSettings
 
@@ -99,9 +104,13 @@ class EffectRunner:
     held_wait_s: float = 180.0
     commit_window_s: float = COMMIT_WINDOW_S
     commit_max_keys: int = COMMIT_MAX_KEYS
+    #: The batch the effects belong to: its items' keys are recorded, and a resume that derives
+    #: another key or subject for one of them stops before sending (None: an ad-hoc run).
+    batch_id: str | None = None
     #: Ledger transactions that recorded answers in the last :meth:`run` (bench scenario 2).
     commits: int = 0
     on_progress: Callable[[int, int], None] = lambda _done, _of: None
+    _items: dict[str, Intent] = field(default_factory=dict, init=False, repr=False)
 
     def run(self, intents: Sequence[Intent]) -> EffectReport:
         """Claim and send chunk by chunk, with the next chunk queued while one finishes; answers are
@@ -114,6 +123,7 @@ class EffectRunner:
         report = EffectReport()
         total = len(intents)
         done = _Counter()
+        self._items = self._check_items(intents)
         self.on_progress(0, total)
 
         def settled(n: int = 1) -> None:
@@ -152,6 +162,22 @@ class EffectRunner:
                 raise error
         return report
 
+    def _check_items(self, intents: Sequence[Intent]) -> dict[str, Intent]:
+        """The intents by item; raises :class:`KeyDriftError` before anything is sent when the batch
+        recorded another key or subject for one of them (the code that derives keys changed)."""
+        if self.batch_id is None:
+            return {}
+        items = unambiguous_items(intents)
+        drift = self.ledger.item_drift(self.batch_id, self.scope, items)
+        if drift:
+            raise KeyDriftError(
+                f"{len(drift)} of this batch's {self.scope} items would go out under another key or "
+                f"subject than the batch recorded for them (e.g. {drift[0].describe()}): the code that "
+                "derives keys changed since the batch started, and a new key could act twice on an item. "
+                "Nothing was sent. Deploy the code the batch started with and resume it"
+            )
+        return items
+
     def _start_chunk(
         self,
         pool: ThreadPoolExecutor,
@@ -163,7 +189,14 @@ class EffectRunner:
     ) -> _Chunk:
         commits.raise_if_failed()
         self.guard()
-        claim = self.ledger.claim(self.scope, chunk, owner=self.owner, fence=self.fence)
+        claim = self.ledger.claim(
+            self.scope,
+            chunk,
+            owner=self.owner,
+            fence=self.fence,
+            batch_id=self.batch_id,
+            items=self._items if self.batch_id is not None else None,
+        )
         report.results.update(claim.finished)
         report.review.update(claim.review)
         report.replayed += len(claim.finished) + len(claim.review)

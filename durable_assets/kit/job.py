@@ -34,11 +34,13 @@ from pydantic import Field
 
 from durable_assets.errors import StepWiringError, UnknownJobError
 from durable_assets.kit.accounts import ProviderAccount
+from durable_assets.kit.code_versions import StepCode, job_code_versions
 from durable_assets.kit.dagster_internals import UnresolvedAssetJobDefinition
 from durable_assets.kit.executor import durable_executor
 from durable_assets.kit.schedules import DailyBatches
 from durable_assets.kit.settings import DistributedSettings, KitSettings, StorageSettings
 from durable_assets.kit.tags import (
+    CODE_VERSIONS_KEY,
     EFFECT_SCOPE_KEY,
     EXECUTOR_TAG,
     FILES_KEY,
@@ -183,6 +185,11 @@ class DurableJob:
     def step_keys(self) -> tuple[str, ...]:
         return tuple(s.key for s in self.steps)
 
+    @cached_property
+    def code_versions(self) -> dict[str, StepCode]:
+        """Each step's code version as deployed in this process (kit/code_versions.py)."""
+        return job_code_versions(self.assets, self.step_keys)
+
     def label(self, step_key: str) -> str:
         return next((s.label for s in self.steps if s.key == step_key), step_key)
 
@@ -193,10 +200,11 @@ class DurableJob:
     @property
     def job_metadata(self) -> dict[str, Any]:
         """What every run's job snapshot carries for the operations layer: the steps in order, the
-        files for people and the guardrails' variables, so a status of any batch is read without
-        importing this location."""
+        files for people, the guardrails' variables and the steps' code versions, so a status of
+        any batch is read without importing this location (and a running step knows its code)."""
         return {
             STEPS_KEY: [[s.key, s.label] for s in self.steps],
+            CODE_VERSIONS_KEY: {step: code.as_json() for step, code in self.code_versions.items()},
             FILES_KEY: [list(f) for f in self.summary.files] if self.summary else [],
             **(
                 {GUARDRAIL_VARIABLES_KEY: self.guardrail_variables}

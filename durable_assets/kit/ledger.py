@@ -16,6 +16,12 @@ An intent may also name its *subject*, the thing the effect acts on when that di
 key is derived from (a refund's key comes from the invoice, but the money comes off the charge).
 The first key to claim a subject keeps it for good; another key naming the same subject is never
 sent and comes back in :attr:`Claim.taken`, in the same transaction that commits the intents.
+
+Within a batch, each intent also stands for an *item* (an invoice, an account): the same
+transaction records the item's key and subject for the batch (``durable_batch_items``), and a
+resumed step compares what it derives now with that record before it sends anything
+(:meth:`Ledger.item_drift`). Code deployed between a crash and a resume that spells a key another
+way would otherwise send under a key the provider has never seen, for an item already acted on.
 """
 
 from __future__ import annotations
@@ -34,7 +40,14 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from durable_assets.errors import IdempotencyKeyMismatchError
 from durable_assets.kit.accounts import DEFAULT_NAMESPACE
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
-from durable_assets.kit.db import DurableDatabase, compiled_for, effect_subjects, idempotency, now
+from durable_assets.kit.db import (
+    DurableDatabase,
+    batch_items,
+    compiled_for,
+    effect_subjects,
+    idempotency,
+    now,
+)
 
 STARTED = "started"
 FINISHED = "finished"
@@ -62,6 +75,10 @@ class Intent:
     params: Mapping[str, Any]
     #: What the effect acts on, when at most one key may ever act on it (see the module docstring).
     subject: str | None = None
+    #: The business item the effect is for (an invoice and reason, an account), stable across code
+    #: changes. Default: the params' fingerprint, which catches a key or subject re-spelled while
+    #: the params stay the same; name the item to catch a change of the params too.
+    item: str | None = None
 
     @functools.cached_property
     def params_json(self) -> str:
@@ -72,6 +89,57 @@ class Intent:
     @functools.cached_property
     def fingerprint(self) -> str:
         return _hash(self.params_json)
+
+    @property
+    def item_id(self) -> str:
+        """The item as the batch's record names it (a long name by its digest: the column is 255)."""
+        if self.item is None:
+            return "params:" + self.fingerprint
+        return self.item if len(self.item) <= _ITEM_WIDTH else "digest:" + _hash(self.item)
+
+
+#: ``durable_batch_items.item``'s width.
+_ITEM_WIDTH = 255
+
+
+@dataclass(frozen=True)
+class ItemDrift:
+    """An item whose key or subject, as derived now, differs from what the batch recorded for it."""
+
+    item: str
+    recorded_key: str
+    recorded_subject: str | None
+    key: str
+    subject: str | None
+    #: The item as a person reads it: its name, or (an item named by the params' digest) its params.
+    label: str = ""
+
+    def describe(self) -> str:
+        what = self.label or self.item
+        if self.recorded_key != self.key:
+            return f"item {what}: key {self.recorded_key} then, {self.key} now"
+        return f"item {what}: subject {self.recorded_subject} then, {self.subject} now"
+
+
+def unambiguous_items(intents: Sequence[Intent]) -> dict[str, Intent]:
+    """Intents by item, leaving out an item that two different keys stand for in one list: a
+    defaulted item (equal params under two keys) says nothing about either. Two keys for one named
+    item are the author's error, refused before anything is sent."""
+    by_item: dict[str, Intent] = {}
+    ambiguous: set[str] = set()
+    for intent in intents:
+        item = intent.item_id
+        other = by_item.setdefault(item, intent)
+        if other.key != intent.key:
+            if intent.item is not None:
+                raise IdempotencyKeyMismatchError(
+                    f"item {intent.item!r} stands for two keys in one step ({other.key}, {intent.key}): "
+                    "an item names one effect; make the item (or the key) unique"
+                )
+            ambiguous.add(item)
+    for item in ambiguous:
+        del by_item[item]
+    return by_item
 
 
 @dataclass(frozen=True)
@@ -155,6 +223,11 @@ _INSERT_INTENT = {
     False: sqlite_insert(idempotency).on_conflict_do_nothing(),
     True: pg_insert(idempotency).on_conflict_do_nothing(),
 }
+#: Record a chunk's items for its batch (an item recorded before keeps what it first recorded).
+_INSERT_ITEM = {
+    False: sqlite_insert(batch_items).on_conflict_do_nothing(),
+    True: pg_insert(batch_items).on_conflict_do_nothing(),
+}
 
 
 def _execute_many(conn: sa.Connection, stmt: sa.ClauseElement, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -188,12 +261,22 @@ class Ledger:
         """The same ledger, reading and writing the keys of another provider account."""
         return Ledger(self.db, claim_ttl_s=self.claim_ttl_s, account=namespace)
 
-    def claim(self, scope: str, intents: Sequence[Intent], *, owner: str, fence: int = 0) -> Claim:
+    def claim(
+        self,
+        scope: str,
+        intents: Sequence[Intent],
+        *,
+        owner: str,
+        fence: int = 0,
+        batch_id: str | None = None,
+        items: Mapping[str, Intent] | None = None,
+    ) -> Claim:
         """Commit intents for new keys and claim the unfinished ones, in one transaction.
 
         A claim is taken when the key is free, already ours, held under an older fence (its
         holder was superseded by a resume) or expired. Raises before committing anything when a
-        key already stands for other parameters.
+        key already stands for other parameters. With ``batch_id``, the intents' ``items`` (by
+        item, from :func:`unambiguous_items`; default: all of them) are recorded for the batch.
         """
         if not intents:
             return Claim()
@@ -205,9 +288,55 @@ class Ledger:
             t = self.db.clock(conn)
             taken = self._claim_subjects(conn, scope, intents, t)
             claim = self._claim_keys(conn, scope, [i for i in intents if i.key not in taken], owner, fence, t)
+            if batch_id is not None:
+                self._record_items(conn, batch_id, scope, intents, items, t)
         crash_point(CrashPoint.AFTER_INTENT_COMMIT)
         claim.taken = taken
         return claim
+
+    def _record_items(
+        self,
+        conn: sa.Connection,
+        batch_id: str,
+        scope: str,
+        intents: Sequence[Intent],
+        items: Mapping[str, Intent] | None,
+        t: float,
+    ) -> None:
+        """Each item's key and subject for the batch, the first time the batch claims it."""
+        chosen = unambiguous_items(intents) if items is None else items
+        rows = [
+            {
+                "batch_id": batch_id,
+                "scope": scope,
+                "item": intent.item_id,
+                "key": intent.key,
+                "subject": intent.subject,
+                "created_at": t,
+            }
+            for intent in intents
+            if chosen.get(intent.item_id) is intent
+        ]
+        if rows:
+            _execute_many(conn, _INSERT_ITEM[self.db.is_postgres], rows)
+
+    def item_drift(self, batch_id: str, scope: str, items: Mapping[str, Intent]) -> list[ItemDrift]:
+        """Items (by :attr:`Intent.item_id`) whose key or subject differs from what the batch recorded
+        for them: one read of the batch's record for the scope, before a resumed step sends anything."""
+        if not items:
+            return []
+        bc = batch_items.c
+        with self.db.read() as conn:
+            rows = conn.execute(
+                sa.select(bc.item, bc.key, bc.subject).where(bc.batch_id == batch_id, bc.scope == scope)
+            ).all()
+        drift = []
+        for row in rows:
+            intent = items.get(row.item)
+            if intent is not None and (intent.key != row.key or intent.subject != row.subject):
+                label = intent.item if intent.item is not None else intent.params_json
+                drift.append(ItemDrift(row.item, row.key, row.subject, intent.key, intent.subject, label))
+        return sorted(drift, key=lambda d: d.recorded_key)
 
     def _claim_subjects(
         self, conn: sa.Connection, scope: str, intents: Sequence[Intent], t: float

@@ -199,6 +199,11 @@ class BatchRuntime(ConfigurableResource):
         return self._run_id
 
     @property
+    def database(self) -> DurableDatabase | None:
+        """The kit's tables of the run's instance (None outside a run)."""
+        return self._db
+
+    @property
     def fence(self) -> int:
         return self._lease.fence if self._lease else 0
 

@@ -29,17 +29,26 @@ from dagster import (
     Jitter,
     MaterializeResult,
     RetryPolicy,
+    RunsFilter,
     asset,
 )
 
 from durable_assets.errors import (
     BatchCanceledError,
+    CodeChangedError,
     DurableError,
     StepWiringError,
     TransientProviderError,
 )
 from durable_assets.kit.account_bindings import AccountBindings
 from durable_assets.kit.accounts import ProviderAccount
+from durable_assets.kit.code_versions import (
+    CodePins,
+    code_changes,
+    effects_recorded,
+    refusal,
+    versions_from_metadata,
+)
 from durable_assets.kit.crashpoints import CrashPoint, crash_point
 from durable_assets.kit.effects import EffectRunner
 from durable_assets.kit.frames import frame_digest
@@ -50,7 +59,16 @@ from durable_assets.kit.progress import Progress, ShardOf
 from durable_assets.kit.resources import BatchRuntime, IdempotencyLedger
 from durable_assets.kit.shard_names import shard_position, step_of_shard
 from durable_assets.kit.storage import BatchStorage, batch_storage, local_copy
-from durable_assets.kit.tags import CANCELED_KEY, EFFECT_SCOPE_KEY, LABEL_KEY, ROWS_KEY, STEPS_KEY
+from durable_assets.kit.tags import (
+    BATCH_TAG,
+    CANCELED_KEY,
+    CODE_VERSIONS_KEY,
+    EFFECT_SCOPE_KEY,
+    LABEL_KEY,
+    PARTITION_TAG,
+    ROWS_KEY,
+    STEPS_KEY,
+)
 
 #: Whole-step retries for transient faults that escape a step (the ledger makes a retried step
 #: resume where it stopped). A provider down for its whole down budget is not one of them:
@@ -89,6 +107,7 @@ def durable_step(fn: Callable[P, R]) -> Callable[P, R]:
             if runtime.step_delay_s:
                 time.sleep(runtime.step_delay_s)  # demos and crash tests: a visibly slow batch
             _check_step_boundary(context, runtime)
+            _check_step_code(context, runtime)
         crash_point(CrashPoint.STEP_START)
         try:
             output = fn(*args, **kwargs)
@@ -152,6 +171,42 @@ def _check_step_boundary(context: AssetExecutionContext, runtime: BatchRuntime) 
         runtime.check_may_continue()
     except DurableError as exc:
         raise step_failure(exc) from exc
+
+
+def _check_step_code(context: AssetExecutionContext, runtime: BatchRuntime) -> None:
+    """Pin the batch's code at its first step; stop a step whose code changed since, if that change
+    needs a person (kit/code_versions.py). Every run of a batch passes here, whoever launched it:
+    `job resume` checks before launching, and this is what holds for the daemon and the UI."""
+    db = runtime.database
+    deployed = versions_from_metadata(context.job_def.metadata.get(CODE_VERSIONS_KEY))
+    if db is None or not runtime.has_batch or not deployed:
+        return
+    batch_id = runtime.batch_id
+    store = CodePins(db)
+    pins = store.pin(batch_id, deployed)
+    step = step_of_shard(context.asset_key.path[-1])
+    scope = _declared_scope(context)
+
+    def has_effects(_step: str) -> bool:
+        # A run launched from the UI may carry only the partition tag: a batch's runs are either.
+        runs = {
+            r.run_id
+            for tag in (BATCH_TAG, PARTITION_TAG)
+            for r in context.instance.get_runs(RunsFilter(tags={tag: batch_id}))
+        }
+        return effects_recorded(db, batch_id, scope, sorted(runs))
+
+    pin = pins.get(step)
+    if pin is not None and pin.seen_version and step in deployed and pin.code == deployed[step]:
+        store.clear_seen(batch_id, [step])  # a refused release was replaced by the batch's own code
+    for change in code_changes(pins, deployed, [step], has_effects):
+        if change.stops:
+            store.note_seen(batch_id, [change])
+            raise step_failure(CodeChangedError(refusal(batch_id, [change])))
+        context.log.warning(
+            f"step {step} runs on code {change.deployed.version}; the batch started on "
+            f"{change.pinned.version} (the step had recorded no effects, so it runs on the new code)"
+        )
 
 
 def step_failure(exc: DurableError) -> Failure:
@@ -261,6 +316,7 @@ def effect_runner(
         backoff=backoff or ledger.backoff(),
         key_retention_s=ledger.key_retention_s,
         lookup_first=lookup_first,
+        batch_id=runtime.batch_id if runtime.has_batch else None,
         on_progress=lambda done, of: runtime.report(
             step_progress(context, done, of), force=done == of, shard=_shard(context)
         ),
@@ -281,15 +337,19 @@ def _kit_resource(context: AssetExecutionContext, key: str, kind: type[T]) -> T:
     return found
 
 
-def _effect_scope(context: AssetExecutionContext, scope: str | None) -> str:
-    """The scope the step declared; an explicit one must agree with it (the ledger's keys live in it)."""
-    declared = ""
+def _declared_scope(context: AssetExecutionContext) -> str:
+    """The ledger scope the running step declared (``durable_asset(effect_scope=...)``), or ""."""
     assets_def = context.assets_def
     spec = assets_def.specs_by_key.get(context.asset_key) if assets_def is not None else None
-    if spec is not None and spec.metadata:
-        declared = str(
-            getattr(spec.metadata.get(EFFECT_SCOPE_KEY), "value", spec.metadata.get(EFFECT_SCOPE_KEY)) or ""
-        )
+    if spec is None or not spec.metadata:
+        return ""
+    value = spec.metadata.get(EFFECT_SCOPE_KEY)
+    return str(getattr(value, "value", value) or "")
+
+
+def _effect_scope(context: AssetExecutionContext, scope: str | None) -> str:
+    """The scope the step declared; an explicit one must agree with it (the ledger's keys live in it)."""
+    declared = _declared_scope(context)
     step = context.asset_key.to_user_string()
     if scope and declared and scope != declared:
         raise StepWiringError(

@@ -91,6 +91,10 @@ FILES_KEY: Final = "durable/files"
 #: The job's guardrails as ``{guardrail name: {field: environment variable}}``: how a status names
 #: a pinned value by the variable that sets it without importing the code location.
 GUARDRAIL_VARIABLES_KEY: Final = "durable/guardrail_variables"
+#: The code version of each step as deployed when the job was defined, ``{step: {"version": ...,
+#: "declared": bool}}`` (kit/code_versions.py): what a running step compares with the batch's pin,
+#: and what a status shows without importing the code location.
+CODE_VERSIONS_KEY: Final = "durable/code_versions"
 #: On a shard asset: the step it is a part of.
 SHARD_OF_KEY: Final = "durable/shard_of"
 

@@ -47,7 +47,9 @@ from dagster import (
 )
 
 from durable_assets.errors import LeaseHeldError
+from durable_assets.kit import DurableJob, DurableJobs
 from durable_assets.kit.cancel import CancelStore
+from durable_assets.kit.code_versions import CodePins, refusal
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import PENDING_RUN, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.resources import run_ended
@@ -68,13 +70,14 @@ from durable_assets.kit.tags import (
     WILL_RETRY_TAG,
     WORKER_LOST_TAG,
 )
+from durable_assets.ops.code_changes import changes_for_resume
 from durable_assets.ops.reexecution import (
     all_steps_committed,
     create_from_failure_run,
     record_run_success,
 )
 from durable_assets.ops.settings import AutoResumeSettings
-from durable_assets.ops.status import batch_runs
+from durable_assets.ops.status import batch_runs, steps_to_run
 
 SENSOR_NAME = "auto_resume_lost_batches"
 #: Tags a re-execution must not inherit from the run it continues (Dagster's retry bookkeeping,
@@ -107,6 +110,7 @@ def resume_lost_batches(
     job_named: Callable[[str], JobDefinition | None],
     settings: AutoResumeSettings,
     at: float | None = None,
+    durable_jobs: DurableJobs | None = None,
 ) -> list[str]:
     """One tick: resume every lost batch that is due; returns one line per decision."""
     at = now() if at is None else at
@@ -118,7 +122,8 @@ def resume_lost_batches(
         job = job_named(run.job_name)
         if job is None:
             continue  # another code location's job: its own sensor resumes it
-        line = resume_lost_run(instance, job, run, settings)
+        durable = durable_jobs.owning(run.job_name) if durable_jobs is not None else None
+        line = resume_lost_run(instance, job, run, settings, durable)
         if line:
             lines.append(line)
     return lines
@@ -156,10 +161,15 @@ def _submit(instance: DagsterInstance, run: DagsterRun) -> str:
 
 
 def resume_lost_run(
-    instance: DagsterInstance, job: JobDefinition, lost: DagsterRun, settings: AutoResumeSettings
+    instance: DagsterInstance,
+    job: JobDefinition,
+    lost: DagsterRun,
+    settings: AutoResumeSettings,
+    durable: DurableJob | None = None,
 ) -> str | None:
     """Resume one lost run's batch, or say why not (None: someone else continued it, nothing to
-    say); at most one resume per lost run, ever."""
+    say); at most one resume per lost run, ever. Never across a code change only a person may
+    cross (``durable``: the job's descriptor, whose deployed code is compared with the batch's)."""
     batch_id = lost.tags[BATCH_TAG]
     lineage = batch_runs(instance, batch_id)
     if lineage[-1].run_id != lost.run_id or instance.get_runs(
@@ -208,6 +218,23 @@ def resume_lost_run(
         if all_steps_committed(instance, lineage):
             record_run_success(instance, lost, batch_id, by="the daemon's automatic resume")
             return _decide(instance, lost, "none: every step had committed", "every step had committed")
+        stopping = (
+            [
+                c
+                for c in changes_for_resume(db, batch_id, durable, lineage, steps_to_run(instance, lineage))
+                if c.stops
+            ]
+            if durable is not None
+            else []
+        )
+        if stopping:
+            CodePins(db).note_seen(batch_id, stopping)
+            return _decide(
+                instance,
+                lost,
+                "none: code changed since the batch started",
+                f"code changed since the batch started: {refusal(batch_id, stopping)}",
+            )
         tags = {k: v for k, v in lost.tags.items() if _inherited(k)}
         tags |= {
             AUTO_RESUME_ATTEMPT_TAG: str(attempt),
@@ -252,8 +279,11 @@ def _decide(instance: DagsterInstance, lost: DagsterRun, verdict: str, why: str)
     return f"batch {lost.tags[BATCH_TAG]!r}: not resumed automatically: {why}"
 
 
-def auto_resume_sensor(settings: AutoResumeSettings) -> SensorDefinition:
-    """The daemon-side `job resume` for lost workers; running by default, off with max attempts 0."""
+def auto_resume_sensor(
+    settings: AutoResumeSettings, durable_jobs: DurableJobs | None = None
+) -> SensorDefinition:
+    """The daemon-side `job resume` for lost workers; running by default, off with max attempts 0.
+    ``durable_jobs`` (the location's) judge whether the deployed code may continue a batch."""
 
     @sensor(
         name=SENSOR_NAME,
@@ -275,7 +305,7 @@ def auto_resume_sensor(settings: AutoResumeSettings) -> SensorDefinition:
         def job_named(name: str) -> JobDefinition | None:
             return repo.get_job(name) if repo is not None and repo.has_job(name) else None
 
-        lines = resume_lost_batches(context.instance, job_named, settings)
+        lines = resume_lost_batches(context.instance, job_named, settings, durable_jobs=durable_jobs)
         for line in lines:
             context.log.info(line)
         # The runs it starts are re-executions, not sensor runs: the tick says what it did.

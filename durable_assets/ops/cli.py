@@ -112,6 +112,12 @@ def build_parser(default_job: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="use this shell's ceilings and limits instead of those pinned at `job run`, and record it",
     )
+    resume.add_argument(
+        "--accept-code-change",
+        action="store_true",
+        help="continue on deployed code that changed in a step with recorded effects since the batch "
+        "started, and record it; a step that would derive another key for an item still stops",
+    )
     cancel = sub.add_parser(
         "cancel", help="ask batch ID to stop at the next step boundary or side-effect chunk"
     )
@@ -467,6 +473,11 @@ def _print_status(st: BatchStatusModel, as_json: bool) -> None:
 
         for line in describe_pinned(st.guardrails):
             print(line)
+    if st.code is not None:
+        from durable_assets.ops.code_changes import describe_code
+
+        for line in describe_code(st.code):
+            print(line)
     auto = st.auto_resume
     if auto is not None:
         print(
@@ -748,6 +759,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 on_plan=_say_plan,
                 wait_s=wait,
                 override_guardrails=args.override_guardrails,
+                accept_code_change=args.accept_code_change,
                 say=lambda line: print(line, file=sys.stderr),
             ),
         )

@@ -18,7 +18,8 @@ from typing import Any
 
 from dagster import DagsterInstance, DagsterRun
 
-from durable_assets.kit.tags import FILES_KEY, GUARDRAIL_VARIABLES_KEY, STEPS_KEY
+from durable_assets.kit.code_versions import StepCode, versions_from_metadata
+from durable_assets.kit.tags import CODE_VERSIONS_KEY, FILES_KEY, GUARDRAIL_VARIABLES_KEY, STEPS_KEY
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class _Stored:
     steps: tuple[tuple[str, str], ...]
     files: tuple[tuple[str, str, str], ...] | None
     guardrail_variables: Mapping[str, Mapping[str, str]]
+    code_versions: Mapping[str, StepCode]
 
 
 #: Snapshot IDs are hashes of their content, so what one says never changes: read each once.
@@ -63,7 +65,7 @@ _CHECKS: dict[str, dict[str, str]] = {}
 def _stored(instance: DagsterInstance, run: DagsterRun) -> _Stored:
     snapshot_id = run.job_snapshot_id
     if snapshot_id is None:
-        return _Stored((), None, {})
+        return _Stored((), None, {}, {})
     if snapshot_id not in _STORED:
         metadata = instance.get_job_snapshot(snapshot_id).metadata or {}
 
@@ -76,6 +78,7 @@ def _stored(instance: DagsterInstance, run: DagsterRun) -> _Stored:
             tuple((str(key), str(label)) for key, label in steps or []),
             None if files is None else tuple((str(lb), str(st), str(key)) for lb, st, key in files),
             {str(n): {str(f): str(v) for f, v in fields.items()} for n, fields in (variables or {}).items()},
+            versions_from_metadata(value(CODE_VERSIONS_KEY)),
         )
     return _STORED[snapshot_id]
 
@@ -83,6 +86,11 @@ def _stored(instance: DagsterInstance, run: DagsterRun) -> _Stored:
 def stored_steps(instance: DagsterInstance, run: DagsterRun) -> tuple[tuple[str, str], ...]:
     """The ``(key, label)`` steps ``run``'s job snapshot carries; empty for a run recorded without."""
     return _stored(instance, run).steps
+
+
+def stored_code_versions(instance: DagsterInstance, run: DagsterRun) -> Mapping[str, StepCode]:
+    """The steps' code versions ``run`` was created with (its job snapshot); empty if not recorded."""
+    return _stored(instance, run).code_versions
 
 
 def _plan_checks(instance: DagsterInstance, plan_id: str) -> dict[str, str]:

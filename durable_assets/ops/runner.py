@@ -53,6 +53,7 @@ from durable_assets.kit.tags import (
     WORKER_LOST_TAG,
 )
 from durable_assets.ops.batch_log import batch_output
+from durable_assets.ops.code_changes import reconcile_code_on_resume
 from durable_assets.ops.guardrails import pin_at_run, reconcile_on_resume
 from durable_assets.ops.instance import ensure_instance_config
 from durable_assets.ops.reexecution import LIVE, batch_tags, from_failure, record_run_success
@@ -158,6 +159,7 @@ def resume_batch(
     on_plan: Callable[[list[str], list[str]], None] | None = None,
     wait_s: float | None = None,
     override_guardrails: bool = False,
+    accept_code_change: bool = False,
     say: Callable[[str], None] | None = None,
 ) -> DagsterRun | None:
     """Continue a batch from its last committed step; None when it had already succeeded.
@@ -167,7 +169,10 @@ def resume_batch(
     ``wait_s``, a worker that still holds the lease is waited for that long (its lease lapses if it
     is dead or frozen) instead of refused at once. ``on_plan`` hears, once the lease is held, the
     steps skipped (committed) and the steps about to run; ``say`` hears what the resume waits for
-    and which guardrails it keeps (the batch's) or, with ``override_guardrails``, replaces.
+    and which guardrails it keeps (the batch's) or, with ``override_guardrails``, replaces. A step
+    about to run whose deployed code changed since the batch started, and that has recorded effects,
+    refuses the resume before anything runs (:class:`CodeChangedError`, exit 2) unless
+    ``accept_code_change``.
     """
     check_batch_id(batch_id)
     runs = batch_runs(instance, batch_id)
@@ -226,9 +231,14 @@ def resume_batch(
                 ),
             )
         if not finished_without_reexecution:
+            to_run = [s for s, state in states.items() if state != StepStatus.COMPLETED]
+            code_line = reconcile_code_on_resume(
+                db, batch_id, job_of_runs(runs), runs, to_run, accept=accept_code_change
+            )
             line = reconcile_on_resume(db, batch_id, job_of_runs(runs), override=override_guardrails)
-            if line and say is not None:
-                say(line)
+            for said in (code_line, line):
+                if said and say is not None:
+                    say(said)
             CancelStore(db).clear(batch_id)
             # As the lineage first ran: the sharded job, or the location's job, in process or (a
             # batch launched distributed from the UI or a schedule) on the workers again.

@@ -36,8 +36,9 @@ from durable_assets.kit.tags import (
     WORKER_LOST_TAG,
 )
 from durable_assets.ops.batch_log import blocks, describe_failed_checks, step_failure_reason
+from durable_assets.ops.code_changes import code_model
 from durable_assets.ops.guardrails import guardrails_model
-from durable_assets.ops.job_shape import JobShape, job_shape, stored_steps
+from durable_assets.ops.job_shape import JobShape, job_shape, stored_code_versions, stored_steps
 from durable_assets.ops.status_model import (
     BATCH_ID_REGEX,
     AutoResumeModel,
@@ -386,6 +387,11 @@ def step_states(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[s
     return {name: step.status for name, step in _fold_steps(instance, runs).items()}
 
 
+def steps_to_run(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> list[str]:
+    """The steps a re-execution from failure of the lineage runs: every one not completed."""
+    return [name for name, state in step_states(instance, runs).items() if state != StepStatus.COMPLETED]
+
+
 def is_auto_resume(run: DagsterRun) -> bool:
     """Started by the daemon's automatic resume (a run retry of one inherits its tags, not its parent)."""
     return bool(run.parent_run_id) and run.tags.get(AUTO_RESUME_OF_TAG) == run.parent_run_id
@@ -492,6 +498,15 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         else min(round(100.0 * (completed + fraction) / len(steps), 1), NOT_YET_DONE_PERCENT)
     )
     held = held_for_review([st.metadata for st in steps])
+    code = code_model(db, batch_id, stored_code_versions(instance, runs[-1]))
+    if code is not None and code.changed and status == BatchStatus.FAILED:
+        # Where it stopped, the reason a person must act on first: no automatic resume crosses it.
+        stopped = steps[_ended_at(steps) - 1]
+        note = (
+            f"code changed since the batch started ({', '.join(code.changed)}); `job resume --id "
+            f"{batch_id}` once its code is deployed again, or with --accept-code-change"
+        )
+        stopped.error = note if not stopped.error else f"{note}. Before that: {stopped.error}"
     model = BatchStatusModel(
         id=batch_id,
         job=job.name,
@@ -505,6 +520,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         **_lineage_times(instance, runs),
         provider=_provider(db, batch_id),
         guardrails=guardrails_model(db, batch_id, job.guardrail_variables),
+        code=code,
         files=[
             BatchFileModel(name=f.name, label=f.label, step=f.step, uri=f.uri)
             for f in batch_files({name: st.metadata for name, st in folded.items()}, job.files)

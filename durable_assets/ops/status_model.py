@@ -186,6 +186,25 @@ class GuardrailsModel(_Model):
     )
 
 
+class CodeModel(_Model):
+    """The code the batch runs on: each step's version pinned at its first run, what is deployed,
+    and the steps that differ. A resume across a change in a step with recorded effects is refused
+    (exit 2) until the code is back or a person accepts it with `job resume --accept-code-change`."""
+
+    pinned: dict[str, str] = Field(
+        description="per step, its declared Dagster `code_version`, else a fingerprint (`fp-...`) of its "
+        "definition and its package's source, as the batch first ran"
+    )
+    deployed: dict[str, str] = Field(
+        description="per step, the version deployed as last seen: by a resume that was refused, else by "
+        "the batch's newest run"
+    )
+    changed: list[str] = Field(description="the steps whose deployed version differs from the pinned one")
+    accepted: Timestamp | None = Field(
+        description="when `job resume --accept-code-change` last accepted a change; null if never"
+    )
+
+
 class BatchStatusModel(_Model):
     """The JSON of `job status --json` (docs/contract.md). `GET /runs` omits `steps`."""
 
@@ -222,6 +241,9 @@ class BatchStatusModel(_Model):
     )
     guardrails: GuardrailsModel | None = Field(
         description="the batch's pinned ceilings and limits, and their last override; null if it has none",
+    )
+    code: CodeModel | None = Field(
+        description="the code versions the batch runs on; null for a batch from before they were pinned",
     )
     files: list[BatchFileModel] = Field(description="the files its steps wrote for people, in summary order")
     # Absent (not null) when not asked for: the schema says array, and `GET /runs` leaves it out.

@@ -19,7 +19,7 @@ from durable_assets.payments.gateway import Charge, Refund
 from durable_assets.payments.resources import PaymentGateway
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.errors import RefundAboveRefundableError, RefundCeilingExceededError
-from durable_assets.refunds.keys import charge_key, notice_key, refund_key, refund_subject
+from durable_assets.refunds.keys import charge_key, notice_key, refund_item, refund_key, refund_subject
 from durable_assets.refunds.policy import compute_refund_candidates, summarize
 from durable_assets.refunds.resources import CustomerMailbox, RefundLimits
 from durable_assets.refunds.synthetic import synthetic_invoices
@@ -67,7 +67,9 @@ def invoices(
 
     intents = [
         kit.Intent(
-            charge_key(inv), {"invoice_id": inv, "amount": int(amt), "currency": cur, "customer": cust}
+            charge_key(inv),
+            {"invoice_id": inv, "amount": int(amt), "currency": cur, "customer": cust},
+            item=str(inv),
         )
         for inv, amt, cur, cust in zip(
             chargeable[s.INVOICE_ID],
@@ -196,6 +198,7 @@ def issued_refunds(
                 "reason": str(row.reason),
             },
             subject=refund_subject(str(row.charge_id), str(row.reason)),
+            item=refund_item(str(row.invoice_id), str(row.reason)),
         )
         for row in refund_candidates.itertuples(index=False)
     ]
@@ -375,6 +378,7 @@ def customer_notices(
                 "currency": str(row.currency),
                 "reason": str(row.reason),
             },
+            item=refund_item(str(row.invoice_id), str(row.reason)),
         )
         for row in matched.itertuples(index=False)
     ]

@@ -26,6 +26,12 @@ def charge_key(invoice_id: str) -> str:
     return f"charge-{_digest('charge', invoice_id)}"
 
 
+def refund_item(invoice_id: str, reason: str) -> str:
+    """The business item a refund and its notice stand for, however their keys are spelled: the
+    ledger compares a resumed batch's keys with the ones it recorded for the same item."""
+    return f"invoice:{invoice_id}:{reason}"
+
+
 def refund_subject(charge_id: str, reason: str) -> str:
     """What a refund acts on: the charge, once per reason, whichever invoice or batch asks.
 

@@ -1,0 +1,174 @@
+"""A deploy between the crash and the resume: a batch finishes on the code it started with, or stops
+before it sends anything under a changed key.
+
+The tutorial's postcard job (docs/your-own-job.md, as printed) is killed with SIGKILL while cards go
+out; then its file is rewritten, as a deploy would, and `job resume` runs on the new code. The
+print shop's own SQLite file counts cards and requests: it outlives every process, so "nothing was
+sent" and "every customer got exactly one card" are read from the side effect itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.homes import make_home
+from tests.support.polling import wait_until
+from tests.support.tutorial import shop_count, tutorial_folder
+
+from .helpers import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    JobProcess,
+    instance_reader,
+    job,
+    job_env,
+    resume_until_accepted,
+)
+
+pytestmark = pytest.mark.slow
+
+SIZE = 120
+CARDS = "SELECT count(*) FROM cards"
+REQUESTS = "SELECT count(*) FROM requests"
+#: The tutorial's key, and the same key spelled another way by a later release.
+OLD_KEY = 'Intent(f"postcard:{name}", {"to": name})'
+NEW_KEY = 'Intent(f"card-for:{name}", {"to": name})'
+
+
+#: (the reader's folder, the environment `job` runs with there, the shop's file, the logs)
+Setup = tuple[Path, dict[str, str], Path, Path]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
+    """The tutorial's folder and a fresh instance on each backend."""
+    pg_url = request.getfixturevalue("pg_database") if request.param == "postgres" else None
+    folder = tutorial_folder(tmp_path)
+    home = make_home(tmp_path, pg_url)
+    shop = tmp_path / "shop.db"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    env = job_env(home, DURABLE_CODE_LOCATION="postcards", PRINT_SHOP_DB=str(shop), PRINT_SHOP_LATENCY_MS=40)
+    yield folder, env, shop, logs
+
+
+def _deploy(folder: Path, old: str, new: str) -> None:
+    """A release that changes one line of the job's file (the same file, as a deploy replaces it)."""
+    path = folder / "postcards.py"
+    text = path.read_text()
+    assert old in text, f"{old!r} is not in the tutorial's postcards.py"
+    path.write_text(text.replace(old, new))
+
+
+def _killed_mid_sending(folder: Path, env: dict[str, str], shop: Path, logs: Path, batch: str) -> int:
+    worker = JobProcess(
+        ["run", "--job", "postcards", "--id", batch, "--size", str(SIZE)], env, logs, cwd=folder
+    )
+    wait_until(
+        lambda: shop_count(shop, CARDS) >= 10 or worker.proc.poll() is not None,
+        timeout=120,
+        what="the first cards",
+    )
+    assert worker.proc.poll() is None, f"the batch ended before the kill\n{worker.tail()}"
+    worker.sigkill()
+    worker.reap_group()
+    at_kill = shop_count(shop, CARDS)
+    assert 0 < at_kill < SIZE, at_kill
+    return at_kill
+
+
+def _status(batch: str, env: dict[str, str], logs: Path, folder: Path) -> dict[str, object]:
+    p = job(["status", "--id", batch, "--json"], env, logs, timeout=60, cwd=folder)
+    assert p.proc.returncode == EXIT_OK, p.tail()
+    return dict(json.loads(p.stdout))
+
+
+def _resume(batch: str, env: dict[str, str], logs: Path, folder: Path, *extra: str) -> JobProcess:
+    """`job resume` once the dead worker's lease has lapsed (it answers 3 until then)."""
+    with instance_reader(Path(env["DAGSTER_HOME"])) as reader:
+        wait_until(lambda: not reader.lease_live(batch), timeout=60, what="the dead worker's lease to lapse")
+    return job(["resume", "--id", batch, *extra], env, logs, cwd=folder)
+
+
+def test_a_key_spelled_anew_is_refused_and_the_old_code_finishes_exactly(
+    setup: Setup,
+) -> None:
+    folder, env, shop, logs = setup
+    batch = "deploy-1"
+    _killed_mid_sending(folder, env, shop, logs, batch)
+    requests = shop_count(shop, REQUESTS)
+
+    _deploy(folder, OLD_KEY, NEW_KEY)
+    refused = _resume(batch, env, logs, folder)
+    assert refused.proc.returncode == EXIT_USAGE, refused.tail()
+    error = refused.stderr.strip().splitlines()[-1]
+    assert "sent_cards" in error and "--accept-code-change" in error and "recorded effects" in error, error
+    assert shop_count(shop, REQUESTS) == requests  # refused before anything ran
+    code = _status(batch, env, logs, folder)["code"]
+    assert isinstance(code, dict) and code["changed"] == ["sent_cards"], code
+    assert code["deployed"]["sent_cards"] != code["pinned"]["sent_cards"]
+
+    # Accepting the change knowingly does not let a new key out: the ledger's per-item record stops it.
+    accepted = _resume(batch, env, logs, folder, "--accept-code-change")
+    assert accepted.proc.returncode == EXIT_FAILED, accepted.tail()
+    assert "would go out under another key" in accepted.stderr, accepted.tail()
+    assert "postcard:" in accepted.stderr and "card-for:" in accepted.stderr, accepted.tail()
+    assert shop_count(shop, REQUESTS) == requests  # nothing sent under the new key
+
+    # The code the batch started with, back: it finishes, every customer with exactly one card (the
+    # pin now names the accepted release, so going back is a change to accept too).
+    _deploy(folder, NEW_KEY, OLD_KEY)
+    back = _resume(batch, env, logs, folder, "--accept-code-change")
+    assert back.proc.returncode == EXIT_OK, back.tail()
+    assert shop_count(shop, CARDS) == SIZE
+    assert shop_count(shop, "SELECT count(DISTINCT recipient) FROM cards") == SIZE
+    assert shop_count(shop, "SELECT count(*) FROM cards WHERE key NOT LIKE 'postcard:%'") == 0
+
+
+def test_the_old_code_back_resumes_without_any_acceptance(
+    setup: Setup,
+) -> None:
+    folder, env, shop, logs = setup
+    batch = "deploy-2"
+    _killed_mid_sending(folder, env, shop, logs, batch)
+    _deploy(folder, OLD_KEY, NEW_KEY)
+    assert _resume(batch, env, logs, folder).proc.returncode == EXIT_USAGE
+    _deploy(folder, NEW_KEY, OLD_KEY)  # the operator deploys the old release back
+    with instance_reader(Path(env["DAGSTER_HOME"])) as reader:
+        attempts = resume_until_accepted(batch, env, logs, reader, cwd=folder)
+    assert attempts[-1].proc.returncode == EXIT_OK, attempts[-1].tail()
+    assert shop_count(shop, CARDS) == SIZE
+    assert shop_count(shop, "SELECT count(DISTINCT recipient) FROM cards") == SIZE
+    code = _status(batch, env, logs, folder)["code"]
+    assert isinstance(code, dict) and code["changed"] == [] and code["accepted"] is None, code
+
+
+def test_a_changed_step_that_recorded_no_effects_runs_on_the_new_code_and_the_log_says_so(
+    setup: Setup,
+) -> None:
+    """Killed (SIGKILL, by the kit's named crash point) as the sending step starts, before any
+    intent: the new release's keys are the only ones the batch ever uses."""
+    folder, env, shop, logs = setup
+    batch = "deploy-3"
+    killed = job(
+        ["run", "--job", "postcards", "--id", batch, "--size", str(SIZE)],
+        {**env, "DURABLE_CRASH_AT": "step_start:2"},
+        logs,
+        cwd=folder,
+    )
+    assert killed.proc.returncode == -9, killed.tail()
+    assert shop_count(shop, REQUESTS) == 0
+
+    _deploy(folder, OLD_KEY, NEW_KEY)
+    resumed = _resume(batch, env, logs, folder)
+    assert resumed.proc.returncode == EXIT_OK, resumed.tail()
+    assert "step sent_cards runs on new code" in resumed.stderr, resumed.tail()
+    log = (Path(env["DAGSTER_HOME"]) / "logs" / f"{batch}.log").read_text()
+    assert "step sent_cards runs on code" in log
+    assert shop_count(shop, CARDS) == SIZE
+    assert shop_count(shop, "SELECT count(*) FROM cards WHERE key LIKE 'card-for:%'") == SIZE
