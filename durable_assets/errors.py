@@ -111,6 +111,11 @@ class CodeChangedError(UsageError):
     step runs (exit 2) until the old code is back or a person accepts the change."""
 
 
+class StoredOutputIncompatibleError(DurableError):
+    """A step's stored output, written by the code the batch started with, does not load on the code
+    deployed now (a class that moved, a module that is gone): resume on the batch's own code."""
+
+
 class GuardrailError(DurableError):
     """A safety limit would be crossed (refund above refundable amount, batch ceiling)."""
 

@@ -38,7 +38,14 @@ from durable_assets.kit.group_commit import (
     Outcome,
     Settled,
 )
-from durable_assets.kit.ledger import Intent, Ledger, LedgerEntry, unambiguous_items
+from durable_assets.kit.ledger import (
+    REVIEW,
+    STARTED,
+    Intent,
+    Ledger,
+    LedgerEntry,
+    unambiguous_items,
+)
 from durable_assets.kit.pacing import Backoff, RateLimiter, Result, call_with_retries
 from durable_assets.kit.settings import KitSettings
 
@@ -207,6 +214,8 @@ class EffectRunner:
                 "subject_taken": taken.subject,
                 "holder_key": taken.holder_key,
                 "holder_params": dict(taken.holder_params),
+                "holder_state": taken.holder_state,
+                "holder_result_id": taken.holder_result_id,
             }
         report.subject_taken += len(claim.taken)
         if claim.finished or claim.review or claim.taken:
@@ -316,9 +325,13 @@ def review_note(
     (never a Python dict): the provider's mismatch or refusal in words, else ``key=value; ...``.
 
     ``subject_taken(holder_key, holder_params)`` words the one case only the job can: its subject
-    (a charge and reason, a balance version) was already claimed by another key, whose params say
-    which business record that was.
+    (a charge and reason, a balance version) was already acted on through another key, whose params
+    say which business record that was. It is asked only when the ledger holds that key's answer: a
+    holder whose answer is not recorded (it may never have been sent) is worded here, as what the
+    ledger knows, never as done.
     """
+    if review and "subject_taken" in review and review.get("holder_state") in _HOLDER_STATES:
+        return _unsettled_holder(review)
     if review and subject_taken is not None and "subject_taken" in review:
         return subject_taken(str(review["holder_key"]), review.get("holder_params") or {})
     if not review:
@@ -343,6 +356,23 @@ def review_note(
             "each subject gets one effect"
         )
     return "; ".join(f"{k}={_plain(v)}" for k, v in review.items())
+
+
+#: What the ledger knows of a subject's holder key that has no recorded answer, by its state (a
+#: holder claimed in the same call is sent by this very run: the job words it as done).
+_HOLDER_STATES = {
+    STARTED: "whose answer is not recorded (its request may or may not have reached the provider; "
+    "resuming the batch that claimed it settles it)",
+    REVIEW: "which is itself held for review",
+}
+
+
+def _unsettled_holder(review: Mapping[str, Any]) -> str:
+    state = str(review.get("holder_state"))
+    return (
+        f"{review['subject_taken']} is claimed by key {review.get('holder_key', '?')}, "
+        f"{_HOLDER_STATES.get(state, state)}; each subject gets one effect, so this one waits for a person"
+    )
 
 
 def _plain(value: Any) -> str:

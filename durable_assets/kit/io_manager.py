@@ -27,7 +27,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from durable_assets.errors import StorageError
+from durable_assets.errors import StorageError, StoredOutputIncompatibleError
 from durable_assets.kit.storage import BatchStorage, StorageConfig, StorageKind, batch_storage
 
 #: Outputs live under this key prefix; batch files under ``batches/`` (kit/storage.py BatchKeys).
@@ -96,6 +96,57 @@ class DurableIOManager(ConfigurableIOManagerFactory):
         if instance is None:
             raise StorageError("the durable IO manager needs a Dagster instance")
         legacy_dir = Path(instance.storage_directory())
+        inner: IOManager
         if self.storage.resolved(instance) is StorageKind.LOCAL:
-            return FilesystemIOManager(base_dir=str(legacy_dir)).create_io_manager(context)
-        return StoredOutputs(batch_storage(instance, self.storage), legacy_dir)
+            inner = FilesystemIOManager(base_dir=str(legacy_dir)).create_io_manager(context)
+        else:
+            inner = StoredOutputs(batch_storage(instance, self.storage), legacy_dir)
+        return CodeAwareLoads(inner)
+
+
+#: What unpickling raises for an object whose class moved or whose module is gone.
+_OLD_CODE_ERRORS = (pickle.UnpicklingError, ImportError, AttributeError, EOFError)
+
+
+class CodeAwareLoads(IOManager):
+    """Any IO manager, with one line for an output that older code wrote and this code cannot load.
+
+    A batch resumed after a deploy reads outputs its first run stored: a class that moved or a
+    module that is gone made that a pickle traceback. The line names the step, the code version the
+    batch started on and the one deployed (kit/code_versions.py), and the way forward.
+    """
+
+    def __init__(self, inner: IOManager) -> None:
+        self.inner = inner
+
+    def handle_output(self, context: OutputContext, obj: Any) -> None:
+        self.inner.handle_output(context, obj)
+
+    def load_input(self, context: InputContext) -> Any:
+        try:
+            return self.inner.load_input(context)
+        except _OLD_CODE_ERRORS as exc:
+            raise StoredOutputIncompatibleError(_incompatible(context, exc)) from exc
+
+
+def _incompatible(context: InputContext, exc: BaseException) -> str:
+    from durable_assets.kit.code_versions import CodePins, versions_from_metadata
+    from durable_assets.kit.db import DurableDatabase
+    from durable_assets.kit.tags import CODE_VERSIONS_KEY
+
+    step = context.asset_key.path[-1] if context.has_asset_key else (context.name or "?")
+    batch = context.partition_key if context.has_partition_key else None
+    versions = ""
+    try:
+        deployed = versions_from_metadata(context.step_context.job_def.metadata.get(CODE_VERSIONS_KEY))
+        pin = CodePins(DurableDatabase.for_instance(context.instance)).get(batch).get(step) if batch else None
+        if pin is not None and step in deployed:
+            versions = f" (the batch started on {pin.code.version}; deployed: {deployed[step].version})"
+    except Exception:  # the versions only enrich the message; the message must still be said
+        versions = ""
+    resume = f"`job resume --id {batch}`" if batch else "resume the batch"
+    return (
+        f"the stored output of step {step} was written by other code and does not load on the code "
+        f"deployed now{versions}: {type(exc).__name__}: {exc}. Deploy the code the batch started with "
+        f"and {resume}"
+    )

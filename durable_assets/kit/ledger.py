@@ -52,6 +52,16 @@ from durable_assets.kit.db import (
 STARTED = "started"
 FINISHED = "finished"
 REVIEW = "review"
+#: A subject's holder that is being claimed in the same call (not a recovery point: never stored).
+CLAIMED = "claimed"
+
+
+def _result_id(result: str | None) -> str | None:
+    """The provider object a recorded answer names (its ``id``), if it names one."""
+    if not result:
+        return None
+    found = json.loads(result)
+    return str(found["id"]) if isinstance(found, dict) and found.get("id") else None
 
 
 def fingerprint(params: Mapping[str, Any]) -> str:
@@ -158,6 +168,12 @@ class SubjectTaken:
     subject: str
     holder_key: str
     holder_params: Mapping[str, Any]
+    #: Where the holder key stands in the ledger: ``finished`` (its answer is recorded), ``review``,
+    #: ``started`` (an intent: sent or not, its answer is not recorded) or ``claimed`` (in this very
+    #: claim). A note for a person must not say "already done" of a key that never got an answer.
+    holder_state: str = STARTED
+    #: The provider object the holder's recorded answer names, if any.
+    holder_result_id: str | None = None
 
 
 @dataclass
@@ -374,14 +390,18 @@ class Ledger:
         c = idempotency.c
         holder_keys = sorted({holder for _sub, holder in losers.values()})
         stored = conn.execute(
-            sa.select(c.key, c.params).where(
+            sa.select(c.key, c.params, c.recovery_point, c.result).where(
                 c.account == self.account, c.scope == scope, c.key.in_(holder_keys)
             )
-        )
+        ).all()
         params: dict[str, Mapping[str, Any]] = {row.key: json.loads(row.params) for row in stored}
-        params.update({i.key: i.params for i in intents if i.key in holder_keys})  # a holder in this call
+        states = {row.key: (row.recovery_point, _result_id(row.result)) for row in stored}
+        in_this_call = {i.key: i.params for i in intents if i.key in holder_keys}
+        params.update(in_this_call)
+        states.update({key: (CLAIMED, None) for key in in_this_call})
         return {
-            key: SubjectTaken(sub, holder, params.get(holder, {})) for key, (sub, holder) in losers.items()
+            key: SubjectTaken(sub, holder, params.get(holder, {}), *states.get(holder, (STARTED, None)))
+            for key, (sub, holder) in losers.items()
         }
 
     def _claim_keys(

@@ -172,3 +172,54 @@ def test_a_changed_step_that_recorded_no_effects_runs_on_the_new_code_and_the_lo
     assert "step sent_cards runs on code" in log
     assert shop_count(shop, CARDS) == SIZE
     assert shop_count(shop, "SELECT count(*) FROM cards WHERE key LIKE 'card-for:%'") == SIZE
+
+
+OUTS = """
+import os
+
+from dagster import DynamicPartitionsDefinition
+
+from durable_assets.kit import DurableJob, DurableJobs, durable_asset
+from durable_assets.location import definitions
+from shapes import Shape
+
+BATCHES = DynamicPartitionsDefinition(name="out_batches")
+
+
+@durable_asset(label="Making", partitions_def=BATCHES)
+def made() -> Shape:
+    return Shape(3)
+
+
+@durable_asset(label="Using", partitions_def=BATCHES)
+def used(made: Shape) -> int:
+    if os.environ.get("FAIL_USE"):
+        raise RuntimeError("not this time")
+    return made.n
+
+
+durable_jobs = DurableJobs([DurableJob("outs", assets=[made, used], partitions=BATCHES, description="x")])
+defs = definitions(durable_jobs)
+"""
+
+
+def test_an_output_that_older_code_wrote_fails_with_one_line_naming_the_step(tmp_path: Path) -> None:
+    """A class that moved between the run and the resume: one line, never an unpickling traceback."""
+    folder = tmp_path / "code"
+    folder.mkdir()
+    (folder / "outs.py").write_text(OUTS)
+    (folder / "shapes.py").write_text("class Shape:\n    def __init__(self, n):\n        self.n = n\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    env = job_env(make_home(tmp_path), DURABLE_CODE_LOCATION="outs")
+    first = job(["run", "--job", "outs", "--id", "o-1"], {**env, "FAIL_USE": "1"}, logs, cwd=folder)
+    assert first.proc.returncode == EXIT_FAILED, first.tail()
+
+    (folder / "shapes.py").write_text("class Form:\n    def __init__(self, n):\n        self.n = n\n")
+    (folder / "outs.py").write_text(OUTS.replace("Shape", "Form"))
+    resumed = job(["resume", "--id", "o-1"], env, logs, cwd=folder)
+    assert resumed.proc.returncode == EXIT_FAILED, resumed.tail()
+    [line] = [ln for ln in resumed.stderr.splitlines() if ln.startswith("error:")]
+    assert "the stored output of step made was written by other code" in line, resumed.tail()
+    assert "the batch started on fp-" in line and "deployed: fp-" in line, line
+    assert "Traceback" not in resumed.stderr
