@@ -278,10 +278,15 @@ def reconciled_refunds(
     instead of being trusted. Each refunded charge's refunds are listed once (all pages), and that
     one read also records how many refunds there carry our key or our reason: the blocking
     ``no_duplicate_refunds_at_provider`` check reads them here rather than asking the provider again.
+
+    Both ways: a held row's charge is listed too, and a held row for whose charge and reason the
+    provider holds a refund reads ``refunded_at_provider`` with those refunds' ids, never
+    ``not_refunded`` (after a crash and a deploy, or another invoice's refund of the same charge).
     """
     out = kit.typed(issued_refunds, s.OUTCOME_DTYPES)
     refunded = out["status"] == s.RefundOutcome.REFUNDED
-    charges = list(dict.fromkeys(str(c) for c in out.loc[refunded, s.CHARGE_ID]))
+    held = (out["status"] == s.RefundOutcome.HELD_FOR_REVIEW) & (out[s.CHARGE_ID] != "")
+    charges = list(dict.fromkeys(str(c) for c in out.loc[refunded | held, s.CHARGE_ID]))
     listings = kit.paced_map(
         lambda charge_id: {"refunds": payments.gateway.list_charge_refunds(charge_id)},
         charges,
@@ -293,7 +298,9 @@ def reconciled_refunds(
         charge_id: listing["refunds"] for charge_id, listing in zip(charges, listings, strict=True)
     }
     readings = [
-        _read_back(row, at_provider[str(row[s.CHARGE_ID])]) if done else _NOT_REFUNDED
+        _read_back(row, at_provider[str(row[s.CHARGE_ID])])
+        if done
+        else _read_held(row, at_provider.get(str(row[s.CHARGE_ID]), []))
         for row, done in zip(out.to_dict("records"), refunded, strict=True)
     ]
     read = pd.DataFrame(readings, index=out.index, columns=list(_NOT_REFUNDED))
@@ -304,6 +311,7 @@ def reconciled_refunds(
         {
             "matched": int((out["reconciliation"] == "matched").sum()),
             "mismatched": int((out["reconciliation"] == "mismatch").sum()),
+            "held_but_refunded_at_provider": int((out["reconciliation"] == "refunded_at_provider").sum()),
             "charges_listed": len(charges),
         },
     )
@@ -317,6 +325,22 @@ _NOT_REFUNDED: dict[str, Any] = {
     "provider_refunds_for_reason": 0,
     "provider_ids_for_reason": "",
 }
+
+
+def _read_held(row: Mapping[Hashable, Any], listing: list[Refund]) -> dict[str, Any]:
+    """A held row against its charge's refunds at the provider: any for its reason (or with its key)
+    are named, so the report accounts for every refund the provider holds for the batch's rows."""
+    with_key = [r.id for r in listing if r.idempotency_key == row["idempotency_key"]]
+    for_reason = [r.id for r in listing if r.durable_reason == row["reason"]]
+    if not with_key and not for_reason:
+        return _NOT_REFUNDED
+    return {
+        "reconciliation": "refunded_at_provider",
+        "provider_refunds_with_key": len(with_key),
+        "provider_ids_with_key": ", ".join(with_key),
+        "provider_refunds_for_reason": len(for_reason),
+        "provider_ids_for_reason": ", ".join(for_reason),
+    }
 
 
 def _read_back(row: Mapping[Hashable, Any], listing: list[Refund]) -> dict[str, Any]:

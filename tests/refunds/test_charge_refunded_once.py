@@ -83,6 +83,11 @@ def test_rows_and_batches_naming_one_charge_refund_it_once(dagster_home: Path) -
             in held["review_note"]
         )
         assert len(_refunds_of(store, single)) == 1
+        # The report accounts for the provider's refund of that charge and reason, both ways.
+        reconciled = pd.read_pickle(dagster_home / "storage" / "reconciled_refunds" / "night-2")
+        [read] = reconciled.to_dict("records")
+        assert read["reconciliation"] == "refunded_at_provider"
+        assert read["provider_ids_for_reason"] == _refunds_of(store, single)[0]["id"]
 
         # The same invoice again in a third batch is the same refund: replayed, not repeated.
         _batch(instance, dagster_home, "night-3", [_row("INV-4", "C4", single)])
