@@ -318,3 +318,102 @@ def test_a_provider_that_cannot_be_used_is_exit_2_before_the_batch_exists(
         status = job_cli("status", "--id", "nokey", env=env)
         assert status.returncode == 3, status.stderr  # no batch: the ID was not used up
         assert sim.server.store.stats()["refund_requests"] == 0
+
+
+def _env(**settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DURABLE_", "DAGSTER_"))}
+    return {**env, **settings}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--id", "loc-1", "--size", "5"],
+        ["status", "--id", "loc-1"],
+        ["list"],
+        ["cancel", "--id", "loc-1"],
+    ],
+)
+def test_a_code_location_that_does_not_exist_is_exit_2_naming_it(
+    dagster_home: Path, tmp_path: Path, argv: list[str]
+) -> None:
+    """Every command, also those that never import the location (status, list), and nothing made."""
+    p = subprocess.run(
+        [str(JOB), *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(DAGSTER_HOME=str(dagster_home), DURABLE_CODE_LOCATION="nosuch_location"),
+        timeout=120,
+    )
+    assert p.returncode == 2, p.stderr
+    line = _one_error_line(p.stderr)
+    assert "nosuch_location" in line and "DURABLE_CODE_LOCATION" in line, line
+    assert not (dagster_home / "logs").exists() and not list(dagster_home.glob("batches/*"))
+
+
+def test_dagster_home_that_is_a_file_is_exit_2_naming_it(tmp_path: Path) -> None:
+    a_file = tmp_path / "home.txt"
+    a_file.write_text("not a folder")
+    for argv in (["status", "--id", "x"], ["run", "--id", "x", "--size", "5"]):
+        p = subprocess.run(
+            [str(JOB), *argv], capture_output=True, text=True, env=_env(DAGSTER_HOME=str(a_file)), timeout=120
+        )
+        assert p.returncode == 2, p.stderr
+        line = _one_error_line(p.stderr)
+        assert f"DAGSTER_HOME={a_file} is a file, not a folder" in line, line
+    assert a_file.read_text() == "not a folder"
+
+
+def test_a_postgres_home_without_its_url_is_exit_2_naming_the_variable(tmp_path: Path) -> None:
+    """The shipped Postgres instance reads DAGSTER_PG_URL: unset, one line, not Dagster's config dump."""
+    from tests.support.homes import shipped_home
+
+    home = shipped_home(tmp_path, "postgres")
+    for argv in (["status", "--id", "x"], ["run", "--id", "x", "--size", "5"], ["list"]):
+        p = subprocess.run(
+            [str(JOB), *argv], capture_output=True, text=True, env=_env(DAGSTER_HOME=str(home)), timeout=120
+        )
+        assert p.returncode == 2, p.stderr
+        line = _one_error_line(p.stderr)
+        assert line.startswith("error: DAGSTER_PG_URL is not set"), line
+        assert "storage.postgres.postgres_url" in line and "DagsterInvalidConfigError" not in line, line
+    assert sorted(f.name for f in home.iterdir()) == ["dagster.yaml"]  # nothing made
+
+
+def test_other_instance_folders_dagster_refuses_are_one_line_each(tmp_path: Path) -> None:
+    """Found while looking for the CLI's other `unexpected ...` paths from the environment (#39)."""
+    from durable_assets.ops.instance import INSTANCE_YAML
+
+    bad_key = tmp_path / "bad-key"
+    bad_key.mkdir()
+    (bad_key / "dagster.yaml").write_text("bogus_section: 1\n" + INSTANCE_YAML)
+    cases = {
+        "/proc/no-such-home": "cannot make the instance folder DAGSTER_HOME=/proc/no-such-home",
+        str(bad_key): 'Received unexpected config entry "bogus_section" at the root',
+    }
+    for home, expected in cases.items():
+        p = subprocess.run(
+            [str(JOB), "status", "--id", "x"],
+            capture_output=True,
+            text=True,
+            env=_env(DAGSTER_HOME=home),
+            timeout=120,
+        )
+        assert p.returncode == 2, p.stderr
+        assert expected in _one_error_line(p.stderr)
+
+
+def test_a_relative_dagster_home_is_the_folder_the_shell_means(tmp_path: Path) -> None:
+    """Dagster itself wants an absolute path; `DAGSTER_HOME=here/home job ...` means ./here/home."""
+    p = subprocess.run(
+        [str(JOB), "run", "--id", "rel-1", "--size", "5"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(DAGSTER_HOME="here/home"),
+        timeout=180,
+    )
+    assert p.returncode in (0, 4), p.stderr
+    assert (tmp_path / "here" / "home" / "dagster.yaml").is_file()
+    assert (tmp_path / "here" / "home" / "logs" / "rel-1.log").is_file()

@@ -150,7 +150,9 @@ def test_status_columns_stay_aligned_with_long_step_names(capsys: pytest.Capture
         }
         for n, name in enumerate(names, 1)
     ]
-    nothing = dict.fromkeys(["progress", "auto_resume", "created_at", "updated_at", "provider", "guardrails"])
+    nothing = dict.fromkeys(
+        ["progress", "auto_resume", "created_at", "updated_at", "provider", "guardrails", "code"]
+    )
     st = {
         "id": "b",
         "job": "mine",

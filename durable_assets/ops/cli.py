@@ -335,7 +335,6 @@ def _db_file(text: str) -> str:
 
 
 def _instance(verbose: bool) -> Any:
-    from dagster import DagsterInstance
 
     from durable_assets.ops.runner import resolve_dagster_home
 
@@ -348,13 +347,30 @@ def _instance(verbose: bool) -> Any:
 
     with open(home / ".durable-open.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        instance = DagsterInstance.get()
+        instance = _open_instance(home)
         _ = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
         from durable_assets.kit.db import DurableDatabase
 
         DurableDatabase.for_instance(instance)
     _collect_garbage_again()
     return instance
+
+
+def _open_instance(home: Any) -> Any:
+    """Dagster's instance, with a ``dagster.yaml`` it refuses named in one line (its own error lists
+    every key it would have accepted)."""
+    from dagster import DagsterInstance, DagsterInvalidConfigError
+
+    from durable_assets.errors import InstanceConfigError
+
+    try:
+        return DagsterInstance.get()
+    except DagsterInvalidConfigError as exc:
+        first = " ".join(str(exc).split()).split(" Expected:", 1)[0].rstrip(".")
+        raise InstanceConfigError(
+            f"{home / 'dagster.yaml'} is not a configuration Dagster accepts: {first}; fix it (see "
+            "dagster_home/dagster.yaml), or move it away to get the project's"
+        ) from exc
 
 
 def _collect_garbage_again() -> None:
@@ -642,6 +658,10 @@ def _check_before_instance(args: argparse.Namespace) -> None:
         check_worker_env()
     # `job list` reads its batches' steps from their runs (ops/job_shape.py): it imports the code
     # location only to check a --job it was given.
+    if args.command in ("status", "list", "cancel", "serve", "prune"):
+        from durable_assets.ops.registry import check_code_location
+
+        check_code_location()  # these never import the location: a missing one is named all the same
     if args.command in ("run", "backfill") or (args.command == "list" and args.job is not None):
         from durable_assets.ops.registry import durable_jobs
 

@@ -59,12 +59,38 @@ def missing_parts(config: dict[str, Any]) -> list[str]:
     return missing
 
 
+def env_references(config: Any, where: str = "") -> list[tuple[str, str]]:
+    """Every ``{env: NAME}`` value of a parsed ``dagster.yaml``, with where it stands
+    (``storage.postgres.postgres_url``): Dagster reads them when the instance opens, and an unset
+    one is a wall of config errors there instead of one line here."""
+    if isinstance(config, dict):
+        if set(config) == {"env"} and isinstance(config["env"], str):
+            return [(where, config["env"])]
+        return [
+            ref for k, v in config.items() for ref in env_references(v, f"{where}.{k}" if where else str(k))
+        ]
+    if isinstance(config, list):
+        return [ref for i, v in enumerate(config) for ref in env_references(v, f"{where}[{i}]")]
+    return []
+
+
 def ensure_instance_config(home: Path) -> Path:
     """``home``, with the project's ``dagster.yaml`` written if it has none; raises
     :class:`InstanceConfigError` when its own ``dagster.yaml`` lacks a required part."""
+    if home.exists() and not home.is_dir():
+        raise InstanceConfigError(
+            f"DAGSTER_HOME={home} is a file, not a folder: point DAGSTER_HOME at the instance's folder "
+            "(the one that holds dagster.yaml), or at a new path to make one there"
+        )
     path = home / "dagster.yaml"
     if not path.exists():
-        home.mkdir(parents=True, exist_ok=True)
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InstanceConfigError(
+                f"cannot make the instance folder DAGSTER_HOME={home}: {exc.strerror or exc}; point "
+                "DAGSTER_HOME at a folder you can write"
+            ) from exc
         # Two commands starting together on a new folder write the same text; a rename is atomic.
         fd, tmp = tempfile.mkstemp(dir=home, prefix=".dagster.yaml.")
         with os.fdopen(fd, "w") as out:
@@ -75,6 +101,13 @@ def ensure_instance_config(home: Path) -> Path:
         config = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise InstanceConfigError(f"cannot read {path}: {exc}") from exc
+    unset = [(where, name) for where, name in env_references(config) if not os.environ.get(name)]
+    if unset:
+        where, name = unset[0]
+        raise InstanceConfigError(
+            f"{name} is not set, and {path} reads {where} from it: export {name} (for Postgres, "
+            f"{name}=postgresql://USER@HOST:5432/DATABASE), or use an instance folder that does not need it"
+        )
     missing = missing_parts(config if isinstance(config, dict) else {})
     if missing:
         raise InstanceConfigError(

@@ -10,6 +10,7 @@ Runs are rebuilt in any process through :func:`job_definition`, a module-level f
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -31,13 +32,40 @@ def code_location() -> str:
     return InstanceSettings.current().code_location
 
 
-@cache
-def _load(module: str) -> DurableJobs:
-    # As `python -m` and `dagster -m` do: a module in the current directory is importable, so a
-    # location in the folder the command runs in needs no PYTHONPATH.
+def _importable_from_here() -> None:
+    """As `python -m` and `dagster -m` do: a module in the current directory is importable, so a
+    location in the folder the command runs in needs no PYTHONPATH."""
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
+
+
+def check_code_location() -> None:
+    """A command that never imports the location (``status``, ``list``) still refuses one named by
+    ``DURABLE_CODE_LOCATION`` that does not exist, without importing it: a setting silently ignored
+    by one command and fatal to the next is a trap. Only the module's top-level package is looked
+    up (finding a dotted name would import its parents)."""
+    module = code_location()
+    if module == InstanceSettings().code_location:
+        return  # the declared default: ours, installed with the command
+    _importable_from_here()
+    top = module.split(".", 1)[0]
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError) as exc:
+        found, why = None, str(exc)
+    else:
+        why = f"no module named {top!r} on the path or in {os.getcwd()}"
+    if found is None:
+        raise UsageError(
+            f"cannot find the code location {module!r} ({CODE_LOCATION_ENV}): {why}; run in the folder "
+            f"that holds it, or set {CODE_LOCATION_ENV} to the module that defines `durable_jobs`"
+        )
+
+
+@cache
+def _load(module: str) -> DurableJobs:
+    _importable_from_here()
     try:
         jobs = getattr(importlib.import_module(module), "durable_jobs", None)
     except ImportError as exc:

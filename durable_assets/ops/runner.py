@@ -79,7 +79,12 @@ def resolve_dagster_home() -> tuple[Path, str]:
     with the project's dagster.yaml (written if missing, checked if present: ops/instance.py)."""
     configured = InstanceSettings.current().dagster_home
     if configured:
-        return ensure_instance_config(Path(configured)), "DAGSTER_HOME"
+        home = Path(configured)
+        if not home.is_absolute():
+            # Dagster requires an absolute path; a relative one means what the shell means by it.
+            home = home.absolute()
+            os.environ["DAGSTER_HOME"] = str(home)
+        return ensure_instance_config(home), "DAGSTER_HOME"
     local = Path.cwd() / "dagster_home"
     home, why = (local, "./dagster_home") if local.is_dir() else (Path.home() / ".durable_assets", "default")
     home.mkdir(parents=True, exist_ok=True)

@@ -287,8 +287,20 @@ def reconciled_refunds(
     refunded = out["status"] == s.RefundOutcome.REFUNDED
     held = (out["status"] == s.RefundOutcome.HELD_FOR_REVIEW) & (out[s.CHARGE_ID] != "")
     charges = list(dict.fromkeys(str(c) for c in out.loc[refunded | held, s.CHARGE_ID]))
+    ours = set(out.loc[refunded, s.CHARGE_ID].astype(str))
+
+    def listing(charge_id: str) -> dict[str, Any]:
+        try:
+            return {"refunds": payments.gateway.list_charge_refunds(charge_id)}
+        except kit.ProviderRejectedError as exc:
+            # A held row's charge the provider does not know (the reason it was held) has no refunds
+            # there; a refunded row's must exist, and its absence fails closed.
+            if charge_id in ours or exc.http_status != 404:
+                raise
+            return {"refunds": []}
+
     listings = kit.paced_map(
-        lambda charge_id: {"refunds": payments.gateway.list_charge_refunds(charge_id)},
+        listing,
         charges,
         payments.limiter(),
         payments.backoff(),
