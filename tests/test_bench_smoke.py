@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.machine import FACTOR_ENV, scaled
+
 REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
@@ -26,9 +28,10 @@ def _bench(tmp_path: Path, only: str, timeout: float) -> tuple[subprocess.Comple
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DURABLE_", "DAGSTER_", "STRIPE_"))}
     env["PYTHONPATH"] = str(REPO)
+    env[FACTOR_ENV] = os.environ.get(FACTOR_ENV, "1")  # the bench's own waits follow the machine too
     bench = [sys.executable, "-m", "bench", "--size", "smoke", "--only", only, "--json", str(out)]
     proc = subprocess.run(
-        bench, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        bench, cwd=REPO, env=env, capture_output=True, text=True, timeout=scaled(timeout), check=False
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(out.read_text())

@@ -31,6 +31,7 @@ from tests.crash.helpers import (
     job_env,
 )
 from tests.support.homes import make_home
+from tests.support.machine import scaled
 from tests.support.polling import wait_until
 from tests.support.processes import JOB
 
@@ -186,6 +187,7 @@ def test_a_second_ctrl_c_stops_at_once_and_resume_takes_over_at_once(tmp_path: P
         worker.close()
     assert rc == 130, worker.text()[-2000:]
     assert f"interrupted at step 4; job resume --id {batch} continues it" in worker.text()
-    assert stopped_after < 7, f"the second Ctrl-C took {stopped_after:.1f} s to stop the worker"
+    # 7 s on an idle machine; a loaded one is allowed its measured slowness (tests/support/machine.py).
+    assert stopped_after < scaled(7), f"the second Ctrl-C took {stopped_after:.1f} s to stop the worker"
     _assert_nothing_sent_after(log, signal_at)
     _resume_finishes_exactly_once(batch, env, tmp_path, sim, expected)

@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 
 from tests.support.homes import make_home
-from tests.support.polling import wait_until
 from tests.support.tutorial import DOC, shop_count, tutorial_folder, tutorial_module
 
-from .crash.helpers import EXIT_FAILED, EXIT_OK, EXIT_USAGE, JobProcess, instance_reader, job, job_env
+from .crash.helpers import EXIT_FAILED, EXIT_OK, EXIT_USAGE, instance_reader, job, job_env, kill_mid_sending
 from .crash.helpers import resume_until_accepted as resume_after_kill
 
 SIZE = 120
@@ -57,23 +56,6 @@ def test_the_page_states_the_measured_wiring() -> None:
     assert f"is {two} lines for the two-step job" in text and f"and {five} for the five-step one" in text
     readme = " ".join((DOC.parent.parent / "README.md").read_text().split())
     assert f"{two} lines of wiring" in readme and f"{five} for a five-step" in readme
-
-
-def _kill_mid_sending(
-    folder: Path, env: dict[str, str], logs: Path, args: list[str], shop: Path, table_sql: str, size: int
-) -> int:
-    worker = JobProcess(args, env, logs, cwd=folder)
-    wait_until(
-        lambda: shop_count(shop, table_sql) >= 10 or worker.proc.poll() is not None,
-        timeout=120,
-        what="the first cards",
-    )
-    assert worker.proc.poll() is None, f"the batch ended before the kill\n{worker.tail()}"
-    worker.sigkill()
-    worker.reap_group()
-    at_kill = shop_count(shop, table_sql)
-    assert 0 < at_kill < size, at_kill
-    return at_kill
 
 
 def _print_shop_home(
@@ -110,7 +92,7 @@ def test_the_tutorial_job_is_served_killed_and_resumed_exactly_once(tmp_path: Pa
     ]
 
     run = ["run", "--job", "postcards", "--id", batch, "--size", str(SIZE)]
-    at_kill = _kill_mid_sending(folder, env, logs, run, shop, "SELECT count(*) FROM cards", SIZE)
+    at_kill = kill_mid_sending(folder, env, logs, run, shop, "SELECT count(*) FROM cards", SIZE)
     with instance_reader(home) as reader:
         attempts = resume_after_kill(batch, env, logs, reader, cwd=folder)
     assert attempts[-1].proc.returncode == EXIT_OK, attempts[-1].tail()
@@ -140,7 +122,7 @@ def test_the_five_step_job_is_capped_scheduled_killed_and_resumed_exactly_once(
 
     greeted = "SELECT count(*) FROM cards WHERE key LIKE 'greeting:greet-1-%'"
     run = ["run", "--job", "greetings", "--id", "greet-1", "--size", "300"]
-    at_kill = _kill_mid_sending(folder, env, logs, run, shop, greeted, 270)
+    at_kill = kill_mid_sending(folder, env, logs, run, shop, greeted, 270)
     with instance_reader(home) as reader:
         attempts = resume_after_kill("greet-1", env, logs, reader, cwd=folder)
     assert attempts[-1].proc.returncode == EXIT_OK, attempts[-1].tail()

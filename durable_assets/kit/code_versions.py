@@ -211,44 +211,41 @@ class CodePins:
 
     def note_seen(self, batch_id: str, changes: Iterable[CodeChange]) -> None:
         """Record what a refused resume saw deployed, so ``job status`` can say the code changed."""
-        c = batch_code.c
         t = now()
-        with self.db.transaction() as conn:
-            for change in changes:
-                conn.execute(
-                    batch_code.update()
-                    .where(c.batch_id == batch_id, c.step == change.step)
-                    .values(seen_version=change.deployed.version, seen_at=t)
-                )
+        self._update(batch_id, {c.step: {"seen_version": c.deployed.version, "seen_at": t} for c in changes})
 
     def clear_seen(self, batch_id: str, steps: Iterable[str]) -> None:
         """A run found these steps on the batch's own code again (the old release is back)."""
-        c = batch_code.c
-        with self.db.transaction() as conn:
-            conn.execute(
-                batch_code.update()
-                .where(c.batch_id == batch_id, c.step.in_(sorted(steps)))
-                .values(seen_version=None, seen_at=None)
-            )
+        self._update(batch_id, {step: {"seen_version": None, "seen_at": None} for step in steps})
 
     def accept(self, batch_id: str, changes: Iterable[CodeChange]) -> None:
         """A person's ``--accept-code-change``: the deployed versions become the batch's, recording
         when and what they replaced. The ledger's per-item check still holds after this."""
-        c = batch_code.c
         t = now()
+        self._update(
+            batch_id,
+            {
+                c.step: {
+                    "version": c.deployed.version,
+                    "declared": c.deployed.declared,
+                    "accepted_at": t,
+                    "accepted_from": c.pinned.version,
+                    "seen_version": None,
+                    "seen_at": None,
+                }
+                for c in changes
+            },
+        )
+
+    def _update(self, batch_id: str, values_by_step: Mapping[str, Mapping[str, Any]]) -> None:
+        """Set columns of some steps' pins, in one transaction."""
+        if not values_by_step:
+            return
+        c = batch_code.c
         with self.db.transaction() as conn:
-            for change in changes:
+            for step, values in values_by_step.items():
                 conn.execute(
-                    batch_code.update()
-                    .where(c.batch_id == batch_id, c.step == change.step)
-                    .values(
-                        version=change.deployed.version,
-                        declared=change.deployed.declared,
-                        accepted_at=t,
-                        accepted_from=change.pinned.version,
-                        seen_version=None,
-                        seen_at=None,
-                    )
+                    batch_code.update().where(c.batch_id == batch_id, c.step == step).values(**values)
                 )
 
     @staticmethod

@@ -30,6 +30,7 @@ from tests.support.network import Closing
 from tests.support.polling import wait_until
 from tests.support.processes import JOB, PYTHON, Process
 from tests.support.simulator import ThreadedSimulator
+from tests.support.tutorial import shop_count
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
 #: What the step a SIGKILL interrupted reads as right after it: still running while the lease is
@@ -106,6 +107,25 @@ from durable_assets.ops.cli import main
 
 sys.exit(main(sys.argv[1:]))
 """
+
+
+def kill_mid_sending(
+    folder: Path, env: Mapping[str, str], logs: Path, args: list[str], shop: Path, table_sql: str, size: int
+) -> int:
+    """Start `job` ``args`` in the tutorial's ``folder`` and SIGKILL it once the print ``shop`` holds
+    10 cards (counted by ``table_sql`` in the shop's own file); returns the count at the kill."""
+    worker = JobProcess(args, env, logs, cwd=folder)
+    wait_until(
+        lambda: shop_count(shop, table_sql) >= 10 or worker.proc.poll() is not None,
+        timeout=120,
+        what="the first cards",
+    )
+    assert worker.proc.poll() is None, f"the batch ended before the kill\n{worker.tail()}"
+    worker.sigkill()
+    worker.reap_group()
+    at_kill = shop_count(shop, table_sql)
+    assert 0 < at_kill < size, at_kill
+    return at_kill
 
 
 def job_killed_in_teardown(args: list[str], env: Mapping[str, str], log_dir: Path) -> JobProcess:

@@ -27,6 +27,7 @@ from .helpers import (
     instance_reader,
     job,
     job_env,
+    kill_mid_sending,
     resume_until_accepted,
 )
 
@@ -66,20 +67,8 @@ def _deploy(folder: Path, old: str, new: str) -> None:
 
 
 def _killed_mid_sending(folder: Path, env: dict[str, str], shop: Path, logs: Path, batch: str) -> int:
-    worker = JobProcess(
-        ["run", "--job", "postcards", "--id", batch, "--size", str(SIZE)], env, logs, cwd=folder
-    )
-    wait_until(
-        lambda: shop_count(shop, CARDS) >= 10 or worker.proc.poll() is not None,
-        timeout=120,
-        what="the first cards",
-    )
-    assert worker.proc.poll() is None, f"the batch ended before the kill\n{worker.tail()}"
-    worker.sigkill()
-    worker.reap_group()
-    at_kill = shop_count(shop, CARDS)
-    assert 0 < at_kill < SIZE, at_kill
-    return at_kill
+    run = ["run", "--job", "postcards", "--id", batch, "--size", str(SIZE)]
+    return kill_mid_sending(folder, env, logs, run, shop, CARDS, SIZE)
 
 
 def _status(batch: str, env: dict[str, str], logs: Path, folder: Path) -> dict[str, object]:
@@ -151,13 +140,14 @@ def test_the_old_code_back_resumes_without_any_acceptance(
 def test_a_changed_step_that_recorded_no_effects_runs_on_the_new_code_and_the_log_says_so(
     setup: Setup,
 ) -> None:
-    """Killed (SIGKILL, by the kit's named crash point) as the sending step starts, before any
-    intent: the new release's keys are the only ones the batch ever uses."""
+    """Killed (SIGKILL, by the kit's named crash point) as the read-only first step starts, after
+    the batch pinned its code: both steps change, neither has effects, so the resume runs them on
+    the new release (whose keys are the only ones the batch ever uses) and says so."""
     folder, env, shop, logs = setup
     batch = "deploy-3"
     killed = job(
         ["run", "--job", "postcards", "--id", batch, "--size", str(SIZE)],
-        {**env, "DURABLE_CRASH_AT": "step_start:2"},
+        {**env, "DURABLE_CRASH_AT": "step_start:1"},
         logs,
         cwd=folder,
     )
@@ -167,9 +157,10 @@ def test_a_changed_step_that_recorded_no_effects_runs_on_the_new_code_and_the_lo
     _deploy(folder, OLD_KEY, NEW_KEY)
     resumed = _resume(batch, env, logs, folder)
     assert resumed.proc.returncode == EXIT_OK, resumed.tail()
-    assert "step sent_cards runs on new code" in resumed.stderr, resumed.tail()
+    for step in ("recipients", "sent_cards"):
+        assert f"step {step} runs on new code" in resumed.stderr, resumed.tail()
     log = (Path(env["DAGSTER_HOME"]) / "logs" / f"{batch}.log").read_text()
-    assert "step sent_cards runs on code" in log
+    assert "step recipients runs on code" in log and "step sent_cards runs on code" in log
     assert shop_count(shop, CARDS) == SIZE
     assert shop_count(shop, "SELECT count(*) FROM cards WHERE key LIKE 'card-for:%'") == SIZE
 

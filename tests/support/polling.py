@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from .machine import scaled
+
 T = TypeVar("T")
 
 
@@ -32,8 +34,10 @@ def wait_until(
     Exceptions from ``predicate`` propagate at once (a predicate asserts that the process it
     watches is still alive, so a crash fails fast instead of at the deadline). After ``timeout``
     seconds it raises :class:`WaitTimeout` naming ``what``, the number of polls and the last value
-    seen; ``detail`` (e.g. a process's log tail) is called then and appended.
+    seen; ``detail`` (e.g. a process's log tail) is called then and appended. ``timeout`` is scaled
+    by the machine's slowness (tests/support/machine.py).
     """
+    timeout = scaled(timeout)  # as long on this machine now as the caller's guess on a quiet one
     started = time.monotonic()
     deadline = started + timeout
     polls = 0

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from tests.support.machine import scaled
 from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,12 +97,14 @@ class Process:
         return False
 
     def wait(self, timeout: float) -> int:
-        """Wait for the exit code; past ``timeout`` kill the group and raise with the output's tail."""
+        """Wait for the exit code; past ``timeout`` (scaled by the machine's slowness) kill the group
+        and raise with the output's tail."""
+        timeout = scaled(timeout)
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             self.reap_group()
-            raise ProcessTimeout(f"`{self.label}` did not finish in {timeout} s\n{self.tail()}") from exc
+            raise ProcessTimeout(f"`{self.label}` did not finish in {timeout:.0f} s\n{self.tail()}") from exc
         self.ended = self.ended or time.monotonic()
         return rc
 
@@ -145,7 +148,7 @@ class Process:
         """SIGTERM and wait (servers and daemons shut their children down on it), then reap the group."""
         if self.proc.poll() is None:
             self.proc.terminate()
-            if not self.exited_within(timeout):
+            if not self.exited_within(scaled(timeout)):
                 self.sigkill()
         self.reap_group()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.dagster_dev import STOP_DEADLINE_S, UiProcess
+from tests.support.dagster_dev import STOP_DEADLINE_S, UiProcess, stop_deadline_s
 from tests.support.homes import shipped_home
 from tests.support.polling import wait_until
 from tests.support.processes import live_in_groups, tree_groups
@@ -48,7 +48,7 @@ def test_sigint_stops_the_idle_ui_within_5_s_and_skips_the_community_dialog(
     assert ui.gql("{ shouldShowNux }") == {"shouldShowNux": False}
     elapsed = ui.stop(signal.SIGINT)
     print(f"SIGINT, idle: every process gone after {elapsed:.2f} s")
-    assert elapsed <= STOP_DEADLINE_S
+    assert elapsed <= stop_deadline_s(), f"{elapsed:.1f} s; {STOP_DEADLINE_S} s idle x the machine's slowness"
     assert ui.proc.returncode == 130, ui.tail()
 
 
@@ -86,5 +86,5 @@ def test_sigterm_stops_the_ui_with_a_run_in_flight_within_5_s(
 
     elapsed = ui.stop(signal.SIGTERM)
     print(f"SIGTERM, run in flight: every process gone after {elapsed:.2f} s")
-    assert elapsed <= STOP_DEADLINE_S
+    assert elapsed <= stop_deadline_s(), f"{elapsed:.1f} s; {STOP_DEADLINE_S} s idle x the machine's slowness"
     assert ui.proc.returncode == 143, ui.tail()
