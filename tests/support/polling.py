@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from .machine import scaled
+from .machine import scaled, slowness
 
 T = TypeVar("T")
 
@@ -34,12 +34,14 @@ def wait_until(
     Exceptions from ``predicate`` propagate at once (a predicate asserts that the process it
     watches is still alive, so a crash fails fast instead of at the deadline). After ``timeout``
     seconds it raises :class:`WaitTimeout` naming ``what``, the number of polls and the last value
-    seen; ``detail`` (e.g. a process's log tail) is called then and appended. ``timeout`` is scaled
-    by the machine's slowness (tests/support/machine.py).
+    seen; ``detail`` (e.g. a process's log tail) is called then and appended.
+
+    ``timeout`` is written for a quiet machine: the wait allows it times the machine's measured
+    slowness (tests/support/machine.py), and the message says both.
     """
-    timeout = scaled(timeout)  # as long on this machine now as the caller's guess on a quiet one
+    limit = scaled(timeout)
     started = time.monotonic()
-    deadline = started + timeout
+    deadline = started + limit
     polls = 0
     while True:
         value = predicate()
@@ -48,8 +50,9 @@ def wait_until(
             return value
         if time.monotonic() >= deadline:
             message = (
-                f"timed out after {time.monotonic() - started:.1f} s (limit {timeout:.1f} s, {polls} polls) "
-                f"waiting for {what}; last value: {_short(value)}"
+                f"timed out after {time.monotonic() - started:.1f} s (limit {limit:.1f} s: {timeout:g} s "
+                f"on a quiet machine x{slowness():.2f}; {polls} polls) waiting for {what}; "
+                f"last value: {_short(value)}"
             )
             if detail is not None:
                 message += f"\n{detail()}"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from tests.support.machine import scaled
+from tests.support.machine import scaled, slowness
 from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,19 +97,25 @@ class Process:
         return False
 
     def wait(self, timeout: float) -> int:
-        """Wait for the exit code; past ``timeout`` (scaled by the machine's slowness) kill the group
-        and raise with the output's tail."""
-        timeout = scaled(timeout)
+        """Wait for the exit code; past ``timeout`` (quiet-machine seconds, scaled by the machine's
+        measured slowness: tests/support/machine.py) kill the group and raise with the output's tail."""
+        limit = scaled(timeout)
         try:
-            rc = self.proc.wait(timeout=timeout)
+            rc = self.proc.wait(timeout=limit)
         except subprocess.TimeoutExpired as exc:
             self.reap_group()
-            raise ProcessTimeout(f"`{self.label}` did not finish in {timeout:.0f} s\n{self.tail()}") from exc
+            raise ProcessTimeout(
+                f"`{self.label}` did not finish in {limit:.0f} s ({timeout:g} s on a quiet machine "
+                f"x{slowness():.2f})\n{self.tail()}"
+            ) from exc
         self.ended = self.ended or time.monotonic()
         return rc
 
     def exited_within(self, seconds: float) -> bool:
-        """Wait up to ``seconds`` for the process to exit on its own (a timed wait, not a sleep)."""
+        """Wait up to ``seconds`` for the process to exit on its own (a timed wait, not a sleep).
+
+        Not scaled: the crash tier uses it to place a kill at a moment measured on this machine
+        (kill_at_then_finish); a caller that means a deadline passes ``scaled(seconds)``."""
         try:
             self.proc.wait(timeout=max(seconds, 0.0))
         except subprocess.TimeoutExpired:
@@ -130,7 +136,7 @@ class Process:
         at = time.monotonic()
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
+        self.proc.wait(timeout=scaled(30))
         self.ended = self.ended or at
         return at
 
@@ -145,7 +151,8 @@ class Process:
         return at
 
     def terminate(self, timeout: float = 20) -> None:
-        """SIGTERM and wait (servers and daemons shut their children down on it), then reap the group."""
+        """SIGTERM and wait ``timeout`` (scaled) for the process to go (servers and daemons shut their
+        children down on it), SIGKILL it past that, then reap the group."""
         if self.proc.poll() is None:
             self.proc.terminate()
             if not self.exited_within(scaled(timeout)):
@@ -264,7 +271,7 @@ def stop_tree(
     for pgid in groups:
         kill_group(pgid)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
+        proc.wait(timeout=scaled(10))
     return Stopped(elapsed, left)
 
 
@@ -273,4 +280,4 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     for pgid in tree_groups(proc.pid) | {proc.pid}:
         kill_group(pgid)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
+        proc.wait(timeout=scaled(10))
