@@ -70,7 +70,7 @@ def _factor_line(prefix: str = "deadlines") -> str:
     )
     return (
         f"{prefix} x{machine.slowness():.2f} ({how}; floor {machine.FLOOR:g}, ceiling {machine.CEILING:g}, "
-        f"measured again before slow tests; tests/support/machine.py)"
+        f"measured again as the run goes; tests/support/machine.py)"
     )
 
 
@@ -89,9 +89,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Before a slow test (before its fixtures and its timeout start), measure the machine again if
-    the last measure is older than machine.RECHECK_S; the test's report carries the factor it ran with."""
-    factor = machine.refresh() if item.get_closest_marker("slow") else machine.slowness()
+    """Before a test (before its fixtures and its timeout start), measure the machine again if the
+    last measure is older than machine.RECHECK_S (a slow test) or three times that (any other: a
+    quick run that lasts minutes follows the load too); the report carries the factor it ran with."""
+    slow = item.get_closest_marker("slow") is not None
+    factor = machine.refresh(machine.RECHECK_S if slow else 3 * machine.RECHECK_S)
     item.user_properties.append(("slowness", factor))
     yield
 

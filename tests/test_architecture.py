@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 import durable_assets.kit
+from tests.support.machine import scaled
 
 PACKAGE = Path(durable_assets.kit.__file__).parent.parent
 TESTING = PACKAGE.parent / "durable_assets_testing"
@@ -210,7 +211,7 @@ def test_a_usage_error_imports_neither_dagster_nor_pandas() -> None:
         "heavy = sorted(m for m in ('dagster', 'pandas', 'sqlalchemy') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=scaled(60))
     assert done.returncode == 0, done.stderr
     assert "error: the following arguments are required" in done.stderr
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.machine import FACTOR_ENV, scaled
+from tests.support.machine import FACTOR_ENV, scaled, slowness
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,11 +24,12 @@ pytestmark = pytest.mark.slow
 
 
 def _bench(tmp_path: Path, only: str, timeout: float) -> tuple[subprocess.CompletedProcess[str], Any]:
-    """``python -m bench`` at smoke size in a clean environment; its output and its JSON report."""
+    """``python -m bench`` at smoke size in a clean environment; its output and its JSON report.
+    ``timeout`` is for a quiet machine (scaled by this one's slowness)."""
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DURABLE_", "DAGSTER_", "STRIPE_"))}
     env["PYTHONPATH"] = str(REPO)
-    env[FACTOR_ENV] = os.environ.get(FACTOR_ENV, "1")  # the bench's own waits follow the machine too
+    env[FACTOR_ENV] = f"{slowness():.2f}"  # its own waits (tests/support helpers) follow the machine too
     bench = [sys.executable, "-m", "bench", "--size", "smoke", "--only", only, "--json", str(out)]
     proc = subprocess.run(
         bench, cwd=REPO, env=env, capture_output=True, text=True, timeout=scaled(timeout), check=False

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from durable_assets.ops import cli
+from tests.support.machine import scaled
 from tests.support.network import free_port
 
 from .conftest import REPO, job_cli
@@ -189,7 +190,7 @@ def test_canceled_batch_is_one_line(dagster_home: Path) -> None:
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.5)
         assert job_cli("cancel", "--id", "stopme").returncode == 0
-        _, stderr = proc.communicate(timeout=120)
+        _, stderr = proc.communicate(timeout=scaled(120))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -225,7 +226,7 @@ def test_reader_gone_is_not_a_traceback(dagster_home: Path, argv: list[str]) -> 
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader is gone before the first write, like `| head -0`
     stderr = proc.stderr.read().decode()
-    assert proc.wait(timeout=60) == 0, stderr
+    assert proc.wait(timeout=scaled(60)) == 0, stderr
     assert stderr == ""
 
 
@@ -234,7 +235,7 @@ def test_prune_dry_run_piped_to_head(dagster_home: Path) -> None:
         ["bash", "-o", "pipefail", "-c", f"'{JOB}' prune --dry-run | head -1"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     assert shell.returncode == 0 and shell.stdout.startswith("would prune") and shell.stderr == ""
@@ -344,7 +345,7 @@ def test_a_code_location_that_does_not_exist_is_exit_2_naming_it(
         text=True,
         cwd=tmp_path,
         env=_env(DAGSTER_HOME=str(dagster_home), DURABLE_CODE_LOCATION="nosuch_location"),
-        timeout=120,
+        timeout=scaled(120),
     )
     assert p.returncode == 2, p.stderr
     line = _one_error_line(p.stderr)
@@ -398,7 +399,7 @@ def test_other_instance_folders_dagster_refuses_are_one_line_each(tmp_path: Path
             capture_output=True,
             text=True,
             env=_env(DAGSTER_HOME=home),
-            timeout=120,
+            timeout=scaled(120),
         )
         assert p.returncode == 2, p.stderr
         assert expected in _one_error_line(p.stderr)
@@ -412,7 +413,7 @@ def test_a_relative_dagster_home_is_the_folder_the_shell_means(tmp_path: Path) -
         text=True,
         cwd=tmp_path,
         env=_env(DAGSTER_HOME="here/home"),
-        timeout=180,
+        timeout=scaled(180),
     )
     assert p.returncode in (0, 4), p.stderr
     assert (tmp_path / "here" / "home" / "dagster.yaml").is_file()

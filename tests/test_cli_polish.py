@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.homes import clean_env
+from tests.support.machine import scaled
 from tests.support.polling import wait_until
 from tests.support.processes import JOB, PYTHON, Process
 from tests.support.simulator import ThreadedSimulator
@@ -194,7 +195,11 @@ def test_reading_commands_answer_without_importing_the_code_location(
     more than Dagster's own import, on every status poll."""
     assert job_cli("run", "--id", "light", "--size", "20").returncode == 0
     done = subprocess.run(
-        [str(PYTHON), "-c", _IMPORTS_OF, *argv], capture_output=True, text=True, timeout=120, check=False
+        [str(PYTHON), "-c", _IMPORTS_OF, *argv],
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+        check=False,
     )
     said = json.loads(done.stderr.strip().splitlines()[-1])
     assert said == {"exit": 0, "imported": []}, done.stderr

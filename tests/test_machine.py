@@ -23,7 +23,7 @@ def test_the_factor_in_force_is_measured_and_clamped(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(machine.FACTOR_ENV, "0.2")  # a machine faster than the reference: as written
     assert machine.slowness() == machine.FLOOR
     monkeypatch.setenv(machine.FACTOR_ENV, "2.5")
-    assert machine.scaled(10) == 25 and machine.quiet(25) == 10
+    assert machine.scaled(10) == 25 and machine.unscaled(25) == 10
 
 
 def test_a_fresh_measure_is_reused_and_a_stale_one_measured_again(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from durable_assets.payments.store import PaymentStore
 from durable_assets.refunds.assets import ALL_ASSETS, BATCHES
 from durable_assets.refunds.job import refund_batch
 from durable_assets.refunds.notices import Mailbox
+from tests.support.machine import scaled
 
 from .conftest import job_cli
 
@@ -105,7 +106,7 @@ def test_concurrent_batches_keep_separate_checkpoints(dagster_home: Path) -> Non
         for bid in ("left", "right")
     }
     for bid, proc in procs.items():
-        out, err = proc.communicate(timeout=180)
+        out, err = proc.communicate(timeout=scaled(180))
         assert proc.returncode == 0, (bid, out, err)
     for bid in procs:
         for step in STEPS:

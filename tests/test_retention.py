@@ -46,6 +46,7 @@ from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.retention import policy_from_env, prune_batches, pruning
 from durable_assets.ops.retention.pruning import DAY_S, RetentionPolicy, read_archive
+from tests.support.machine import scaled
 
 from .conftest import REPO, job_cli
 
@@ -486,7 +487,7 @@ def test_crash_then_rerun_loses_nothing_and_archives_nothing_twice(
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=scaled(240),
         check=False,
     )
     assert crashed.returncode == -9, crashed.stderr

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from tests.crash.helpers import JobProcess
+from tests.support.machine import scaled
 from tests.support.polling import wait_until
 
 TOKEN = "test-token-Zq9"
@@ -36,11 +37,7 @@ class ApiServer:
         self.url: str = found.group(1)
 
     def close(self) -> None:
-        if self.proc.proc.poll() is None:
-            self.proc.proc.terminate()
-            if not self.proc.exited_within(15):
-                self.proc.sigkill()
-        self.proc.reap_group()
+        self.proc.terminate(timeout=15)  # SIGTERM, 15 s (scaled) to go, then SIGKILL; the group reaped
 
 
 @contextlib.contextmanager
@@ -83,14 +80,14 @@ def read_stream(
     events: list[Event] = []
     keepalives = 0
     fields: dict[str, str] = {}
-    deadline = time.monotonic() + timeout
-    with httpx.stream("GET", url, headers=hdrs, timeout=httpx.Timeout(30.0)) as response:
+    deadline = time.monotonic() + scaled(timeout)
+    with httpx.stream("GET", url, headers=hdrs, timeout=httpx.Timeout(scaled(30.0))) as response:
         if response.status_code != 200:
             response.read()
             return Stream(response.status_code, [], 0, True)
         assert response.headers["content-type"].startswith("text/event-stream"), response.headers
         for line in response.iter_lines():
-            assert time.monotonic() < deadline, f"stream still open after {timeout} s"
+            assert time.monotonic() < deadline, f"stream still open after {scaled(timeout):.0f} s"
             if line.startswith(":"):
                 keepalives += line.strip() == ": keepalive"
             elif line == "":

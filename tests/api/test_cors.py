@@ -26,6 +26,7 @@ from tests.api.helpers import TOKEN, ApiServer, read_stream
 from tests.crash.helpers import job, job_env
 from tests.support.browser import headless_chromium
 from tests.support.homes import make_home
+from tests.support.machine import scaled
 from tests.support.polling import wait_until
 
 BATCH = "cors-1"
@@ -250,7 +251,7 @@ def _dashboard(browser: Any, page_origin: Origin, setup: Setup) -> tuple[dict[st
         page.goto(f"{page_origin.url}/?api={setup.url}&token={TOKEN}&batch={BATCH}")
         page.wait_for_function(
             "() => window.result && window.result.closed && (window.result.runs || window.result.fetchError)",
-            timeout=60_000,
+            timeout=scaled(60) * 1000,
         )
         result = page.evaluate("() => window.result")
     finally:

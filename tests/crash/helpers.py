@@ -26,6 +26,7 @@ import requests
 
 from tests.support.batches import synthetic_candidates
 from tests.support.homes import clean_env, open_instance, pg_url_of
+from tests.support.machine import scaled, unscaled
 from tests.support.network import Closing
 from tests.support.polling import wait_until
 from tests.support.processes import JOB, PYTHON, Process
@@ -228,22 +229,25 @@ def resume_until_accepted(
     worker's lease is still live.
 
     Between attempts it waits for the lease to expire (read from the lease table) instead of
-    hammering the CLI. Returns every attempt; the last one did not exit 3.
+    hammering the CLI. Returns every attempt; the last one did not exit 3. ``timeout`` is for a quiet
+    machine, scaled once here (what is left is handed to the helpers in quiet seconds again).
     """
-    deadline = time.monotonic() + timeout
+    limit = scaled(timeout)
+    deadline = time.monotonic() + limit
     attempts: list[JobProcess] = []
     while True:
-        left = deadline - time.monotonic()
+        left = unscaled(deadline - time.monotonic())
         wait_until(lambda: not reader.lease_live(batch_id), timeout=max(left, 0.1), what="lease expiry")
         if reader.has_runs(batch_id) or size is None:
             args = ["resume", "--id", batch_id]
         else:
             args = ["run", *(["--job", job_name] if job_name else []), "--id", batch_id, "--size", str(size)]
-        p = job(args, env, log_dir, timeout=max(deadline - time.monotonic(), 30), cwd=cwd, command=command)
+        left = unscaled(deadline - time.monotonic())
+        p = job(args, env, log_dir, timeout=max(left, 30), cwd=cwd, command=command)
         attempts.append(p)
         if p.proc.returncode != EXIT_CONFLICT:
             return attempts
-        assert time.monotonic() < deadline, f"still conflicting after {timeout} s\n{p.tail()}"
+        assert time.monotonic() < deadline, f"still conflicting after {limit:.0f} s\n{p.tail()}"
 
 
 def kill_at_then_finish(
@@ -318,7 +322,7 @@ def freeze_outside_transactions(pid: int, home: Path, progress: Callable[[], obj
     row locks), which is a stall, not an orphan scenario. When the freeze lands inside one, thaw,
     let ``progress`` change, and retry.
     """
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while True:
         os.kill(pid, signal.SIGSTOP)
         if holds_no_write_lock(home):

@@ -23,6 +23,7 @@ import pytest
 from tests.crash.helpers import InstanceReader, JobProcess, Simulator, job_env
 from tests.support import network
 from tests.support.homes import shipped_home
+from tests.support.machine import scaled
 from tests.support.polling import wait_until
 from tests.support.processes import kill_group
 
@@ -79,7 +80,7 @@ class Cluster:
     def kill_worker(self, worker: JobProcess) -> None:
         """SIGKILL a worker with its pool children (its whole process group), and reap it."""
         kill_group(worker.pid, signal.SIGKILL)
-        worker.proc.wait(timeout=30)
+        worker.proc.wait(timeout=scaled(30))
 
     def run(self, job_name: str, batch_id: str, size: int, shards: int = 4, **extra: Any) -> JobProcess:
         args = ["run", "--job", job_name, "--id", batch_id, "--size", str(size)]
@@ -97,7 +98,7 @@ class Cluster:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 kill_group(w.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
-                w.proc.wait(timeout=10)
+                w.proc.wait(timeout=scaled(10))
         _delete_queue(self.queue)
 
 

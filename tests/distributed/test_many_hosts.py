@@ -32,6 +32,7 @@ from tests.crash.helpers import (
 )
 from tests.support.credits import CREDIT_STEPS, ProviderCredits, assert_credits_exact, expected_balances
 from tests.support.hosts import Hosts, faketime_command, private_mounts_available
+from tests.support.machine import scaled
 from tests.support.polling import wait_until
 from tests.support.processes import kill_group
 
@@ -224,7 +225,7 @@ def test_a_sharded_batch_on_separate_hosts_survives_a_worker_and_its_orchestrato
         )
         assert run.proc.poll() is None, f"the batch ended before the orchestrator's kill\n{run.tail()}"
         kill_group(run.pid, signal.SIGKILL)
-        run.proc.wait(timeout=30)
+        run.proc.wait(timeout=scaled(30))
     deployment.worker("worker-c")  # the lost worker's replacement, on a host of its own
 
     attempts = resume_until_accepted(

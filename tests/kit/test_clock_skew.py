@@ -21,6 +21,7 @@ from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.db import DurableDatabase, rate_limits
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.step_leases import StepLeaseStore
+from tests.support.machine import scaled
 from tests.support.polling import wait_until
 from tests.support.processes import REPO
 
@@ -41,7 +42,7 @@ def _faketime() -> str:
         [found, "-f", "+40s", sys.executable, "-c", "import time; print(time.time())"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     if probe.returncode != 0 or not 30 < float(probe.stdout.strip() or 0) - time.time() < 50:
@@ -60,7 +61,7 @@ def _skewed(skew: str, code: str, *args: str) -> subprocess.CompletedProcess[str
         capture_output=True,
         text=True,
         env=_env(),
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -96,7 +97,7 @@ def test_a_lease_written_on_a_wrong_clock_lasts_its_ttl(pg_database: str, skew: 
     # The skewed process is gone without renewing: its lease lapses after its TTL, not 40 s later.
     wait_until(lambda: not store.get("b").is_live(), timeout=TTL_S + 5, what="the skewed lease to lapse")  # type: ignore[union-attr]
     assert store.acquire("b", "our-run", owner=ELSEWHERE).fence == lease.fence + 1
-    assert time.monotonic() - taken_at < TTL_S + 5
+    assert time.monotonic() - taken_at < TTL_S + scaled(5)
 
 
 @pytest.mark.parametrize("skew", SKEWS)
@@ -182,7 +183,7 @@ def test_processes_on_wrong_clocks_share_the_account_rate_and_do_not_exceed_it(p
             assert p.stdin is not None
             p.stdin.write("go\n")
             p.stdin.flush()
-        counts = [int(p.communicate(timeout=60)[0].strip()) for p in procs]
+        counts = [int(p.communicate(timeout=scaled(60))[0].strip()) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:

@@ -18,6 +18,7 @@ from durable_assets.errors import UsageError
 from durable_assets.kit import crashpoints
 from durable_assets.kit.crashpoints import CrashPoint, CrashSpec, arm, crash_point, disarm, parse_spec
 from durable_assets.kit.settings import CrashHooks
+from tests.support.machine import scaled
 from tests.support.processes import REPO
 
 
@@ -122,7 +123,7 @@ def _child(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", **env},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )
 

@@ -20,6 +20,7 @@ import pytest
 from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.leases import LeaseStore, holder_is_gone, owner_of, owner_pid, process_owner
+from tests.support.machine import scaled
 from tests.support.polling import wait_until
 
 
@@ -28,7 +29,7 @@ def child() -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     yield proc
     proc.kill()
-    proc.wait(10)
+    proc.wait(scaled(10))
 
 
 def _state(pid: int) -> str:
@@ -49,7 +50,7 @@ def test_a_killed_process_is_gone_reaped_or_not(child: subprocess.Popen[bytes]) 
     child.kill()
     wait_until(lambda: _state(child.pid) == "Z", 10, what="the child to become a zombie")
     assert holder_is_gone(owner), "a zombie runs nothing"
-    child.wait(10)
+    child.wait(scaled(10))
     assert holder_is_gone(owner)
 
 
@@ -71,7 +72,7 @@ def test_an_owner_this_host_cannot_judge_is_not_gone(owner: str) -> None:
 def test_a_foreign_namespace_is_not_judged(child: subprocess.Popen[bytes]) -> None:
     _, pid, incarnation = owner_of(child.pid).split(":")
     child.kill()
-    child.wait(10)
+    child.wait(scaled(10))
     start = incarnation.partition(".")[2]
     assert not holder_is_gone(f"{socket.gethostname()}:{pid}:ffffffff.{start}")
 
@@ -84,7 +85,7 @@ def test_acquire_takes_over_from_a_dead_holder_at_once(
     with pytest.raises(LeaseHeldError):
         store.acquire("b", "new-run", owner=process_owner())
     child.kill()
-    child.wait(10)
+    child.wait(scaled(10))
     taken = store.acquire("b", "new-run", owner=process_owner())
     assert (taken.run_id, taken.fence) == ("new-run", held.fence + 1)
     assert not store.renew(held), "the dead holder's fence is stale"

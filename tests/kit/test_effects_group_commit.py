@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.effects import EffectRunner
 from durable_assets.kit.ledger import FINISHED, REVIEW, STARTED, Intent, Ledger
+from tests.support.machine import scaled
 from tests.support.polling import wait_until
 
 SCOPE = "refund"
@@ -166,7 +167,7 @@ def test_answers_arriving_together_from_many_threads_are_all_recorded(ledger: Le
 
     def perform(intent: Intent) -> dict[str, Any]:
         if int(intent.key[1:]) < 16:
-            barrier.wait(timeout=20)  # the first 16 answer at the same instant
+            barrier.wait(timeout=scaled(20))  # the first 16 answer at the same instant
         return _answer(intent)
 
     runner = _first_run(

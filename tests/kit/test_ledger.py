@@ -10,6 +10,7 @@ import pytest
 from durable_assets.errors import IdempotencyKeyMismatchError
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.ledger import FINISHED, Intent, Ledger
+from tests.support.machine import scaled
 
 
 def _ledger(url: str, ttl: float = 60.0) -> Ledger:
@@ -72,9 +73,9 @@ def test_two_processes_never_both_own_a_key(durable_db_url: str) -> None:
     procs = [ctx.Process(target=_claim_all, args=(durable_db_url, f"w{n}", 200, queue)) for n in range(4)]
     for p in procs:
         p.start()
-    results = [queue.get(timeout=60) for _ in procs]
+    results = [queue.get(timeout=scaled(60)) for _ in procs]
     for p in procs:
-        p.join(timeout=60)
+        p.join(timeout=scaled(60))
     owned = [k for _owner, keys in results for k in keys]
     assert len(owned) == len(set(owned)) == 200
 
@@ -124,7 +125,7 @@ def test_concurrent_workers_never_both_own_one_subject(durable_db_url: str) -> N
     ]
     for p in procs:
         p.start()
-    owned = [out.get(timeout=60) for _ in procs]
+    owned = [out.get(timeout=scaled(60)) for _ in procs]
     for p in procs:
-        p.join(timeout=60)
+        p.join(timeout=scaled(60))
     assert sum(len(keys) for _key, keys in owned) == 1, owned

@@ -34,6 +34,7 @@ from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.ledger import Intent, Ledger
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.payments.store import PaymentStore
+from tests.support.machine import scaled
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[2]
@@ -178,7 +179,7 @@ def test_the_revisions_form_one_line() -> None:
 
 
 def _open(url: str, start: Any, out: Any) -> None:
-    start.wait(timeout=60)
+    start.wait(timeout=scaled(60))
     try:
         with DurableDatabase(url).engine.connect() as conn:
             out.put(("ok", migrations.current_revision(conn)))
@@ -193,9 +194,9 @@ def test_four_processes_opening_a_new_database_at_once_all_succeed(durable_db_ur
     procs = [ctx.Process(target=_open, args=(durable_db_url, start, out)) for _ in range(4)]
     for p in procs:
         p.start()
-    results = [out.get(timeout=120) for _ in procs]
+    results = [out.get(timeout=scaled(120)) for _ in procs]
     for p in procs:
-        p.join(timeout=60)
+        p.join(timeout=scaled(60))
     assert results == [("ok", migrations.head_revision())] * 4
     assert _version_rows(DurableDatabase(durable_db_url)) == [migrations.head_revision()]
 
@@ -247,7 +248,7 @@ def _cli(code: Path, home: Path, *args: str, **env: str) -> subprocess.Completed
         },
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=scaled(240),
         check=False,
     )
 

@@ -17,6 +17,7 @@ import pytest
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.progress import Progress, ProgressStore, ShardOf
 from durable_assets.kit.sharding import rows_per_shard, shard_position
+from tests.support.machine import scaled
 
 STEP, TOTAL, LABEL = 4, 7, "Issuing refunds"
 
@@ -123,7 +124,7 @@ def test_shards_writing_at_once_publish_their_sums_in_order(durable_db_url: str)
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=120)
+        t.join(timeout=scaled(120))
     assert not any(t.is_alive() for t in threads)
     _assert_never_back(logged, sum(rows))
     assert ProgressStore(db).latest("b") == _p(sum(rows), sum(rows))

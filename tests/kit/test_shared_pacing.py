@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.machine import scaled
+
 pytestmark = pytest.mark.postgres
 
 RATE = 200.0
@@ -26,7 +28,7 @@ def _spend(url: str, ready: Any, go: Any, out: Any) -> None:
 
     limiter = SharedRateLimiter(SharedBucket(DurableDatabase(url), "acct_test", RATE))
     ready.put(True)
-    go.wait(120)
+    go.wait(scaled(120))
     end_at = time.time() + DURATION_S
     sent = 0
     while True:
@@ -47,11 +49,11 @@ def test_processes_together_stay_within_the_account_limit_and_reach_it(pg_databa
     for p in procs:
         p.start()
     for _ in procs:  # spawned interpreters import the kit first; the clock starts when all can draw
-        ready.get(timeout=120)
+        ready.get(timeout=scaled(120))
     go.set()
-    counts = [out.get(timeout=60) for _ in procs]
+    counts = [out.get(timeout=scaled(60)) for _ in procs]
     for p in procs:
-        p.join(timeout=30)
+        p.join(timeout=scaled(30))
     total = sum(counts)
     burst = max(1.0, RATE * 0.05)
     assert total <= RATE * DURATION_S + burst + PROCESSES, (counts, total)

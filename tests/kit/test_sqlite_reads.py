@@ -11,6 +11,7 @@ from pathlib import Path
 
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.leases import LeaseStore
+from tests.support.machine import scaled
 
 
 def test_a_read_does_not_wait_on_a_writer_holding_the_lock(tmp_path: Path) -> None:
@@ -64,7 +65,7 @@ def test_opening_a_database_at_head_does_not_wait_on_a_writer(tmp_path: Path) ->
     writer.execute("BEGIN IMMEDIATE")
     try:
         opened = subprocess.run(
-            [sys.executable, "-c", probe, url], capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", probe, url], capture_output=True, text=True, timeout=scaled(120)
         )
     finally:
         writer.execute("ROLLBACK")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from durable_assets.kit.sqlite_wal import enable_wal
+from tests.support.machine import scaled
 
 
 @contextmanager
@@ -62,13 +63,13 @@ def test_the_switch_waits_for_the_writer_and_then_happens(tmp_path: Path) -> Non
     with _writer_holding_the_lock(path) as writer:
         switching = threading.Thread(target=lambda: result.append(enable_wal(conn, timeout_s=60)))
         switching.start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while _CountingConnection.attempts < 2:  # refused at least once, then tried again
             assert time.monotonic() < deadline, "enable_wal never retried"
             time.sleep(0.005)
         assert switching.is_alive() and result == []
         writer.execute("COMMIT")
-        switching.join(timeout=60)
+        switching.join(timeout=scaled(60))
     assert result == ["wal"]
     assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone() == ("wal",)
 

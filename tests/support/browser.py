@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.machine import scaled
 from tests.support.polling import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
@@ -57,7 +58,9 @@ def headless_chromium() -> Iterator[Any]:
 
     binary = chromium_binary()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(binary), args=CHROMIUM_ARGS, headless=True)
+        browser = p.chromium.launch(
+            executable_path=str(binary), args=CHROMIUM_ARGS, headless=True, timeout=scaled(30) * 1000
+        )
         try:
             yield browser
         finally:

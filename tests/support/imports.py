@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+from .machine import scaled
+
 _PROBE = """
 import json, sys
 exec(sys.argv[1])
@@ -16,6 +18,8 @@ print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
 
 def libraries_loaded_by(code: str) -> set[str]:
     """The top-level packages in ``sys.modules`` once ``code`` has run."""
-    done = subprocess.run([sys.executable, "-c", _PROBE, code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, code], capture_output=True, text=True, timeout=scaled(120)
+    )
     assert done.returncode == 0, done.stderr
     return set(json.loads(done.stdout.strip().splitlines()[-1]))

@@ -24,6 +24,7 @@ from durable_assets.payments.store import PaymentStore
 from tests.support.browser import chromium_binary, headless_chromium
 from tests.support.dagster_dev import UiProcess, graphql
 from tests.support.homes import shipped_home
+from tests.support.machine import scaled
 from tests.support.polling import wait_until
 
 from ..conftest import REPO
@@ -43,6 +44,11 @@ JOB_GRAPH = (
 ASSETS = ("invoices", "validated_invoices", "refund_candidates", "issued_refunds")
 ASSETS += ("reconciled_refunds", "customer_notices", "batch_report")
 #: apt installing chromium on a fresh machine, on a slow mirror.
+
+
+def _ms(seconds: float) -> float:
+    """A playwright timeout (ms) for ``seconds`` on a quiet machine, scaled by this one's slowness."""
+    return scaled(seconds) * 1000
 
 
 @dataclass
@@ -116,7 +122,7 @@ def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     # No localStorage 'communityNux' here: the shipped dagster.yaml (nux.enabled: false) is what
     # keeps Dagster's "Join the Dagster community" dialog from covering the pages we click.
-    context.set_default_timeout(30_000)
+    context.set_default_timeout(_ms(30))
     pg = context.new_page()
     try:
         yield pg
@@ -133,7 +139,7 @@ def _screenshot(page: Any, name: str) -> Path:
 
 
 def _run_id_from(page: Any) -> str:
-    page.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=60_000)
+    page.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=_ms(60))
     match = re.search(r"/runs/([0-9a-f-]{36})", page.url)
     assert match, page.url
     return match.group(1)
@@ -203,7 +209,7 @@ def test_a_failed_batch_re_executed_from_failure_in_the_ui_completes(ui: Dagster
     page.get_by_role("button", name=re.compile("Re-execute all")).wait_for()
     page.locator("button:right-of(:text('Re-execute all'))").first.click()
     page.get_by_role("menuitem", name="From failure").click()  # ...and re-executes from failure
-    page.wait_for_url(lambda url: failed_id not in url and "/runs/" in url, timeout=60_000)
+    page.wait_for_url(lambda url: failed_id not in url and "/runs/" in url, timeout=_ms(60))
     retry_id = _run_id_from(page)
     retry = ui.wait_for_run(retry_id, "SUCCESS")
 

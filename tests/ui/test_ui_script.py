@@ -1,5 +1,8 @@
 """scripts/ui.sh starts the UI on the shipped instance configuration and stops it, whole, in 5 s.
 
+The 5 s are the product's promise on an idle machine; these tests allow them times the machine's
+measured slowness (tests/support/machine.py) and their failure message says both.
+
 `dagster dev` alone keeps its code server (and so its group) alive until runs in flight end, and
 ignores SIGTERM when started with SIGINT ignored; the script must stop all of it either way.
 """
@@ -13,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.dagster_dev import STOP_DEADLINE_S, UiProcess, stop_deadline_s
+from tests.support.dagster_dev import UiProcess, assert_stopped_in_time
 from tests.support.homes import shipped_home
 from tests.support.polling import wait_until
 from tests.support.processes import live_in_groups, tree_groups
@@ -48,7 +51,7 @@ def test_sigint_stops_the_idle_ui_within_5_s_and_skips_the_community_dialog(
     assert ui.gql("{ shouldShowNux }") == {"shouldShowNux": False}
     elapsed = ui.stop(signal.SIGINT)
     print(f"SIGINT, idle: every process gone after {elapsed:.2f} s")
-    assert elapsed <= stop_deadline_s(), f"{elapsed:.1f} s; {STOP_DEADLINE_S} s idle x the machine's slowness"
+    assert_stopped_in_time(elapsed, signal.SIGINT)  # 5 s on an idle machine, times its measured slowness
     assert ui.proc.returncode == 130, ui.tail()
 
 
@@ -86,5 +89,5 @@ def test_sigterm_stops_the_ui_with_a_run_in_flight_within_5_s(
 
     elapsed = ui.stop(signal.SIGTERM)
     print(f"SIGTERM, run in flight: every process gone after {elapsed:.2f} s")
-    assert elapsed <= stop_deadline_s(), f"{elapsed:.1f} s; {STOP_DEADLINE_S} s idle x the machine's slowness"
+    assert_stopped_in_time(elapsed, signal.SIGTERM)
     assert ui.proc.returncode == 143, ui.tail()
