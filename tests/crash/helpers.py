@@ -34,6 +34,23 @@ from tests.support.simulator import ThreadedSimulator
 from tests.support.tutorial import shop_count
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
+
+
+def full_tier() -> bool:
+    """The full tier (``--full``: tests/conftest.py sets the variable before test modules are
+    collected; scripts/test.sh --full exports it): every crash point at every hit, every seeded
+    random kill point. A function, read when a test module is imported: this module may be
+    imported (by tests/crash/conftest.py) before the option is read."""
+    return os.environ.get("DURABLE_CRASH_ENUMERATE", "").strip().lower() == "full"
+
+
+def random_kill_points() -> int:
+    """Seeded random kill points of a batch loop on SQLite (Postgres: half as many). The default
+    tier kills at the first 10 of the seeded moments, the full tier at all 20: the same 10, then 10
+    more. ``DURABLE_CRASH_POINTS`` overrides both."""
+    return int(os.environ.get("DURABLE_CRASH_POINTS", "20" if full_tier() else "10"))
+
+
 #: What the step a SIGKILL interrupted reads as right after it: still running while the lease is
 #: live and the holder's death unknown, failed (worker lost) once it is known, at once on this host.
 INTERRUPTED = ("in_progress", "failed")

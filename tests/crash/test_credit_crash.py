@@ -48,13 +48,14 @@ from .helpers import (
     job,
     job_env,
     kill_at_then_finish,
+    random_kill_points,
     resume_until_accepted,
 )
 
 pytestmark = pytest.mark.slow
 
 JOB_NAME = "credit_migration"
-CRASH_POINTS = int(os.environ.get("DURABLE_CRASH_POINTS", "20"))
+CRASH_POINTS = random_kill_points()
 #: Postgres repeats the same seeded points, fewer of them: each batch costs it more process startup.
 PG_CRASH_POINTS = int(os.environ.get("DURABLE_PG_CRASH_POINTS", str(max(CRASH_POINTS // 2, 1))))
 CRASH_SEED = int(os.environ.get("DURABLE_CRASH_SEED", "20261201"))
