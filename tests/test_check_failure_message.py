@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.homes import make_home
 from tests.support.processes import REPO
 
@@ -86,6 +88,7 @@ defs = durable_jobs.definitions(resources={"runtime": BatchRuntime()})
 ODD = [f"item {n} is odd" for n in range(1, 14, 2)]  # seven failing items; five are named
 
 
+@pytest.mark.slow
 def test_a_failed_blocking_check_is_named_at_its_assets_step(tmp_path: Path) -> None:
     code = tmp_path / "code"
     code.mkdir()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from .conftest import job_cli
 
 STEP_FIELDS = {
@@ -20,6 +22,7 @@ STEP_FIELDS = {
 }
 
 
+@pytest.mark.slow
 def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
     run = job_cli("run", "--id", "demo", "--size", "200")
     assert run.returncode == 0, run.stderr
@@ -74,6 +77,7 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
     assert job_cli("frobnicate").returncode == 2
 
 
+@pytest.mark.slow
 def test_bad_input_file_is_exit_2_with_a_clear_message(dagster_home: Path, tmp_path: Path) -> None:
     missing = job_cli("run", "--id", "f1", "--invoices", str(tmp_path / "nope.csv"))
     assert missing.returncode == 2 and "nope.csv" in missing.stderr and "Traceback" not in missing.stderr
@@ -84,6 +88,7 @@ def test_bad_input_file_is_exit_2_with_a_clear_message(dagster_home: Path, tmp_p
     assert job_cli("status", "--id", "f2").returncode == 3  # no run was created
 
 
+@pytest.mark.slow
 def test_csv_batch_quarantines_bad_rows_and_refunds_the_rest(dagster_home: Path, tmp_path: Path) -> None:
     header = (
         "invoice_id,customer_id,customer_email,charge_id,currency,amount_charged,contracted_amount,"

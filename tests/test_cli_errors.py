@@ -115,6 +115,7 @@ def test_malformed_worker_setting_is_exit_2_naming_the_variable(
     assert says in _one_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.slow
 def test_misaligned_csv_is_refused_before_the_batch_naming_file_and_line(
     dagster_home: Path, tmp_path: Path
 ) -> None:
@@ -153,6 +154,7 @@ def _messages(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip() and not PROGRESS.match(line)]
 
 
+@pytest.mark.slow
 def test_refused_step_is_one_line_naming_the_setting_and_the_log(dagster_home: Path) -> None:
     # Before: 97 lines of Dagster ERROR logs and stack traces, and a reason naming
     # RefundLimits.max_refunds_per_batch instead of the variable to change (defect 9).
@@ -175,6 +177,7 @@ def test_refused_step_is_one_line_naming_the_setting_and_the_log(dagster_home: P
     assert "enforce_guardrails" in (dagster_home / "logs" / "ceiling2.log").read_text()  # and the log too
 
 
+@pytest.mark.slow
 def test_canceled_batch_is_one_line(dagster_home: Path) -> None:
     env = {**os.environ, "DURABLE_STEP_DELAY_S": "4"}
     proc = subprocess.Popen(
@@ -405,6 +408,7 @@ def test_other_instance_folders_dagster_refuses_are_one_line_each(tmp_path: Path
         assert expected in _one_error_line(p.stderr)
 
 
+@pytest.mark.slow
 def test_a_relative_dagster_home_is_the_folder_the_shell_means(tmp_path: Path) -> None:
     """Dagster itself wants an absolute path; `DAGSTER_HOME=here/home job ...` means ./here/home."""
     p = subprocess.run(

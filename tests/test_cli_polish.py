@@ -47,6 +47,7 @@ def test_verbose_is_accepted_after_the_subcommand(dagster_home: Path) -> None:
     assert "instance:" not in plain.stderr
 
 
+@pytest.mark.slow
 def test_canceled_batch_says_what_was_done_and_advises_resume_once(
     dagster_home: Path, tmp_path: Path, sim: ThreadedSimulator
 ) -> None:
@@ -82,6 +83,7 @@ def _utc(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+@pytest.mark.slow
 def test_list_shows_created_and_updated_dates(dagster_home: Path) -> None:
     assert job_cli("run", "--id", "dated", "--size", "20").returncode == 0
     (batch,) = json.loads(job_cli("list", "--json").stdout)
@@ -93,6 +95,7 @@ def test_list_shows_created_and_updated_dates(dagster_home: Path) -> None:
     assert f"created {batch['created_at']}" in line and f"updated {batch['updated_at']}" in line, line
 
 
+@pytest.mark.slow
 def test_backfill_says_as_each_day_starts_and_ends(dagster_home: Path, tmp_path: Path) -> None:
     env = clean_env(dagster_home, DURABLE_STEP_DELAY_S=0.5)
     p = Process([JOB, "backfill", "--from", "2026-11-01", "--to", "2026-11-02"], env, tmp_path / "bf.out")
@@ -184,6 +187,7 @@ print(json.dumps({"exit": code, "imported": [m for m in heavy if m in sys.module
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv", [["status", "--id", "light", "--json"], ["status", "--id", "light"], ["list", "--json"]]
 )

@@ -35,6 +35,7 @@ def home(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     return make_home(tmp_path / "home", pg)
 
 
+@pytest.mark.slow
 def test_a_resume_keeps_the_pinned_ceiling_until_it_is_overridden(home: Path, tmp_path: Path) -> None:
     expected = Expected.of("g1", SIZE)
     assert expected.n > 5
@@ -78,6 +79,7 @@ def test_a_resume_keeps_the_pinned_ceiling_until_it_is_overridden(home: Path, tm
     assert again.proc.returncode == EXIT_OK and len(_refunds(home, expected)) == expected.n
 
 
+@pytest.mark.slow
 def test_a_reexecution_outside_the_cli_uses_the_pinned_ceiling(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -189,6 +189,7 @@ def test_a_dagster_yaml_without_the_parts_is_refused_naming_each(tmp_path: Path,
         assert _tables(pg_url) == set(), "no table was created in a refused instance's database"
 
 
+@pytest.mark.slow
 def test_an_instance_with_every_part_is_used_as_written(tmp_path: Path, pg_url: str | None) -> None:
     """A folder whose dagster.yaml has the parts is never rewritten: its storage (Postgres here)
     is where the commands keep the batch, the leases and the ledger."""

@@ -51,6 +51,7 @@ def flaky_receiver() -> Iterator[Receiver]:
     r.close()
 
 
+@pytest.mark.slow
 def test_counters_match_known_batch_outcomes(
     dagster_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flaky_receiver: Receiver
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from dagster import DagsterInstance
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -34,6 +35,7 @@ def _metrics(instance: DagsterInstance) -> dict[str, float]:
     }
 
 
+@pytest.mark.slow
 def test_a_batch_whose_refunds_are_all_held_needs_review(dagster_home: Path, tmp_path: Path) -> None:
     # Neither charge exists at the (embedded) provider: each refund's answer does not match the
     # request, so verify_refund holds both for review and none is recorded as done.
@@ -78,6 +80,7 @@ def test_a_batch_whose_refunds_are_all_held_needs_review(dagster_home: Path, tmp
     assert metrics["durable_effects_held_for_review_total"] == 2  # the ledger's review rows agree
 
 
+@pytest.mark.slow
 def test_the_summary_says_what_the_batch_did(dagster_home: Path) -> None:
     result = job_cli("run", "--id", "sum", "--size", "1000")
     assert result.returncode == 0, result.stderr

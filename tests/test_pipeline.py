@@ -89,6 +89,7 @@ def test_unreadable_file_fails_the_load_step_naming_file_and_columns(
         assert "invoices.csv" in text and "customer_id" in text
 
 
+@pytest.mark.slow
 def test_concurrent_batches_keep_separate_checkpoints(dagster_home: Path) -> None:
     """Two real `job run` processes at once: each batch's stored outputs hold only its own invoices."""
     import subprocess

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from dagster import DagsterEventType
 
 from durable_assets.kit.db import DurableDatabase
@@ -32,6 +33,7 @@ def _running_step(st: dict[str, Any]) -> int | None:
     return running[-1] if running else None
 
 
+@pytest.mark.slow
 def test_progress_names_the_running_step_and_a_finished_batch_its_end(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     env = job_env(home, DURABLE_STEP_DELAY_S=0.8)
@@ -60,6 +62,7 @@ def test_progress_names_the_running_step_and_a_finished_batch_its_end(tmp_path: 
     assert "0/0" not in human and "0/0" not in worker.stderr
 
 
+@pytest.mark.slow
 def test_cancel_leaves_later_steps_pending_and_resume_says_what_it_skips(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     slow = job_env(home, DURABLE_STEP_DELAY_S=2.0)
@@ -112,6 +115,7 @@ def _progress_steps(stderr: str) -> list[int]:
     return [int(line.split()[1].split("/")[0]) for line in stderr.splitlines() if line.startswith("step ")]
 
 
+@pytest.mark.slow
 def test_every_step_is_shown_by_the_cli_and_the_stream_however_short(tmp_path: Path) -> None:
     """Issue #23, item 6: a step shorter than the watcher's poll was never printed (2 -> 4)."""
     from durable_assets.ops.events import BatchEventFeed

@@ -407,6 +407,7 @@ def test_dagster_retention_job_prunes_like_the_cli(dagster_home: Path, tmp_path:
 # --- a real batch through the CLI ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_prunes_a_real_batch(dagster_home: Path) -> None:
     assert job_cli("run", "--id", "real", "--size", "50").returncode == 0
     with DagsterInstance.get() as instance:

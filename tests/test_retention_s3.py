@@ -69,6 +69,7 @@ AGED = {b: AGES[b] for b in ("ok-31d", "failed-91d", "retried-ok-31d", "ok-29d",
 GONE = {b for b, (_, pruned) in AGED.items() if pruned}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("point", "nth"),
     [("_stored_complete", 2), ("_delete_event_logs", 1)],

@@ -147,6 +147,7 @@ raise SystemExit(7)  # the crash point was never reached
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", [CrashPoint.ARCHIVE_RENAMED, CrashPoint.BATCH_DATA_DELETED])
 def test_a_prune_killed_around_the_data_delete_is_finished_by_the_next(
     instance: DagsterInstance,  # noqa: F811

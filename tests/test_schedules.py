@@ -35,6 +35,7 @@ def test_schedule_ships_stopped_and_names_the_batch_after_the_day() -> None:
     assert daily_batch_id(date(2026, 11, 29)) == BATCH
 
 
+@pytest.mark.slow
 def test_tick_evaluated_twice_by_the_daemon_creates_one_batch(dagster_home: Path) -> None:
     """The scheduler's own tick logic: the daemon dies after launching the run, then re-does the tick."""
     with DagsterInstance.get() as instance:
@@ -67,6 +68,7 @@ def test_a_day_whose_batch_already_ran_is_skipped_not_started_again(dagster_home
         assert after.skip_message and BATCH in after.skip_message and "job status" in after.skip_message
 
 
+@pytest.mark.slow
 def test_backfill_runs_each_day_once_and_is_idempotent(dagster_home: Path) -> None:
     first = job_cli("backfill", "--from", "2026-11-01", "--to", "2026-11-02", timeout=300)
     assert first.returncode == 0, first.stderr

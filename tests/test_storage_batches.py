@@ -51,6 +51,7 @@ def _killed_at(env: dict[str, str], point: str, *args: str) -> subprocess.Comple
     return run
 
 
+@pytest.mark.slow
 def test_a_batch_on_database_storage_resumes_with_nothing_in_its_instance_folder(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     env = job_env(home, DURABLE_STORAGE="database")
@@ -90,6 +91,7 @@ def test_a_batch_on_database_storage_resumes_with_nothing_in_its_instance_folder
         assert client.get("/runs/nobatch/files/quarantine.csv").status_code == 404
 
 
+@pytest.mark.slow
 def test_a_batch_started_on_local_files_resumes_after_the_switch_to_the_database(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     local = job_env(home)

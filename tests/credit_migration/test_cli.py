@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from durable_assets.payments.store import PaymentStore
 from tests.support.credits import ProviderCredits, assert_credits_exact, expected_balances
 
@@ -22,6 +24,7 @@ CREDIT_STEPS = [
 ]
 
 
+@pytest.mark.slow
 def test_jobs_json_lists_both_jobs_with_the_credit_jobs_steps(dagster_home: Path) -> None:
     listed = job_cli("jobs", "--json")
     assert listed.returncode == 0, listed.stderr
@@ -68,6 +71,7 @@ def _fails_closed_at_the_ceiling(variable: str, value: str, home: Path) -> None:
         assert store.stats()["balance_transactions_created"] == 0
 
 
+@pytest.mark.slow
 def test_the_adjustment_count_ceiling_from_the_environment_fails_closed_and_resume_finishes(
     dagster_home: Path,
 ) -> None:

@@ -129,6 +129,7 @@ def _sim_credits(sim: ThreadedSimulator) -> ProviderCredits:
     return ProviderCredits.of_store(Path(sim.server.store.path))
 
 
+@pytest.mark.slow
 @both_backends
 def test_a_customer_made_by_hand_is_adopted_and_its_balance_planned_from(
     home: Path, sim: ThreadedSimulator
@@ -151,6 +152,7 @@ def test_a_customer_made_by_hand_is_adopted_and_its_balance_planned_from(
     assert f"provider: stripe account {status['provider']['account']} (test mode)" in run.stdout
 
 
+@pytest.mark.slow
 def test_an_account_with_two_customers_is_held_alone_until_a_person_keeps_one(
     home: Path, sim: ThreadedSimulator
 ) -> None:
@@ -187,6 +189,7 @@ def test_an_account_with_two_customers_is_held_alone_until_a_person_keeps_one(
     assert_credits_exact(credits, expected_balances([("cm1", SIZE), ("cm2", SIZE), ("cm3", SIZE)]))
 
 
+@pytest.mark.slow
 def test_a_customer_deleted_at_the_provider_is_held_never_recreated(
     home: Path, sim: ThreadedSimulator
 ) -> None:
@@ -208,6 +211,7 @@ def test_a_customer_deleted_at_the_provider_is_held_never_recreated(
     assert sim.server.store.stats()["customers_created"] == len(_accounts("cm1"))
 
 
+@pytest.mark.slow
 @both_backends
 def test_one_instance_against_two_accounts_and_the_embedded_provider(
     home: Path, sim: ThreadedSimulator, tmp_path: Path
@@ -241,6 +245,7 @@ def test_one_instance_against_two_accounts_and_the_embedded_provider(
         assert_credits_exact(_sim_credits(sim), expected_balances([("on-a", SIZE), ("stopped", SIZE)]))
 
 
+@pytest.mark.slow
 def test_a_refund_batch_resumed_against_another_account_is_refused(
     home: Path, sim: ThreadedSimulator, tmp_path: Path
 ) -> None:

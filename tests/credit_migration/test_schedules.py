@@ -110,6 +110,7 @@ def test_an_id_taken_by_the_other_job_is_not_reused(dagster_home: Path) -> None:
         assert instance.get_dynamic_partitions(PARTITIONS) == []
 
 
+@pytest.mark.slow
 def test_tick_evaluated_twice_by_the_daemon_creates_one_batch(dagster_home: Path) -> None:
     """The scheduler's own tick logic: the daemon dies after launching the run, then re-does the tick."""
     with DagsterInstance.get() as instance:
