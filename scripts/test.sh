@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Set up everything the suite needs (PostgreSQL, RabbitMQ and Debian's Chromium too), then run the
 # suite: lint, types, and the test tiers. Extra arguments go to pytest.
-#   scripts/test.sh            # the default tier: every proof once (what .ci/run runs)
-#   scripts/test.sh --quick    # a developer's loop (<= 5 min): lint, types, unit, resource and
-#                              # materialize tests on SQLite; no real-process crash, daemon, distributed,
-#                              # browser or `slow` tests, no Postgres/RabbitMQ/Chromium setup
+#   scripts/test.sh            # the default tier: one example of each proof (what .ci/run runs)
+#   scripts/test.sh --quick    # a developer's loop (minutes, not half an hour): lint, types, unit,
+#                              # resource and materialize tests on SQLite; no real-process crash, daemon,
+#                              # distributed, browser or `slow` tests, no Postgres/RabbitMQ/Chromium setup
 #   scripts/test.sh --full     # the default tier plus the repeats: tests marked `full`, the full crash
 #                              # enumeration (every point at every hit) and every random kill point
 # Every wall-clock deadline follows the machine's measured slowness (tests/support/machine.py); the
