@@ -351,6 +351,7 @@ def document(
             op["responses"].setdefault("503", _OVER_CONNECTIONS)
         if auth and op.get("security") != []:
             op["responses"]["401"] = _error("missing or wrong bearer token")
+            op["responses"].setdefault("400", _error("more than one Authorization header"))
         op["responses"].setdefault("500", _error("unexpected server error (details in the server log)"))
         paths.setdefault(path, {})[method.lower()] = op
     doc: dict[str, Any] = {
