@@ -80,6 +80,7 @@ def _connection_limits(settings: ApiSettings) -> ConnectionLimits:
         max_header_bytes=settings.max_header_bytes,
         header_timeout_s=settings.header_timeout_s,
         max_connections=settings.max_connections,
+        max_stalled_per_client=settings.max_stalled_per_client,
         header_bytes_setting=MAX_HEADER_BYTES_ENV,
         header_timeout_setting=HEADER_TIMEOUT_ENV,
         connections_setting=MAX_CONNECTIONS_ENV,
