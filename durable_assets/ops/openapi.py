@@ -178,11 +178,11 @@ _UNKNOWN = _error("no batch with this ID")
 
 _OVER_CONNECTIONS = _json(
     _ref(OverCapacityModel),
-    "the connection cap is full (`cap`: connections; closed after the answer)",
+    "the cap of requests in progress is full (`cap`: connections; closed after the answer)",
 )
 _OVER_STREAMS = _json(
     _ref(OverCapacityModel),
-    "a cap is full: too many connections, or too many open event streams (`cap`: event_streams)",
+    "a cap is full: too many requests in progress, or too many open event streams (`cap`: event_streams)",
 )
 _HEADER_TOO_LARGE = _json(_ref(LimitExceededModel), "the request head is over the size limit (then closed)")
 
