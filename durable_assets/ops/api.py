@@ -80,6 +80,7 @@ def _connection_limits(settings: ApiSettings) -> ConnectionLimits:
         max_header_bytes=settings.max_header_bytes,
         header_timeout_s=settings.header_timeout_s,
         max_connections=settings.max_connections,
+        max_stalled_per_client=settings.max_stalled_per_client,
         header_bytes_setting=MAX_HEADER_BYTES_ENV,
         header_timeout_setting=HEADER_TIMEOUT_ENV,
         connections_setting=MAX_CONNECTIONS_ENV,
@@ -316,7 +317,10 @@ class BearerAuth:
     """Every path but the public ones needs ``Authorization: Bearer <token>`` (constant-time check).
 
     The event stream also takes ``?access_token=<token>`` (see :func:`_take_query_token`), but not
-    both: a request with an Authorization header is judged by it alone.
+    both: a request with an Authorization header is judged by it alone. A request with two
+    Authorization headers is a 400 whatever they hold: which one a server or a proxy on the way
+    reads is not defined, so one could authenticate a request the other did not mean (the
+    simulator refuses them the same way).
     """
 
     def __init__(self, app: ASGIApp, token: str, public_paths: frozenset[str]) -> None:
@@ -332,7 +336,15 @@ class BearerAuth:
         if scope["path"] in self.public_paths:
             await self.app(scope, receive, send)
             return
-        header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        given_headers = [v for k, v in scope["headers"] if k == b"authorization"]
+        if len(given_headers) > 1:
+            await _error(
+                400,
+                "invalid_request",
+                "the request has more than one Authorization header; send the token in exactly one",
+            )(scope, receive, send)
+            return
+        header = given_headers[0] if given_headers else b""
         scheme, _, given = header.partition(b" ")
         if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.expected):
             await self.app(scope, receive, send)

@@ -19,7 +19,7 @@ from dagster import DagsterEventType, DagsterInstance
 from durable_assets.errors import UnknownBatchError
 from durable_assets.kit.progress import Progress, progress_from_event
 from durable_assets.ops.registry import durable_jobs
-from durable_assets.ops.runlog import LineageFeed, LineageRecord, encode_id
+from durable_assets.ops.runlog import LineageFeed, LineageRecord, encode_id, run_end_id
 from durable_assets.ops.sse import ServerSentEvent
 from durable_assets.ops.status import batch_runs, check_batch_id, lost_worker_end
 from durable_assets.ops.status_model import BatchStatus, StepEventStatus
@@ -92,8 +92,14 @@ class BatchEventFeed:
     resume` takes it over. While the stream is quiet it therefore asks, every
     :data:`LOST_WORKER_CHECK_S`, what `job status` asks; a lost worker ends the stream with the
     terminal ``status`` event `job status` shows (failed, or canceled, with the reason and the
-    `job resume` advice), as the contract's "ends after a terminal status" promises. Its id follows
-    the last one sent; a client reconnecting after a resume continues with the new run's events.
+    `job resume` advice), as the contract's "ends after a terminal status" promises.
+
+    That event has no record in the event log, so its id is derived from what it describes: the
+    last id of the dead run's range (:func:`~durable_assets.ops.runlog.run_end_id`). Every poll of
+    every server computes the same id for it, so a client that reconnects with it as
+    ``Last-Event-ID`` gets a 204 (:meth:`nothing_left`) instead of a new event with a higher id
+    each time (issue #34: an EventSource then never closed). A `job resume` starts a new run,
+    whose ids are all above it: a client reconnecting after the resume continues with its events.
     """
 
     def __init__(self, instance: DagsterInstance, batch_id: str, after: int | None = None) -> None:
@@ -103,6 +109,7 @@ class BatchEventFeed:
         self.instance = instance
         self.batch_id = batch_id
         self.resumed = after is not None
+        self._after = after or 0
         self._feed = LineageFeed(
             instance, lambda: batch_runs(instance, batch_id), EVENT_TYPES, after=after or 0
         )
@@ -111,12 +118,19 @@ class BatchEventFeed:
     def poll(self) -> tuple[Sequence[ServerSentEvent], bool]:
         records, ended = self._feed.poll()
         events = [e for e in (to_server_sent_event(self.batch_id, r) for r in records) if e is not None]
-        if ended or records or time.monotonic() - self._last_lost_check < LOST_WORKER_CHECK_S:
+        if ended or records or not self._feed.settled:
             return events, ended
+        if time.monotonic() - self._last_lost_check < LOST_WORKER_CHECK_S:
+            return events, False
         self._last_lost_check = time.monotonic()
         lost = lost_worker_end(self.instance, self.batch_id)
         if lost is None:
             return events, False
+        end_id = self._lost_end_id(lost.run_id)
+        if end_id is None:  # a resume has just started a new run: its events follow
+            return events, False
+        if end_id <= self._feed.cursor:  # this client already has it: end without repeating it
+            return events, True
         data = {
             "id": self.batch_id,
             "status": lost.status,
@@ -124,11 +138,28 @@ class BatchEventFeed:
             "run_id": lost.run_id,
             "timestamp": _iso(time.time()),
         }
-        return [ServerSentEvent(self._feed.cursor + 1, "status", data)], True
+        return [ServerSentEvent(end_id, "status", data)], True
+
+    def _lost_end_id(self, run_id: str) -> int | None:
+        """The id of the lost-worker end of run ``run_id``, if it is still the newest run."""
+        runs = batch_runs(self.instance, self.batch_id)
+        if not runs or runs[-1].run_id != run_id:
+            return None
+        return run_end_id(len(runs) - 1)
 
     def nothing_left(self) -> bool:
-        """A resumed client already has every event of a batch that has ended."""
-        return self.resumed and self._feed.ended_at_cursor()
+        """A resumed client already has every event of a batch that has ended: its newest run has
+        finished and nothing follows the cursor, or its worker was lost and the client has the
+        terminal event that says so (its id, or a later one)."""
+        if not self.resumed:
+            return False
+        if self._feed.ended_at_cursor():
+            return True
+        runs = batch_runs(self.instance, self.batch_id)
+        if not runs or self._after < run_end_id(len(runs) - 1):
+            return False
+        lost = lost_worker_end(self.instance, self.batch_id)
+        return lost is not None and lost.run_id == runs[-1].run_id
 
 
 class ProgressFollower:

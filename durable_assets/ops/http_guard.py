@@ -1,11 +1,11 @@
-"""Connection-level limits for a uvicorn server: header size, header time, open connections.
+"""Connection-level limits for a uvicorn server: header size, header time, connections.
 
 uvicorn enforces none of them by default: with httptools there is no header size limit at all (a
 150 MB header is read before the app can answer 401), no parser times out a request head that
-never finishes (Slowloris), and ``limit_concurrency`` only answers 503 *after* a request head has
-arrived, so connections that never send one pile up until file descriptors run out. This module
-is a small subclass of uvicorn's h11 protocol that adds the three, below the application (they
-must hold before any token is checked):
+never finishes (Slowloris), and ``limit_concurrency`` counts every open connection, so
+connections that never send a head fill it and ordinary requests get 503. This module is a small
+subclass of uvicorn's h11 protocol that adds the limits below the application (they must hold
+before any token is checked):
 
 - **Header size.** Bytes received while a request head is incomplete are counted; past
   ``max_header_bytes`` the client gets 431 and the connection is closed. h11's own buffer limit
@@ -14,14 +14,19 @@ must hold before any token is checked):
   after the connection opened; otherwise 408 and close. A request body, if any, must be complete
   by the same deadline (no route here reads one); otherwise the connection is closed. An idle
   keep-alive connection is closed by uvicorn's ``timeout_keep_alive``.
-- **Connections.** Up to ``max_connections`` are served normally. The next ``max_connections``
-  (the overflow) have their head read under the same limits, then ``/healthz`` is answered (a
-  liveness probe must not fail because of load) and everything else gets 503 with a JSON body that
-  names the cap and the setting that raises it. When both are full, a new connection evicts the
-  oldest one that has no request in progress (a head still arriving, or an idle keep-alive): a
-  real client sends its head in one packet, so the evicted are the stalled ones, and a fresh
-  client still gets in. Only when every connection has a request in progress is the new one
-  closed at once. Open file descriptors stay bounded at twice the cap either way.
+- **Requests in progress.** Up to ``max_connections`` connections may have a request in progress
+  (its head arrived, its answer is not complete: an event stream counts until it ends); a request
+  past that gets 503 with a JSON body that names the cap and the setting that raises it, except
+  ``/healthz`` (a liveness probe must not fail because of load). The decision is made when the
+  head has arrived, so connections that are *stalled* (a head or body still arriving, or idle
+  between requests) never count: before issue #34 the cap counted every open connection, and 256
+  connections that sent half a head made every ordinary request a 503.
+- **Stalled connections.** One client address may hold ``max_stalled_per_client`` stalled
+  connections; one more closes its oldest. All together, open connections stay within twice
+  ``max_connections``: past that a new connection closes the oldest stalled one of any client.
+  A real client sends its head in the packet after the handshake, so the ones closed are the
+  stalled, and a fresh client still gets in; only when every connection has a request in progress
+  is the new one closed at once.
 
 The answers written here are raw HTTP/1.1: h11 cannot send a response before it has parsed a
 request.
@@ -52,6 +57,7 @@ class ConnectionLimits:
     max_header_bytes: int
     header_timeout_s: float
     max_connections: int
+    max_stalled_per_client: int = 16
     #: Settings names, for the error bodies (a client must learn which knob raises the cap).
     header_bytes_setting: str = "max_header_bytes"
     header_timeout_setting: str = "header_timeout_s"
@@ -89,14 +95,11 @@ def over_capacity_body(cap: str, limit: int, setting: str) -> dict[str, Any]:
     }
 
 
-def over_capacity_app(app: ASGIApp, *, always_served: frozenset[str], cap: int, setting: str) -> ASGIApp:
-    """``app`` for the paths in ``always_served``; 503 (and close) for everything else."""
+def over_capacity_app(cap: int, setting: str) -> ASGIApp:
+    """The 503 (and close) for a request past the cap of requests in progress."""
     body = json.dumps(over_capacity_body("connections", cap, setting)).encode()
 
-    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] in always_served:
-            await app(scope, receive, send)
-            return
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
@@ -106,7 +109,7 @@ def over_capacity_app(app: ASGIApp, *, always_served: frozenset[str], cap: int, 
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    return guarded
+    return refuse
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -126,22 +129,53 @@ class GuardedH11Protocol(H11Protocol):
         self._head_tail = b""  # the last bytes seen, to find a head end split across two reads
         self._head_timer: asyncio.TimerHandle | None = None
         self._opened_at = 0.0
+        # uvicorn hands every request of this connection to ``self.app``: the cap is decided there,
+        # once the request's head has arrived.
+        self._served_app = self.app
+        self._refused_app = over_capacity_app(self.limits.max_connections, self.limits.connections_setting)
+        self.app = self._admit  # type: ignore[assignment]
+
+    # --- requests in progress ---
+
+    def _busy(self) -> bool:
+        """A request in progress: its head arrived and its answer is not complete."""
+        cycle = self.cycle
+        return cycle is not None and not cycle.response_complete and not self.transport.is_closing()
+
+    def _stalled(self) -> bool:
+        """Open with no request in progress: a head or body still arriving, or idle between requests."""
+        return not self._busy() and not self.transport.is_closing()
+
+    def _others(self) -> list[GuardedH11Protocol]:
+        return [p for p in self.connections if isinstance(p, GuardedH11Protocol) and p is not self]
+
+    async def _admit(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.limits.always_served:
+            busy = sum(1 for p in self._others() if p._busy())
+            if busy >= self.limits.max_connections:
+                self.logger.warning(
+                    "request refused: %d requests in progress (cap %d)", busy, self.limits.max_connections
+                )
+                await self._refused_app(scope, receive, send)
+                return
+        await self._served_app(scope, receive, send)
 
     # --- connections ---
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._opened_at = self.loop.time()
+        host = self.client[0] if self.client else None
+        if host is not None:
+            mine = [p for p in self._others() if p.client and p.client[0] == host and p._stalled()]
+            if len(mine) >= self.limits.max_stalled_per_client:
+                min(mine, key=lambda p: p._opened_at)._evict()
         cap = self.limits.max_connections
-        if len(self.connections) > 2 * cap:
+        # An evicted connection leaves ``connections`` only on the loop's next turn: not counted.
+        open_now = sum(1 for p in self.connections if not p.transport.is_closing())
+        if open_now > 2 * cap:
             victim = min(
-                (
-                    p
-                    for p in self.connections
-                    if isinstance(p, GuardedH11Protocol) and p is not self and p._idle()
-                ),
-                key=lambda p: p._opened_at,
-                default=None,
+                (p for p in self._others() if p._stalled()), key=lambda p: p._opened_at, default=None
             )
             if victim is None:
                 # Every connection is busy with a request: not even a head is read from this one.
@@ -150,24 +184,17 @@ class GuardedH11Protocol(H11Protocol):
                 )
                 transport.abort()
                 return
-            victim._disarm_head_timer()
-            victim.transport.abort()
-        if len(self.connections) > cap:
-            self.app = over_capacity_app(
-                self.app,
-                always_served=self.limits.always_served,
-                cap=cap,
-                setting=self.limits.connections_setting,
-            )
+            victim._evict()
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
         super().connection_lost(exc)
 
-    def _idle(self) -> bool:
-        """No request in progress: a head still arriving, or a keep-alive between requests."""
-        return self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+    def _evict(self) -> None:
+        """Close a stalled connection to make room (it has no request in progress to answer)."""
+        self._disarm_head_timer()
+        self.transport.abort()
 
     # --- the request head: size and time ---
 

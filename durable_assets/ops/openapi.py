@@ -178,11 +178,11 @@ _UNKNOWN = _error("no batch with this ID")
 
 _OVER_CONNECTIONS = _json(
     _ref(OverCapacityModel),
-    "the connection cap is full (`cap`: connections; closed after the answer)",
+    "the cap of requests in progress is full (`cap`: connections; closed after the answer)",
 )
 _OVER_STREAMS = _json(
     _ref(OverCapacityModel),
-    "a cap is full: too many connections, or too many open event streams (`cap`: event_streams)",
+    "a cap is full: too many requests in progress, or too many open event streams (`cap`: event_streams)",
 )
 _HEADER_TOO_LARGE = _json(_ref(LimitExceededModel), "the request head is over the size limit (then closed)")
 
@@ -351,6 +351,7 @@ def document(
             op["responses"].setdefault("503", _OVER_CONNECTIONS)
         if auth and op.get("security") != []:
             op["responses"]["401"] = _error("missing or wrong bearer token")
+            op["responses"].setdefault("400", _error("more than one Authorization header"))
         op["responses"].setdefault("500", _error("unexpected server error (details in the server log)"))
         paths.setdefault(path, {})[method.lower()] = op
     doc: dict[str, Any] = {

@@ -31,6 +31,13 @@ def encode_id(run_index: int, storage_id: int) -> int:
     return run_index * RUN_STRIDE + storage_id
 
 
+def run_end_id(run_index: int) -> int:
+    """The last id of run ``run_index``'s range: no record of the run has it (storage ids stay below
+    :data:`RUN_STRIDE`) and every record of a later run is above it. The id of an event that ends
+    a run without a record of its own (a lost worker's), the same whichever process computes it."""
+    return encode_id(run_index, RUN_STRIDE - 1)
+
+
 def decode_id(event_id: int) -> tuple[int, int]:
     """``(run_index, storage_id)`` of an id made by :func:`encode_id`."""
     return divmod(event_id, RUN_STRIDE)
@@ -98,6 +105,11 @@ class LineageFeed:
         if fetched:
             self._frontier = max(self._frontier, fetched[-1].event_id)
         return ready, finished and complete and len(ready) == len(fetched)
+
+    @property
+    def settled(self) -> bool:
+        """Every record fetched so far has been handed out (none is held back for a late commit)."""
+        return self._frontier <= self.cursor
 
     def ended_at_cursor(self) -> bool:
         """The newest run has finished and nothing follows the cursor: a resumed client has it all."""

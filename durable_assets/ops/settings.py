@@ -106,8 +106,15 @@ class ApiSettings(Section):
     max_connections: int = var(
         "DURABLE_API_MAX_CONNECTIONS",
         256,
-        "connections served; as many again get only `/healthz` and a 503, beyond that the oldest "
-        "idle one is dropped",
+        "requests in progress at once (an event stream counts until it ends); one more gets 503 "
+        "but `/healthz`; open connections stay within twice it, a new one closing the oldest stalled",
+        ge=1,
+    )
+    max_stalled_per_client: int = var(
+        "DURABLE_API_MAX_STALLED_PER_CLIENT",
+        16,
+        "connections one client address may hold with no request in progress (a head or body still "
+        "arriving, or idle); one more closes its oldest",
         ge=1,
     )
     #: Each open stream costs a poll every 0.25 s.

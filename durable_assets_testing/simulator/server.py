@@ -3,6 +3,7 @@ RNG, and the order of checks every ``/v1`` request goes through (see the package
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import random
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NoReturn
 
 from durable_assets.payments.store import PaymentStore, StripeApiError, invalid_request
 from durable_assets_testing.simulator.auth import ApiKeys, api_key_from, mask_api_key
@@ -40,9 +41,76 @@ class _ClientGone(Exception):
     """The client closed the connection before its request was complete."""
 
 
+class _RequestTimedOut(TimeoutError):
+    """A request's head and body did not arrive within the request timeout of its first byte."""
+
+
 _MAX_BODY_BYTES = 1 << 20
 _IDLE_KEEPALIVE_S = 60.0
 _DRAIN_TIMEOUT_S = 5.0
+#: Seconds a request's head and body may take from its first byte; then 408 and close. Dripping a
+#: header line or a body byte at a time does not extend it (Slowloris).
+REQUEST_TIMEOUT_S = 10.0
+
+
+class _RequestClock(io.RawIOBase):
+    """A connection's reads, each request held to one deadline from its first byte.
+
+    Between requests a read waits up to the keep-alive idle time; the first byte of a request
+    starts the clock, and every later read of that request (head lines, body) gets only what is
+    left of it. A socket timeout alone is per read, so a client sending one byte a minute held its
+    thread forever. Past the deadline the client gets 408 (no response has started: the simulator
+    answers only after a whole request) and the connection is closed.
+    """
+
+    def __init__(self, sock: socket.socket, idle_s: float, request_s: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._idle_s = idle_s
+        self._request_s = request_s
+        self._deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def next_request(self) -> None:
+        """The previous request is complete: the next one's clock starts with its first byte."""
+        self._deadline = None
+
+    def readinto(self, buffer: Any) -> int:
+        if self._deadline is None:
+            self._sock.settimeout(self._idle_s)
+        else:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                self._time_out()
+            self._sock.settimeout(left)
+        try:
+            n = self._sock.recv_into(buffer)
+        except TimeoutError:
+            if self._deadline is None:
+                raise  # idle past the keep-alive time: closed without a word, as before
+            self._time_out()
+        finally:
+            self._sock.settimeout(self._idle_s)  # what writes wait for
+        if n and self._deadline is None:
+            self._deadline = time.monotonic() + self._request_s
+        return n
+
+    def _time_out(self) -> NoReturn:
+        message = (
+            f"The request was not complete within {self._request_s:g} s of its first byte; "
+            "the connection is closed."
+        )
+        body = json.dumps({"error": {"type": "invalid_request_error", "message": message}}).encode()
+        head = (
+            f"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        with suppress(OSError):
+            self._sock.settimeout(1.0)
+            self._sock.sendall(head.encode() + body)
+        raise _RequestTimedOut(message)
 
 
 class SimulatorServer(ThreadingHTTPServer):
@@ -63,9 +131,11 @@ class SimulatorServer(ThreadingHTTPServer):
         faults: Faults,
         seed: int | None,
         api_keys: ApiKeys | None = None,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         self.store = store
         self.api_keys = api_keys or ApiKeys()
+        self.request_timeout_s = request_timeout_s
         self._faults = faults
         self._bucket = _bucket_for(faults)
         self._rng = random.Random(seed)
@@ -173,17 +243,19 @@ def build_server(
     *,
     seed: int | None = None,
     api_keys: Iterable[str] = (),
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> SimulatorServer:
     """Binds (``port=0`` picks a free port; read it from ``server.port``) without serving yet.
 
     Run it with ``server.serve_forever()`` (in a thread for tests), stop it with
     ``server.shutdown()`` then ``server.server_close()``. ``faults`` unset: a polite server;
-    ``api_keys`` empty: any ``sk_test_`` key.
+    ``api_keys`` empty: any ``sk_test_`` key. ``request_timeout_s``: how long a request's head
+    and body may take from its first byte (then 408 and close).
     """
     keys = ApiKeys.of(api_keys)
     store = PaymentStore(db_path)
     try:
-        return SimulatorServer((host, port), store, faults or Faults(), seed, keys)
+        return SimulatorServer((host, port), store, faults or Faults(), seed, keys, request_timeout_s)
     except BaseException:
         store.close()
         raise
@@ -217,7 +289,15 @@ class SimulatorHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        self.rfile.close()  # the base class's reader, replaced by one that keeps the request clock
+        self._clock = _RequestClock(self.connection, _IDLE_KEEPALIVE_S, self.server.request_timeout_s)
+        self.rfile = io.BufferedReader(self._clock)
         self.server.track(self.connection)
+
+    def handle_one_request(self) -> None:
+        # A timed-out head ends here: the base class takes any TimeoutError as "close the connection".
+        self._clock.next_request()
+        super().handle_one_request()
 
     def finish(self) -> None:
         try:
@@ -252,7 +332,7 @@ class SimulatorHandler(BaseHTTPRequestHandler):
             self.server.received()
         try:
             body = self._read_body()
-        except _ClientGone:
+        except (_ClientGone, _RequestTimedOut):  # a timed-out body has had its 408
             self.close_connection = True
             return
         except StripeApiError as error:

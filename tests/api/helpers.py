@@ -102,3 +102,29 @@ def read_stream(
                 name, _, value = line.partition(":")
                 fields[name] = value[1:] if value.startswith(" ") else value
     return Stream(200, events, keepalives, True)
+
+
+def lose_worker(
+    url: str, env: Mapping[str, str], log_dir: Path, batch_id: str, headers: Mapping[str, str]
+) -> str:
+    """Start `job run --id batch_id` parked before its first step, SIGKILL it once the API shows the
+    step running, and return the dead run's id: a batch whose worker died, which Dagster still
+    calls started (only the lease and the gone process say it is dead)."""
+    worker = JobProcess(
+        ["run", "--id", batch_id, "--size", "20"], {**env, "DURABLE_STEP_DELAY_S": "600"}, log_dir
+    )
+    try:
+
+        def first_step_running() -> dict[str, Any] | None:
+            assert worker.alive(), worker.tail()
+            response = httpx.get(f"{url}/runs/{batch_id}", headers=headers, timeout=30)
+            if response.status_code != 200:
+                return None
+            body: dict[str, Any] = response.json()
+            return body if body["steps"][0]["status"] == "in_progress" else None
+
+        status = wait_until(first_step_running, timeout=120, what=f"batch {batch_id} to start its first step")
+        worker.sigkill()
+    finally:
+        worker.reap_group()
+    return str(status["run_ids"][-1])

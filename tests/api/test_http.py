@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import FINISHED_BY_JOB, Served
-from tests.api.helpers import read_stream
+from tests.api.helpers import TOKEN, read_stream
 from tests.crash.helpers import instance_reader
 
 
@@ -71,6 +71,29 @@ def test_every_route_but_healthz_is_401_without_the_token_and_served_with_it(ser
         # Also a path that is no route: the token is checked before anything is revealed.
         assert client.get(f"{served.url}/nowhere").status_code == 401
         assert client.get(f"{served.url}/nowhere", headers=served.auth).status_code == 404
+
+
+def test_two_authorization_headers_are_400_whichever_comes_first(served: Served) -> None:
+    """Issue #34: the first of two headers used to win (valid then wrong: 200; wrong then valid:
+    401). Which one a proxy on the way reads is not defined, so both orders are refused, as the
+    simulator refuses them; the event stream's query token does not rescue such a request."""
+    valid = served.auth["Authorization"]
+    pairs = [(valid, "Bearer nope"), ("Bearer nope", valid), (valid, valid)]
+    with httpx.Client(timeout=30) as client:
+        for method, path in _routes(served):
+            for first, second in pairs:
+                headers = [("Authorization", first), ("Authorization", second)]
+                response = client.request(method, f"{served.url}{path}", headers=headers)
+                if path == "/healthz":  # never reads the header
+                    assert response.status_code == 200, response.text
+                    continue
+                assert response.status_code == 400, (method, path, first, second, response.text)
+                body = response.json()
+                assert body["error"] == "invalid_request" and "more than one Authorization" in body["message"]
+        events = f"{served.url}/runs/{served.batch_id}/events?access_token={TOKEN}"
+        doubled = client.get(events, headers=[("Authorization", valid), ("Authorization", valid)])
+        assert doubled.status_code == 400, doubled.text
+        assert client.get(f"{served.url}/runs", headers=served.auth).status_code == 200  # one is fine
 
 
 @pytest.mark.parametrize("job_name", list(FINISHED_BY_JOB))

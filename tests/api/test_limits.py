@@ -32,7 +32,8 @@ FINISHED = "done-1"
 LIVE = "live-1"
 HEADER_TIMEOUT_S = 2.0
 MAX_STREAMS = 24
-CAP = 20  # connections, for the cap tests' own server
+CAP = 20  # requests in progress, for the cap tests' own server
+STALLED_PER_CLIENT = 4
 AUTH = f"Authorization: Bearer {TOKEN}\r\n".encode()
 
 
@@ -84,9 +85,25 @@ def server(instance: Instance) -> Iterator[ApiServer]:
 
 
 @pytest.fixture(scope="module")
+def default_caps(instance: Instance) -> Iterator[ApiServer]:
+    """The default connection caps, and a header timeout long enough to hold stalled heads for the test."""
+    srv = _server(instance, DURABLE_API_HEADER_TIMEOUT_S=60)
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+@pytest.fixture(scope="module")
 def capped(instance: Instance) -> Iterator[ApiServer]:
-    """A connection cap of 20 and a header timeout long enough to hold stalled heads for the test."""
-    srv = _server(instance, DURABLE_API_MAX_CONNECTIONS=CAP, DURABLE_API_HEADER_TIMEOUT_S=60)
+    """A cap of 20 requests in progress, 4 stalled connections per client, and a header timeout
+    long enough to hold stalled heads for the test."""
+    srv = _server(
+        instance,
+        DURABLE_API_MAX_CONNECTIONS=CAP,
+        DURABLE_API_MAX_STALLED_PER_CLIENT=STALLED_PER_CLIENT,
+        DURABLE_API_HEADER_TIMEOUT_S=60,
+    )
     try:
         yield srv
     finally:
@@ -102,8 +119,9 @@ def _address(srv: ApiServer) -> tuple[str, int]:
     return host, int(port)
 
 
-def _connect(srv: ApiServer) -> socket.socket:
-    return socket.create_connection(_address(srv), timeout=10)
+def _connect(srv: ApiServer, source: int = 1) -> socket.socket:
+    """A connection from 127.0.0.``source``: other loopback addresses are other clients."""
+    return socket.create_connection(_address(srv), timeout=10, source_address=(f"127.0.0.{source}", 0))
 
 
 def _read_answer(sock: socket.socket, timeout: float) -> bytes | None:
@@ -174,11 +192,12 @@ def test_a_header_within_the_limit_is_served(server: ApiServer) -> None:
 
 
 def test_heads_that_never_finish_are_closed_after_the_header_timeout(server: ApiServer) -> None:
-    """Slowloris: 30 connections drip a header line every 0.5 s and never end their head."""
+    """Slowloris: 30 connections (from 10 addresses: one address may hold only 16 stalled ones)
+    drip a header line every 0.5 s and never end their head."""
     n, drip_s = 30, 0.5
     deadline_s = HEADER_TIMEOUT_S + scaled(3.0)  # the bound of the loop: the test ends by then either way
     with ExitStack() as stack:
-        socks = [stack.enter_context(closing(_connect(server))) for _ in range(n)]
+        socks = [stack.enter_context(closing(_connect(server, source=2 + i % 10))) for i in range(n)]
         opened = time.monotonic()
         for s in socks:
             s.sendall(b"GET /runs HTTP/1.1\r\nHost: x\r\n")
@@ -243,15 +262,6 @@ def test_a_body_that_never_finishes_is_cut_off_at_the_same_deadline(server: ApiS
 # --- the connection cap --------------------------------------------------------------------------
 
 
-def _half_heads(srv: ApiServer, n: int, stack: ExitStack) -> list[socket.socket]:
-    socks = []
-    for _ in range(n):
-        s = stack.enter_context(closing(_connect(srv)))
-        s.sendall(b"GET /runs HTTP/1.1\r\nHost: x\r\n")
-        socks.append(s)
-    return socks
-
-
 def _get_runs(srv: ApiServer) -> int:
     with closing(_connect(srv)) as s:
         s.sendall(b"GET /runs HTTP/1.1\r\nHost: x\r\n" + AUTH + b"Connection: close\r\n\r\n")
@@ -259,11 +269,16 @@ def _get_runs(srv: ApiServer) -> int:
     return _status(answer) or 0
 
 
-def test_connections_past_the_cap_get_503_and_healthz_still_answers(capped: ApiServer) -> None:
+def test_requests_past_the_cap_get_503_and_healthz_still_answers(capped: ApiServer) -> None:
+    """The cap counts requests in progress: CAP open event streams fill it."""
     wait_until(lambda: _get_runs(capped) == 200, 30, what="the server to serve /runs")
+    wait_until(lambda: _live_running(capped), 120, what=f"batch {LIVE} to run")
     with ExitStack() as stack:
-        _half_heads(capped, CAP, stack)
-        # The next connection is past the cap: a clear 503, whatever its token.
+        for _ in range(CAP):
+            sock, head = _open_stream(capped, LIVE)
+            stack.enter_context(closing(sock))
+            assert _status(head) == 200, head[:300]
+        # The next request is past the cap: a clear 503, whatever its token.
         with closing(_connect(capped)) as s:
             s.sendall(b"GET /runs HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n")
             answer = _read_answer(s, timeout=10)
@@ -274,32 +289,99 @@ def test_connections_past_the_cap_get_503_and_healthz_still_answers(capped: ApiS
         assert b"retry-after: 5" in answer.lower()
         # Liveness still answers, from a fresh client.
         took = [_healthz_within(capped, 1.0) for _ in range(5)]
-        # Past the overflow too, a fresh client evicts the oldest stalled head and gets in.
-        _half_heads(capped, CAP, stack)
-        took.append(_healthz_within(capped, 1.0))
-        print(f"\n/healthz past the connection cap: {max(took) * 1000:.1f} ms at most")
-    # Once they are gone, the server serves again.
+        print(f"\n/healthz past the cap of requests in progress: {max(took) * 1000:.1f} ms at most")
+    # Once the streams are gone, the server serves again.
     wait_until(lambda: _get_runs(capped) == 200, 10, what="the server to serve /runs again")
+
+
+def _live_running(srv: ApiServer) -> bool:
+    response = httpx.get(f"{srv.url}/runs/{LIVE}", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    return response.status_code == 200 and response.json()["status"] == "running"
+
+
+def _stall_from(srv: ApiServer, clients: int, per_client: int, stack: ExitStack) -> list[socket.socket]:
+    """``per_client`` connections from each of ``clients`` loopback addresses (127.0.0.2, ...),
+    each with half a request head: what a Slowloris sends before it starts dripping."""
+    socks = []
+    for i in range(clients * per_client):
+        s = stack.enter_context(closing(_connect(srv, source=2 + i % clients)))
+        s.sendall(b"GET /runs HTTP/1.1\r\nHost: x\r\n")
+        socks.append(s)
+    return socks
+
+
+def _still_open(socks: list[socket.socket]) -> int:
+    """How many of ``socks`` the server has not closed (nothing was sent to them: EOF is a close)."""
+    held = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            held += s.recv(1) != b""
+        except BlockingIOError:
+            held += 1
+        except OSError:
+            pass
+    return held
+
+
+def _ordinary_latencies(srv: ApiServer, n: int = 10) -> list[float]:
+    """``n`` authorized ``GET /runs``, each on a fresh connection: all 200, their times."""
+    took = []
+    for _ in range(n):
+        with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}) as fresh:
+            t, response = _timed_get(fresh, f"{srv.url}/runs")
+        assert response.status_code == 200, (response.status_code, response.text[:300])
+        took.append(t)
+    return took
+
+
+def test_stalled_connections_never_starve_ordinary_requests(default_caps: ApiServer) -> None:
+    """Issue #34: 256 stalled connections used to make every ordinary request a 503 (the cap
+    counted open connections; one client opens 256 in 0.01 s, so no header timeout helps). At the
+    default caps now: a handful of clients holds at most 16 stalled connections each, and even
+    more clients than twice the cap only evict one another; ordinary requests are served."""
+    srv = default_caps
+    idle = _ordinary_latencies(srv)
+    report = [f"no stalled connection: GET /runs median {statistics.median(idle) * 1000:.1f} ms"]
+    for clients, per_client in [(1, 600), (5, 120), (40, 16)]:
+        with ExitStack() as stack:
+            socks = _stall_from(srv, clients, per_client, stack)
+            loaded = _ordinary_latencies(srv)
+            bound = min(clients * 16, 2 * 256)  # the defaults: 16 per client, twice the cap of 256
+            held = wait_until(
+                lambda: (n := _still_open(socks)) <= bound and n,  # noqa: B023 (called in this iteration)
+                10,
+                what="the server to close the stalled connections past its limits",
+            )
+            report.append(
+                f"{clients} client(s) x {per_client} stalled heads ({len(socks)}; {held} held): "
+                f"GET /runs median {statistics.median(loaded) * 1000:.1f} ms, max {max(loaded) * 1000:.1f} ms"
+            )
+            assert max(loaded) < 2.0, loaded
+        wait_until(lambda: _get_runs(srv) == 200, 10, what="the server to serve /runs again")
+    print("\n" + "\n".join(report))
 
 
 def test_a_connection_flood_keeps_file_descriptors_bounded_and_healthz_answering(capped: ApiServer) -> None:
-    """300 connections that send nothing: the server holds at most twice the cap of them, and a
-    fresh client still gets in (the oldest idle connection makes room)."""
+    """300 connections that send nothing: from one address the server holds at most
+    MAX_STALLED_PER_CLIENT of them, from thirty at most twice the cap; a fresh client still gets
+    in (the oldest stalled connection makes room)."""
     baseline = _server_fds(capped)
-    with ExitStack() as stack:
-        for _ in range(300):
-            stack.enter_context(closing(_connect(capped)))
-        held = wait_until(
-            lambda: (n := _server_fds(capped)) <= baseline + 2 * CAP and n,
-            10,
-            what="the server to drop the connections past its caps",
-        )
-        took = [_healthz_within(capped, 1.0) for _ in range(5)]
-        print(
-            f"\n300 idle connections: server fds {baseline} -> {held} (cap {CAP} + overflow {CAP}); "
-            f"/healthz {max(took) * 1000:.1f} ms at most"
-        )
-    wait_until(lambda: _get_runs(capped) == 200, 10, what="the server to serve /runs again")
+    for clients, bound in [(1, STALLED_PER_CLIENT), (30, 2 * CAP)]:
+        with ExitStack() as stack:
+            for i in range(300):
+                stack.enter_context(closing(_connect(capped, source=2 + i % clients)))
+            held = wait_until(
+                lambda: (n := _server_fds(capped)) <= baseline + bound and n,  # noqa: B023 (called in this iteration)
+                10,
+                what="the server to drop the connections past its limits",
+            )
+            took = [_healthz_within(capped, 1.0) for _ in range(5)]
+            print(
+                f"\n300 idle connections from {clients} address(es): server fds {baseline} -> {held} "
+                f"(bound +{bound}); /healthz {max(took) * 1000:.1f} ms at most"
+            )
+        wait_until(lambda: _get_runs(capped) == 200, 10, what="the server to serve /runs again")
 
 
 # --- event streams -------------------------------------------------------------------------------
