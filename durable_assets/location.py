@@ -68,7 +68,7 @@ def definitions(
         jobs=[*([retention_job] if retention else []), *jobs],
         schedules=[*([retention_schedule] if retention else []), *schedules],
         sensors=[
-            *(webhook_sensors() if webhooks else []),
+            *(webhook_sensors(durable_jobs) if webhooks else []),
             *([auto_resume_sensor(AutoResumeSettings.from_env(), durable_jobs)] if auto_resume else []),
             *sensors,
         ],

@@ -30,6 +30,7 @@ from durable_assets.kit.tags import (
     BATCH_TAG,
     EXECUTOR_TAG,
     SHARDS_TAG,
+    WILL_RETRY_TAG,
     WORKER_LOST_TAG,
 )
 from durable_assets.ops import cli, runner
@@ -253,25 +254,41 @@ def test_a_sharded_batch_is_left_to_job_resume(instance: DagsterInstance) -> Non
     assert _get(instance, lost.run_id).tags[AUTO_RESUMED_BY_TAG] == "none: a sharded batch"
 
 
-def test_a_batch_whose_code_changed_in_a_step_with_effects_is_left_for_a_person(
-    instance: DagsterInstance, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The daemon never crosses a deploy by itself: the batch stays failed, and its status says why."""
+def _started_on_the_release_before(instance: DagsterInstance) -> None:
+    """The batch pinned another refund step than the one deployed, and that step recorded an item."""
     from durable_assets.definitions import durable_jobs
     from durable_assets.kit.code_versions import CodePins, StepCode
     from durable_assets.kit.db import batch_items, now
 
-    lost = _lost_run(instance)
     db = DurableDatabase.for_instance(instance)
     deployed = durable_jobs.get("refund_batch").code_versions
-    started_on = {**deployed, "issued_refunds": StepCode("fp-the-release-before")}
-    CodePins(db).pin(BATCH, started_on)
-    with db.transaction() as conn:  # the killed run had recorded an item of the refund step
+    CodePins(db).pin(BATCH, {**deployed, "issued_refunds": StepCode("fp-the-release-before")})
+    with db.transaction() as conn:
         conn.execute(
             batch_items.insert().values(
                 batch_id=BATCH, scope="refund", item="invoice:INV-1:duplicate", key="k", created_at=now()
             )
         )
+
+
+def _metric(instance: DagsterInstance, name: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from durable_assets.ops.metrics import render_metrics
+
+    [family] = [f for f in text_string_to_metric_families(render_metrics(instance)) if f.name == name]
+    return sum(sample.value for sample in family.samples)
+
+
+def test_a_batch_whose_code_changed_in_a_step_with_effects_is_left_for_a_person(
+    instance: DagsterInstance, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The daemon never crosses a deploy by itself: the batch stays failed, and its status says why."""
+    from durable_assets.definitions import durable_jobs
+
+    lost = _lost_run(instance)
+    deployed = durable_jobs.get("refund_batch").code_versions
+    _started_on_the_release_before(instance)
     job = refund_batch_job()
     lines = resume_lost_batches(
         instance, lambda name: job if name == job.name else None, DUE, durable_jobs=durable_jobs
@@ -287,6 +304,29 @@ def test_a_batch_whose_code_changed_in_a_step_with_effects_is_left_for_a_person(
     out = capsys.readouterr().out
     assert "code changed since the batch started: issued_refunds fp-the-release-before →" in out
     assert "why: code changed since the batch started (issued_refunds)" in out
+    assert _metric(instance, "durable_batches_code_changed") == 1
+
+
+def test_the_failures_webhook_carries_the_code_change(
+    instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The location's run-status sensor looks at the deployed code before it freezes the body, so the
+    `batch.failed` a receiver gets says why no automatic resume follows (whichever sensor ticks first)."""
+    import json
+
+    from durable_assets.definitions import durable_jobs
+    from durable_assets.ops.webhooks.batch import note_code_changed, terminal_event
+
+    monkeypatch.setenv("DURABLE_WEBHOOK_URLS", "http://127.0.0.1:9/hook")
+    lost = _lost_run(instance)
+    instance.add_run_tags(lost.run_id, {WILL_RETRY_TAG: "false"})  # the location was down: retry dropped
+    _started_on_the_release_before(instance)
+    note_code_changed(instance, lost, durable_jobs)
+    event, why = terminal_event(instance, lost.run_id)
+    assert event is not None and event.event_type == "batch.failed", why
+    data = json.loads(event.body)["data"]
+    assert data["code"]["changed"] == ["issued_refunds"], data["code"]
+    assert any("code changed since the batch started" in (s.get("error") or "") for s in data["steps"])
 
 
 def test_a_changed_step_without_effects_does_not_stop_the_automatic_resume(instance: DagsterInstance) -> None:

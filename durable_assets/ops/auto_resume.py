@@ -49,7 +49,7 @@ from dagster import (
 from durable_assets.errors import LeaseHeldError
 from durable_assets.kit import DurableJob, DurableJobs
 from durable_assets.kit.cancel import CancelStore
-from durable_assets.kit.code_versions import CodePins, refusal
+from durable_assets.kit.code_versions import refusal
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import PENDING_RUN, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.resources import run_ended
@@ -70,7 +70,7 @@ from durable_assets.kit.tags import (
     WILL_RETRY_TAG,
     WORKER_LOST_TAG,
 )
-from durable_assets.ops.code_changes import changes_for_resume
+from durable_assets.ops.code_changes import changes_only_a_person_may_cross
 from durable_assets.ops.reexecution import (
     all_steps_committed,
     create_from_failure_run,
@@ -219,16 +219,11 @@ def resume_lost_run(
             record_run_success(instance, lost, batch_id, by="the daemon's automatic resume")
             return _decide(instance, lost, "none: every step had committed", "every step had committed")
         stopping = (
-            [
-                c
-                for c in changes_for_resume(db, batch_id, durable, lineage, steps_to_run(instance, lineage))
-                if c.stops
-            ]
+            changes_only_a_person_may_cross(db, batch_id, durable, lineage, steps_to_run(instance, lineage))
             if durable is not None
             else []
         )
         if stopping:
-            CodePins(db).note_seen(batch_id, stopping)
             return _decide(
                 instance,
                 lost,

@@ -48,6 +48,17 @@ def changes_for_resume(
     )
 
 
+def changes_only_a_person_may_cross(
+    db: DurableDatabase, batch_id: str, job: DurableJob, runs: Sequence[DagsterRun], to_run: Iterable[str]
+) -> list[CodeChange]:
+    """The changes that stop a resume, recorded as seen: from then on the batch's status (and so a
+    webhook's body, and ``durable_batches_code_changed``) says the code changed since it started."""
+    stopping = [c for c in changes_for_resume(db, batch_id, job, runs, to_run) if c.stops]
+    if stopping:
+        CodePins(db).note_seen(batch_id, stopping)
+    return stopping
+
+
 def reconcile_code_on_resume(
     db: DurableDatabase,
     batch_id: str,
@@ -67,6 +78,10 @@ def reconcile_code_on_resume(
     if stopping and not accept:
         pins.note_seen(batch_id, stopping)
         raise CodeChangedError(refusal(batch_id, stopping))
+    if accept:
+        # The batch now runs on the deployed release: every step's pin follows it, the completed
+        # ones too (they will not run again, but the status compares them with what is deployed).
+        changes = changes_for_resume(db, batch_id, job, runs, [st.key for st in job.steps])
     if accept and changes:
         pins.accept(batch_id, changes)
         return (

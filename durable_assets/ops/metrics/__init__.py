@@ -19,6 +19,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from durable_assets.kit.db import DurableDatabase, cancel_requests
 from durable_assets.kit.ledger import FINISHED, REVIEW
 from durable_assets.kit.tags import BATCH_TAG, HELD_FOR_REVIEW_KEY, WORKER_LOST_TAG
+from durable_assets.ops.code_changes import code_model
+from durable_assets.ops.job_shape import stored_code_versions
 from durable_assets.ops.metrics.digests import RunDigest, RunDigests, histogram, ledger_counts, render
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.status import held_for_review, is_auto_resume, run_status_label
@@ -63,6 +65,7 @@ class DurableMetrics:
             "Dagster dropped.",
             value=sum(1 for r in runs if is_auto_resume(r)),
         )
+        yield self._code_changed(runs)
         yield from self._webhooks()
         steps: dict[str, list[float]] = defaultdict(list)
         for digest in digests:
@@ -113,6 +116,24 @@ class DurableMetrics:
             "durable_items_held_for_review",
             "Items held for review across all batches still in storage (sum of `held_for_review`).",
             value=sum(held.values()),
+        )
+
+    def _code_changed(self, runs: list[DagsterRun]) -> GaugeMetricFamily:
+        """Failed batches that only a person may resume: their code changed since they started in a
+        step that recorded effects (status ``code.changed``); no automatic resume crosses that."""
+        newest: dict[str, DagsterRun] = {}
+        for run in runs:  # newest first
+            newest.setdefault(run.tags[BATCH_TAG], run)
+        changed = 0
+        for batch, run in newest.items():
+            if run_status_label(run) == BatchStatus.FAILED:
+                code = code_model(self.db, batch, stored_code_versions(self.instance, run))
+                changed += code is not None and bool(code.changed)
+        return GaugeMetricFamily(
+            "durable_batches_code_changed",
+            "Failed batches whose deployed code changed since they started (status `code.changed`): "
+            "a person resumes them, with the old code back or `job resume --accept-code-change`.",
+            value=changed,
         )
 
     def _effects(self, digests: list[RunDigest]) -> Iterator[Metric]:

@@ -32,6 +32,7 @@ from typing import Any
 
 from dagster import (
     DagsterInstance,
+    DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunStatusSensorContext,
@@ -42,11 +43,13 @@ from dagster import (
     sensor,
 )
 
+from durable_assets.kit import DurableJobs
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.tags import BATCH_TAG
+from durable_assets.ops.code_changes import changes_only_a_person_may_cross
 from durable_assets.ops.settings import WebhookVariables
-from durable_assets.ops.status import batch_runs, batch_status
+from durable_assets.ops.status import batch_runs, batch_status, steps_to_run
 from durable_assets.ops.status_model import BatchStatus
 from durable_assets.ops.webhooks.outbox import (
     Deliverer,
@@ -215,10 +218,26 @@ def enqueue_if_terminal(instance: DagsterInstance, run_id: str) -> None:
 # --- the daemon path ----------------------------------------------------------------------------
 
 
-def _on_run_end(context: RunStatusSensorContext) -> None:
+def note_code_changed(instance: DagsterInstance, run: DagsterRun, durable_jobs: DurableJobs | None) -> None:
+    """Before a failure's body is frozen: a batch that only a person may resume across the code this
+    location now serves says so in its status, so the webhook carries the reason. (The sensor runs
+    in the code server: after a host loss it ticks again only once the new code is up.)"""
+    job = durable_jobs.owning(run.job_name) if durable_jobs is not None else None
+    batch_id = run.tags.get(BATCH_TAG)
+    if job is None or not batch_id or run.status != DagsterRunStatus.FAILURE:
+        return
+    lineage = batch_runs(instance, batch_id)
+    if lineage and lineage[-1].run_id == run.run_id:
+        changes_only_a_person_may_cross(
+            DurableDatabase.for_instance(instance), batch_id, job, lineage, steps_to_run(instance, lineage)
+        )
+
+
+def _on_run_end(context: RunStatusSensorContext, durable_jobs: DurableJobs | None) -> None:
     config = settings()
     if config is None:
         return
+    note_code_changed(context.instance, context.dagster_run, durable_jobs)
     event, why = enqueue(context.instance, config, context.dagster_run.run_id)
     if event is None:
         context.log.info(f"no webhook: {why}")
@@ -227,13 +246,17 @@ def _on_run_end(context: RunStatusSensorContext) -> None:
     context.log.info(f"webhooks for {event.event_type} of batch {event.batch_id}: {report.summary()}")
 
 
-def webhook_sensors() -> list[SensorDefinition]:
+def webhook_sensors(durable_jobs: DurableJobs | None = None) -> list[SensorDefinition]:
     """Run-status sensors for every job of this code location, and the outbox's retry sensor.
 
     Running by default so that a daemon delivers without anyone switching them on in the UI; they
     do nothing while ``DURABLE_WEBHOOK_URLS`` is unset. Runs executed by the CLI carry no code
     location origin and are not seen here: the CLI sends their events itself.
     """
+
+    def on_run_end(context: RunStatusSensorContext) -> None:
+        _on_run_end(context, durable_jobs)
+
     sensors: list[SensorDefinition] = [
         run_status_sensor(
             run_status=status,
@@ -241,7 +264,7 @@ def webhook_sensors() -> list[SensorDefinition]:
             description=f"Enqueues and sends {event} when a batch's newest run ends {status.value}.",
             default_status=DefaultSensorStatus.RUNNING,
             minimum_interval_seconds=5,  # cheap (reads new run-status events only); bounds the delay
-        )(_on_run_end)
+        )(on_run_end)
         for status, event in EVENT_TYPES.items()
     ]
 
