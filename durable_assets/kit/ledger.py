@@ -126,9 +126,12 @@ class ItemDrift:
 
     def describe(self) -> str:
         what = self.label or self.item
+        changed = []
         if self.recorded_key != self.key:
-            return f"item {what}: key {self.recorded_key} then, {self.key} now"
-        return f"item {what}: subject {self.recorded_subject} then, {self.subject} now"
+            changed.append(f"key {self.recorded_key} then, {self.key} now")
+        if self.recorded_subject != self.subject:
+            changed.append(f"subject {self.recorded_subject} then, {self.subject} now")
+        return f"item {what}: {'; '.join(changed)}"
 
 
 def unambiguous_items(intents: Sequence[Intent]) -> dict[str, Intent]:

@@ -128,6 +128,12 @@ def test_a_key_spelled_anew_for_a_recorded_item_is_drift(durable_db_url: str) ->
         "subject s0 then, charge-0 now"
         in ledger.item_drift("b1", "scope", unambiguous_items(resubjected))[0].describe()
     )
+    both = [Intent(f"new-{i}", {"n": i}, subject=f"charge-{i}") for i in range(3)]
+    assert (
+        ledger.item_drift("b1", "scope", unambiguous_items(both))[0]
+        .describe()
+        .endswith(": key old-0 then, new-0 now; subject s0 then, charge-0 now")
+    )
     # Another batch with the same items has its own record; a named item survives changed params.
     assert ledger.item_drift("b2", "scope", unambiguous_items(respelled)) == []
     named = [Intent("k-1", {"v": 1}, item="invoice-1")]
