@@ -3,6 +3,7 @@ test (Dagster's storage and our tables together, as `dagster_home/postgres` conf
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from durable_assets.ops import registry
 from tests.support.homes import make_home
 
 from .helpers import Simulator
@@ -34,6 +36,20 @@ def simulator(tmp_path: Path) -> Iterator[Callable[..., Simulator]]:
     yield start
     for sim in started:
         sim.close()
+
+
+@pytest.fixture
+def served_from(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], None]]:
+    """Make this process read batches through the folder's location, as `job` run in it does
+    (the test's status reads must know the `postcards` job); undone after the test."""
+
+    def serve(folder: Path) -> None:
+        monkeypatch.setenv("DURABLE_CODE_LOCATION", "postcards")
+        monkeypatch.syspath_prepend(str(folder))
+        monkeypatch.setitem(sys.modules, "postcards", importlib.import_module("postcards"))
+
+    yield serve
+    registry._load.cache_clear()  # the next test's folder is another one
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

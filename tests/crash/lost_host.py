@@ -115,23 +115,28 @@ class LostHost:
         self.code.kill_host()  # the worker and its code server, together
         self.killed_at = time.monotonic()
 
-    def recover(self, while_down: Callable[[], None] = lambda: None) -> Recovery:
-        """Wait through the story in this module's docstring and return what it ended with.
-
-        ``while_down`` asserts what must hold while the location is unreachable (e.g. nothing sent).
-        """
-        instance, first_run, code = self.reader.instance, self.first_run, self.code
-        # Run monitoring fails the run from the lease; Dagster's run retry then cannot reach the code
-        # location and drops the retry. Nobody restarts anything until it has.
+    def wait_retry_dropped(self) -> float:
+        """Until run monitoring failed the run from its lease and Dagster's run retry, unable to reach
+        the code location, dropped it; the seconds since the kill. Nothing has continued the batch."""
+        instance, first_run = self.reader.instance, self.first_run
         wait_until(
             lambda: run_of(instance, first_run).tags.get(WILL_RETRY_TAG) == "false",
             timeout=90,
             what="Dagster's run retry to be dropped",
             detail=self.story,
         )
-        dropped = time.monotonic() - self.killed_at
         assert run_of(instance, first_run).tags.get(WORKER_LOST_TAG) == "lease_expired"
         assert not instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": first_run}))
+        return time.monotonic() - self.killed_at
+
+    def recover(self, while_down: Callable[[], None] = lambda: None) -> Recovery:
+        """Wait through the story in this module's docstring and return what it ended with.
+
+        ``while_down`` asserts what must hold while the location is unreachable (e.g. nothing sent).
+        """
+        instance, first_run, code = self.reader.instance, self.first_run, self.code
+        # Nobody restarts anything until Dagster has dropped its retry.
+        dropped = self.wait_retry_dropped()
         while_down()
         code.start()  # the host is back: its supervisor restarts the code server, nothing else
         resumed = wait_until(

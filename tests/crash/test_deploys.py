@@ -9,15 +9,23 @@ sent" and "every customer got exactly one card" are read from the side effect it
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from dagster import RunsFilter
+from prometheus_client.parser import text_string_to_metric_families
 
+from durable_assets.kit.tags import AUTO_RESUMED_BY_TAG
+from durable_assets.ops.metrics import render_metrics
+from tests.support.dagster_dev import CodeServer, DagsterDev, LaunchedJob
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
 from tests.support.tutorial import shop_count, tutorial_folder
+from tests.webhooks.receiver import Receiver
 
 from .helpers import (
     EXIT_FAILED,
@@ -30,6 +38,7 @@ from .helpers import (
     kill_mid_sending,
     resume_until_accepted,
 )
+from .lost_host import LostHost, run_of
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +48,8 @@ REQUESTS = "SELECT count(*) FROM requests"
 #: The tutorial's key, and the same key spelled another way by a later release.
 OLD_KEY = 'Intent(f"postcard:{name}", {"to": name})'
 NEW_KEY = 'Intent(f"card-for:{name}", {"to": name})'
+#: A refactor that renames the key and names a subject the tutorial's intent did not have.
+NEW_KEY_AND_SUBJECT = 'Intent(f"card-for:{name}", {"to": name}, subject=f"recipient:{name}")'
 
 
 #: (the reader's folder, the environment `job` runs with there, the shop's file, the logs)
@@ -117,6 +128,48 @@ def test_a_key_spelled_anew_is_refused_and_the_old_code_finishes_exactly(
     assert shop_count(shop, CARDS) == SIZE
     assert shop_count(shop, "SELECT count(DISTINCT recipient) FROM cards") == SIZE
     assert shop_count(shop, "SELECT count(*) FROM cards WHERE key NOT LIKE 'postcard:%'") == 0
+
+
+def test_a_key_and_its_subject_changed_are_refused_and_the_old_code_finishes_exactly(setup: Setup) -> None:
+    """A refactor that renames the key and gives the effect a subject: nothing goes out under the
+    new identity, accepted or not (the subject guard alone would not stop a new subject)."""
+    folder, env, shop, logs = setup
+    batch = "deploy-4"
+    _killed_mid_sending(folder, env, shop, logs, batch)
+    requests = shop_count(shop, REQUESTS)
+
+    _deploy(folder, OLD_KEY, NEW_KEY_AND_SUBJECT)
+    assert _resume(batch, env, logs, folder).proc.returncode == EXIT_USAGE
+    accepted = _resume(batch, env, logs, folder, "--accept-code-change")
+    assert accepted.proc.returncode == EXIT_FAILED, accepted.tail()
+    assert "would go out under another key" in accepted.stderr, accepted.tail()
+    assert "subject" in accepted.stderr and "recipient:" in accepted.stderr, accepted.tail()
+    assert shop_count(shop, REQUESTS) == requests
+
+    _deploy(folder, NEW_KEY_AND_SUBJECT, OLD_KEY)
+    back = _resume(batch, env, logs, folder, "--accept-code-change")
+    assert back.proc.returncode == EXIT_OK, back.tail()
+    assert shop_count(shop, CARDS) == SIZE
+    assert shop_count(shop, "SELECT count(DISTINCT recipient) FROM cards") == SIZE
+
+
+def test_accepting_a_change_that_keeps_every_key_finishes_exactly(setup: Setup) -> None:
+    """A release that changes the job's file but no key (here a comment): refused until a person
+    accepts it; accepted, the batch finishes on it and every customer has exactly one card."""
+    folder, env, shop, logs = setup
+    batch = "deploy-5"
+    _killed_mid_sending(folder, env, shop, logs, batch)
+    job_file = folder / "postcards.py"
+    job_file.write_text(job_file.read_text() + "\n# release 2: the same keys\n")
+    refused = _resume(batch, env, logs, folder)
+    assert refused.proc.returncode == EXIT_USAGE, refused.tail()
+    accepted = _resume(batch, env, logs, folder, "--accept-code-change")
+    assert accepted.proc.returncode == EXIT_OK, accepted.tail()
+    assert "code change accepted" in accepted.stderr, accepted.tail()
+    assert shop_count(shop, CARDS) == SIZE
+    assert shop_count(shop, "SELECT count(DISTINCT recipient) FROM cards") == SIZE
+    code = _status(batch, env, logs, folder)["code"]
+    assert isinstance(code, dict) and code["changed"] == [] and code["accepted"] is not None, code
 
 
 def test_the_old_code_back_resumes_without_any_acceptance(
@@ -214,3 +267,88 @@ def test_an_output_that_older_code_wrote_fails_with_one_line_naming_the_step(tmp
     assert "the stored output of step made was written by other code" in line, resumed.tail()
     assert "the batch started on fp-" in line and "deployed: fp-" in line, line
     assert "Traceback" not in resumed.stderr
+
+
+@pytest.mark.timeout(600)  # a loaded 2-core machine: four processes start; most of it is startup
+def test_the_daemon_leaves_a_batch_whose_code_changed_to_a_person_and_tells_why(
+    home: Path, tmp_path: Path, served_from: Callable[[Path], None]
+) -> None:
+    """The tutorial's job launched as the UI launches it; its host dies mid-sending, and the host
+    comes back with a release that spells the key anew. Dagster's retry is dropped (the location was
+    down); the auto-resume sensor, running the new release, leaves the batch failed, and the operator
+    hears why where a held batch is heard: the signed `batch.failed` webhook's status JSON and
+    `/metrics`. The old release back, `job resume` finishes it: every customer one card."""
+    batch, size = "cards-deploy", 400
+    folder = tutorial_folder(tmp_path)
+    served_from(folder)
+    shop = tmp_path / "shop.db"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    hooks = Receiver(secret)
+    env = job_env(
+        home,
+        lease_ttl_s=2.0,
+        DURABLE_CODE_LOCATION="postcards",
+        PRINT_SHOP_DB=str(shop),
+        PRINT_SHOP_LATENCY_MS=40,
+        DURABLE_AUTO_RESUME_AFTER_S=2,
+        DURABLE_AUTO_RESUME_INTERVAL_S=1,
+        DURABLE_WEBHOOK_URLS=hooks.url(),
+        DURABLE_WEBHOOK_SECRET=secret,
+    )
+    code = CodeServer(env, logs, module="postcards", working_dir=folder, location="postcards")
+    dev = DagsterDev(home, env, logs, code_server=code, job=LaunchedJob("postcards", "recipients"))
+    try:
+        with instance_reader(home) as reader:
+            host = LostHost(reader, dev, code, batch)
+            host.launch("postcard_batches", size)
+            host.wait_mid_effects(lambda: shop_count(shop, CARDS) >= 10, "cards from the worker")
+            host.kill()
+            requests = shop_count(shop, REQUESTS)  # final for the first run: every writer is dead
+            host.wait_retry_dropped()
+            _deploy(folder, OLD_KEY, NEW_KEY)  # the host comes back with the new release
+            code.start()
+
+            def decided() -> str | None:
+                return run_of(reader.instance, host.first_run).tags.get(AUTO_RESUMED_BY_TAG)
+
+            verdict = wait_until(
+                decided, timeout=150, what="the automatic resume's decision", detail=host.story
+            )
+            assert verdict == "none: code changed since the batch started", host.story()
+            failed = wait_until(
+                lambda: [p for p in hooks.deliveries().values() if p["type"] == "batch.failed"],
+                timeout=120,
+                what="the signed batch.failed webhook",
+                detail=host.story,
+            )
+            instance = reader.instance
+            assert not instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": host.first_run}))
+            assert shop_count(shop, REQUESTS) == requests  # nothing ran on the new release
+            [notice] = failed
+            assert notice["data"]["code"]["changed"] == ["sent_cards"], notice["data"]["code"]
+            errors = [s["error"] for s in notice["data"]["steps"] if s.get("error")]
+            assert any("code changed since the batch started" in e for e in errors), errors
+            [family] = [
+                f
+                for f in text_string_to_metric_families(render_metrics(instance))
+                if f.name == "durable_batches_code_changed"
+            ]
+            assert [s.value for s in family.samples] == [1.0]
+
+        _deploy(folder, NEW_KEY, OLD_KEY)  # the operator deploys the batch's own release back
+        back = job(["resume", "--id", batch], env, logs, cwd=folder)
+        assert back.proc.returncode == EXIT_OK, back.tail()
+        assert shop_count(shop, CARDS) == size
+        assert shop_count(shop, "SELECT count(DISTINCT recipient) FROM cards") == size
+        assert shop_count(shop, "SELECT count(*) FROM cards WHERE key NOT LIKE 'postcard:%'") == 0
+        assert _status(batch, env, logs, folder)["code"] == {
+            **notice["data"]["code"],
+            "deployed": notice["data"]["code"]["pinned"],
+            "changed": [],
+        }
+    finally:
+        dev.stop(grace_s=5)  # nothing left to keep: the assertions read storages that outlive it
+        code.stop()
+        hooks.close()

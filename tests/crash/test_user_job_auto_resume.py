@@ -10,12 +10,10 @@ ends with exactly one card, counted in the print shop's file, which outlives eve
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,7 +24,6 @@ from durable_assets.kit.tags import (
     AUTO_RESUMED_BY_TAG,
     BATCH_TAG,
 )
-from durable_assets.ops import registry
 from tests.support.dagster_dev import CodeServer, DagsterDev, LaunchedJob
 from tests.support.tutorial import shop_count, tutorial_folder
 
@@ -39,20 +36,6 @@ POSTCARDS = LaunchedJob("postcards", "recipients")
 CARDS = "SELECT count(*) FROM cards"
 #: DURABLE_TEST_REPEAT=10 runs the case 10 times in one session (the issue's "10 in a row").
 REPEAT = int(os.environ.get("DURABLE_TEST_REPEAT", "1"))
-
-
-@pytest.fixture
-def served_from(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], None]]:
-    """Make this process read batches through the folder's location, as `job` run in it does
-    (the test's status reads must know the `postcards` job); undone after the test."""
-
-    def serve(folder: Path) -> None:
-        monkeypatch.setenv("DURABLE_CODE_LOCATION", "postcards")
-        monkeypatch.syspath_prepend(str(folder))
-        monkeypatch.setitem(sys.modules, "postcards", importlib.import_module("postcards"))
-
-    yield serve
-    registry._load.cache_clear()  # the next test's folder is another one
 
 
 @pytest.mark.timeout(600)  # a loaded 2-core machine: ~4 processes start twice; most of it is startup
