@@ -625,6 +625,29 @@ def test_a_second_transaction_under_our_key_fails_the_batch(
     assert "verified_balances" not in out.materialized
 
 
+# --- the report accounts for everything the provider holds for the batch (#33 item 4) -----------------
+
+
+def test_a_deleted_customer_and_its_hand_made_successor_are_both_in_the_held_row(
+    instance: DagsterInstance, dagster_home: Path, tmp_path: Path
+) -> None:
+    """The held row's note names every customer the provider holds for the account: the one it was
+    migrated to (deleted since) and the one made by hand after, so the report accounts for both."""
+    path = _write(tmp_path / "d.csv", [_row("LEG-1", "10.00"), _row("LEG-2", "5.00")])
+    assert _materialize(instance, "d1", path=path).success
+    [deleted] = _provider(dagster_home).customers["LEG-1"]
+    with PaymentStore(str(dagster_home / "payments.db")) as store:
+        store.delete_customer(deleted["id"])
+        successor = store.create_customer(email="s@example.com", metadata={s.LEGACY_ID_METADATA: "LEG-1"})
+
+    out = _materialize(instance, "d2", path=path)
+    assert out.success and all(out.checks.values()), (out.failures, out.checks)
+    report = pd.read_csv(dagster_home / "batches" / "d2" / "migration_report.csv", keep_default_na=False)
+    row = report.set_index(s.LEGACY_ACCOUNT_ID).loc["LEG-1"]
+    assert row["status"] == "held_for_review" and "deleted" in row["review_note"]
+    assert deleted["id"] in row["review_note"] and successor.body["id"] in row["review_note"]
+
+
 def test_report_and_quarantine_neutralise_spreadsheet_formulas(
     instance: DagsterInstance, dagster_home: Path, tmp_path: Path
 ) -> None:
