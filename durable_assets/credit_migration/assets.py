@@ -453,7 +453,9 @@ def applied_adjustments(
     Keyed by the account, the balance version the plan read and the target, committed to the
     ledger before the request and carried in the transaction's ``metadata.idempotency_key``. Only
     the first adjustment claimed from a balance version is ever sent (a second plan from the same
-    balance is held for review). The per-batch ceilings are checked before the first request.
+    balance is held for review). The per-batch ceilings are checked before the first request. An
+    adjustment held because the provider's answer was not what was asked carries that answer's
+    transaction id: the transaction exists, whatever the row's status.
     """
     adjust = planned_adjustments[planned_adjustments["action"] == PlannedAction.ADJUST]
     enforce_credit_limits(adjust, credit_limits)
@@ -524,13 +526,19 @@ def _adjustment_figures(frame: pd.DataFrame) -> dict[str, Any]:
 
 
 def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.EffectReport) -> pd.DataFrame:
-    """One row per planned account: applied, unchanged, or held with a note a person can act on."""
+    """One row per planned account: applied, unchanged, or held with a note a person can act on.
+
+    A held row whose ledger answer names a balance transaction (the provider answered the key, but
+    not with what was asked) carries its id: that transaction exists, and the report says so rather
+    than read as if no money moved.
+    """
     key_of = {i.params[s.LEGACY_ACCOUNT_ID]: i.key for i in intents}
     rows = []
     for row in plan.itertuples(index=False):
         acct = str(row.legacy_account_id)
         key = key_of.get(acct, "")
         done = report.results.get(key) if key else None
+        transaction_id = str((done or {}).get("id", ""))
         if row.action == PlannedAction.UNCHANGED:
             status, note = AdjustmentOutcome.UNCHANGED, ""
         elif row.action == PlannedAction.HELD_FOR_REVIEW:
@@ -538,9 +546,17 @@ def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.Ef
         elif done is not None:
             status, note = AdjustmentOutcome.APPLIED, ""
         else:
+            review = report.review.get(key)
+            transaction_id = _answered_transaction(review)
             status, note = (
                 AdjustmentOutcome.HELD_FOR_REVIEW,
-                kit.review_note(report.review.get(key), subject_taken=_claimed_note),
+                kit.review_note(review, subject_taken=_claimed_note)
+                + (
+                    f"; balance transaction {transaction_id} exists at the provider (its answer to this "
+                    "adjustment's key) and is not counted as applied: check its customer and amount"
+                    if transaction_id
+                    else ""
+                ),
             )
         rows.append(
             {
@@ -552,12 +568,20 @@ def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.Ef
                 if status != AdjustmentOutcome.UNCHANGED
                 else 0,
                 "idempotency_key": key,
-                "transaction_id": str((done or {}).get("id", "")),
+                "transaction_id": transaction_id,
                 "status": status,
                 "review_note": note,
             }
         )
     return kit.typed(pd.DataFrame(rows, columns=list(s.APPLIED_DTYPES)), s.APPLIED_DTYPES)
+
+
+def _answered_transaction(review: Mapping[str, Any] | None) -> str:
+    """The balance transaction the provider answered a held key with ("" if none): a mismatched
+    answer is recorded with the review, and it names an object that exists at the provider. Only
+    this key's own answer: a subject's holder (another key) answers for its own row."""
+    answer = (review or {}).get("provider_answer")
+    return str(answer.get("id") or "") if isinstance(answer, Mapping) else ""
 
 
 def _claimed_note(holder_key: str, holder: Mapping[str, Any]) -> str:

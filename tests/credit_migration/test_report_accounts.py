@@ -7,8 +7,13 @@ the embedded provider (a customer made by hand for a held account, a transaction
 
 from __future__ import annotations
 
+from typing import Any
+
+import pandas as pd
+
+from durable_assets import kit
 from durable_assets.credit_migration import schema as s
-from durable_assets.credit_migration.assets import _naming_every_customer
+from durable_assets.credit_migration.assets import _applied_frame, _naming_every_customer
 from durable_assets.payments.gateway import Customer
 
 
@@ -23,3 +28,59 @@ def test_a_held_note_from_the_ledger_names_customers_made_since() -> None:
     assert note == f"{refused}; provider customers naming legacy account C now: cus_9"
     assert _naming_every_customer("C", note, [_customer("cus_9", "C")]) == note  # named: unchanged
     assert _naming_every_customer("C", refused, []) == refused
+
+
+def _plan(acct: str, customer_id: str) -> pd.DataFrame:
+    frame = pd.DataFrame(
+        [
+            {
+                s.LEGACY_ACCOUNT_ID: acct,
+                "customer_id": customer_id,
+                s.CURRENCY: "usd",
+                "target_cents": -1000,
+                "current_cents": 0,
+                "balance_version": "",
+                "adjustment_cents": -1000,
+                "action": "adjust",
+                "review_note": "",
+            }
+        ],
+        columns=list(s.PLAN_DTYPES),
+    )
+    return kit.typed(frame, s.PLAN_DTYPES)
+
+
+def _held(review: dict[str, Any]) -> dict[str, Any]:
+    intent = kit.Intent("adjust:A", {s.LEGACY_ACCOUNT_ID: "A", "customer_id": "cus_1"})
+    [row] = _applied_frame(
+        _plan("A", "cus_1"), [intent], kit.EffectReport(review={"adjust:A": review})
+    ).to_dict("records")
+    assert row["status"] == "held_for_review" and row["idempotency_key"] == "adjust:A"
+    return row
+
+
+def test_a_held_answer_names_the_transaction_that_exists_at_the_provider() -> None:
+    """The provider answered the key with a transaction that is not what was asked: it exists, so the
+    row carries its id and says so, never reads as if no money moved."""
+    row = _held({"mismatch": "amount -500 != -1000", "provider_answer": {"id": "cbtxn_1", "amount": -500}})
+    assert row["transaction_id"] == "cbtxn_1"
+    assert row["review_note"].startswith("provider answer does not match the request: amount -500 != -1000")
+    assert "balance transaction cbtxn_1 exists at the provider" in row["review_note"]
+    assert "not counted as applied" in row["review_note"]
+
+
+def test_a_held_row_without_an_answer_claims_no_transaction() -> None:
+    """A refusal, or a balance another key claimed first (whose transaction is that key's row's):
+    the ledger knows of no transaction under this key, and the row names none."""
+    refused = _held({"error": "No such customer: 'cus_1'", "code": "resource_missing", "http_status": 404})
+    taken = _held(
+        {
+            "subject_taken": "balance:cus_1:",
+            "holder_key": "adjust:other",
+            "holder_params": {"target": -2000},
+            "holder_state": "finished",
+            "holder_result_id": "cbtxn_other",
+        }
+    )
+    for row in (refused, taken):
+        assert row["transaction_id"] == "" and "exists at the provider" not in row["review_note"]
