@@ -7,6 +7,7 @@ the embedded provider (a customer made by hand for a held account, a transaction
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 import pandas as pd
@@ -14,11 +15,61 @@ import pandas as pd
 from durable_assets import kit
 from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.assets import _applied_frame, _naming_every_customer
+from durable_assets.credit_migration.checks import customer_problems
 from durable_assets.payments.gateway import Customer
+
+
+def _customers(*rows: tuple[str, str, str, str]) -> pd.DataFrame:
+    """Step 3's frame from (account, customer id, status, note)."""
+    frame = pd.DataFrame(
+        [
+            {
+                s.LEGACY_ACCOUNT_ID: acct,
+                "customer_id": cid,
+                "idempotency_key": f"customer:{acct}",
+                "status": status,
+                "review_note": note,
+            }
+            for acct, cid, status, note in rows
+        ],
+        columns=list(s.CUSTOMER_DTYPES),
+    )
+    return kit.typed(frame, s.CUSTOMER_DTYPES)
 
 
 def _customer(cid: str, acct: str) -> Customer:
     return Customer(cid, None, None, 0, None, {s.LEGACY_ID_METADATA: acct})
+
+
+def test_every_customer_naming_a_held_account_must_be_named_in_its_row() -> None:
+    rows = _customers(
+        ("A", "cus_1", "ready", ""),
+        ("B", "", "held_for_review", "2 provider customers name legacy account B: cus_2, cus_3; keep one"),
+        ("C", "", "held_for_review", "the provider refused the request: email invalid (code x)"),
+        (
+            "D",
+            "",
+            "held_for_review",
+            "customer cus_4 was deleted at the provider; provider customers naming it now: cus_5",
+        ),
+    )
+    at_provider = {"A": ["cus_1"], "B": ["cus_2", "cus_3", "cus_33"], "C": ["cus_9"], "D": ["cus_5"]}
+    assert customer_problems(rows, at_provider) == [
+        "B: provider customer cus_33 is not in the report",  # cus_3 named does not name cus_33
+        "C: provider customer cus_9 is not in the report",
+    ]
+
+
+def test_a_ready_account_is_still_exactly_its_one_customer() -> None:
+    rows = _customers(("A", "cus_1", "ready", ""), ("E", "cus_7", "ready", ""))
+    assert customer_problems(rows, {"A": ["cus_1", "cus_8"]}) == [
+        "A: provider customers ['cus_1', 'cus_8'], we recorded cus_1",
+        "E: provider customers [], we recorded cus_7",
+    ]
+
+
+def test_zero_rows_have_no_problem_whatever_the_provider_holds() -> None:
+    assert customer_problems(_customers(), {"A": ["cus_1"]}) == []
 
 
 def test_a_held_note_from_the_ledger_names_customers_made_since() -> None:
@@ -50,7 +101,7 @@ def _plan(acct: str, customer_id: str) -> pd.DataFrame:
     return kit.typed(frame, s.PLAN_DTYPES)
 
 
-def _held(review: dict[str, Any]) -> dict[str, Any]:
+def _held(review: dict[str, Any]) -> dict[Hashable, Any]:
     intent = kit.Intent("adjust:A", {s.LEGACY_ACCOUNT_ID: "A", "customer_id": "cus_1"})
     [row] = _applied_frame(
         _plan("A", "cus_1"), [intent], kit.EffectReport(review={"adjust:A": review})
