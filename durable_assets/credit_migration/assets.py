@@ -9,6 +9,7 @@ and only balances whose target changed move, by exactly the difference.
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
 import functools
+import re
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -151,6 +152,25 @@ def _several_customers_note(acct: str, ids: list[str]) -> str:
     )
 
 
+def ids_named_in(note: str) -> set[str]:
+    """The words of a review note, as provider ids: an id is named only as a whole word, so a note
+    naming ``cus_12`` does not name ``cus_1``."""
+    return set(re.findall(r"\w+", note))
+
+
+def _naming_every_customer(acct: str, note: str, at_provider: list[Customer]) -> str:
+    """A held account's note, naming every customer the provider holds for the account.
+
+    The report is the provider's truth: a customer naming a held account is in no row's
+    ``customer_id``, so its note is where the report accounts for it. A note replayed from the
+    ledger (a refusal, a mismatch) was written before such a customer may have been made.
+    """
+    ids = [c.id for c in at_provider]
+    if set(ids) <= ids_named_in(note):
+        return note
+    return f"{note}; provider customers naming legacy account {acct} now: {', '.join(ids)}"
+
+
 def _recorded_customer_problem(
     acct: str, recorded: str, at_provider: list[str], retrieve: Callable[[str], Customer]
 ) -> str | None:
@@ -158,21 +178,23 @@ def _recorded_customer_problem(
 
     The ledger remembers the customer; the provider is the truth about whether it still stands.
     A customer deleted since, or joined by a second one naming the same account, is a decision for
-    a person: re-creating or choosing one silently could move credit to the wrong customer.
+    a person: re-creating or choosing one silently could move credit to the wrong customer. Every
+    customer naming the account is named in the note, so the report accounts for each one the
+    provider holds (the ``one_customer_per_account`` check holds it to that).
     """
     if at_provider == [recorded]:
         return None
     if recorded in at_provider:
         return _several_customers_note(acct, at_provider)
     customer = retrieve(recorded)
+    others = f"; provider customers naming it now: {', '.join(at_provider)}" if at_provider else ""
     if customer.deleted:
         return (
-            f"customer {recorded}, which legacy account {acct} was migrated to, was deleted at the provider; "
-            "it is not re-created automatically: restore the account's customer (or decide it gets none) "
-            "and run the migration again"
+            f"customer {recorded}, which legacy account {acct} was migrated to, was deleted at the provider"
+            f"{others}; it is not re-created automatically: restore the account's customer (or decide it "
+            "gets none) and run the migration again"
         )
     named = customer.metadata.get(s.LEGACY_ID_METADATA, "")
-    others = f"; provider customers naming it now: {', '.join(at_provider)}" if at_provider else ""
     return (
         f"customer {recorded}, which legacy account {acct} was migrated to, now names legacy account "
         f"{named!r} in its metadata{others}; fix the metadata and run the migration again"
@@ -194,7 +216,8 @@ def provider_customers(
     account's key (the legacy account ID alone, so every batch, night and worker asks for the same
     customer). An account settled by an earlier night is checked against the provider: a customer
     deleted since, or joined by a second one, is held for review, never re-created. Only the held
-    accounts wait for a person; the rest of the batch migrates.
+    accounts wait for a person; the rest of the batch migrates. A held account's note names every
+    customer the provider holds for it, so the report accounts for each one.
     """
     customers = payments.customers
     rows = {
@@ -270,6 +293,11 @@ def provider_customers(
         if problem:
             notes[intent.key] = problem
     ready = {k: v for k, v in report.results.items() if k not in notes}
+    held_notes = {
+        key: _naming_every_customer(acct, notes.get(key, "no provider customer"), index.find(acct))
+        for key, (acct, _email, _name) in rows.items()
+        if key not in ready
+    }
     out = kit.typed(
         pd.DataFrame(
             [
@@ -278,7 +306,7 @@ def provider_customers(
                     "customer_id": str((ready.get(i.key) or {}).get("id", "")),
                     "idempotency_key": i.key,
                     "status": CustomerOutcome.READY if i.key in ready else CustomerOutcome.HELD_FOR_REVIEW,
-                    "review_note": notes.get(i.key, "" if i.key in ready else "no provider customer"),
+                    "review_note": held_notes.get(i.key, ""),
                 }
                 for i in [
                     kit.Intent(key, {s.LEGACY_ACCOUNT_ID: acct}) for key, (acct, _e, _n) in rows.items()
@@ -425,7 +453,9 @@ def applied_adjustments(
     Keyed by the account, the balance version the plan read and the target, committed to the
     ledger before the request and carried in the transaction's ``metadata.idempotency_key``. Only
     the first adjustment claimed from a balance version is ever sent (a second plan from the same
-    balance is held for review). The per-batch ceilings are checked before the first request.
+    balance is held for review). The per-batch ceilings are checked before the first request. An
+    adjustment held because the provider's answer was not what was asked carries that answer's
+    transaction id: the transaction exists, whatever the row's status.
     """
     adjust = planned_adjustments[planned_adjustments["action"] == PlannedAction.ADJUST]
     enforce_credit_limits(adjust, credit_limits)
@@ -496,13 +526,19 @@ def _adjustment_figures(frame: pd.DataFrame) -> dict[str, Any]:
 
 
 def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.EffectReport) -> pd.DataFrame:
-    """One row per planned account: applied, unchanged, or held with a note a person can act on."""
+    """One row per planned account: applied, unchanged, or held with a note a person can act on.
+
+    A held row whose ledger answer names a balance transaction (the provider answered the key, but
+    not with what was asked) carries its id: that transaction exists, and the report says so rather
+    than read as if no money moved.
+    """
     key_of = {i.params[s.LEGACY_ACCOUNT_ID]: i.key for i in intents}
     rows = []
     for row in plan.itertuples(index=False):
         acct = str(row.legacy_account_id)
         key = key_of.get(acct, "")
         done = report.results.get(key) if key else None
+        transaction_id = str((done or {}).get("id", ""))
         if row.action == PlannedAction.UNCHANGED:
             status, note = AdjustmentOutcome.UNCHANGED, ""
         elif row.action == PlannedAction.HELD_FOR_REVIEW:
@@ -510,9 +546,17 @@ def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.Ef
         elif done is not None:
             status, note = AdjustmentOutcome.APPLIED, ""
         else:
+            review = report.review.get(key)
+            transaction_id = _answered_transaction(review)
             status, note = (
                 AdjustmentOutcome.HELD_FOR_REVIEW,
-                kit.review_note(report.review.get(key), subject_taken=_claimed_note),
+                kit.review_note(review, subject_taken=_claimed_note)
+                + (
+                    f"; balance transaction {transaction_id} exists at the provider (its answer to this "
+                    "adjustment's key) and is not counted as applied: check its customer and amount"
+                    if transaction_id
+                    else ""
+                ),
             )
         rows.append(
             {
@@ -524,12 +568,20 @@ def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.Ef
                 if status != AdjustmentOutcome.UNCHANGED
                 else 0,
                 "idempotency_key": key,
-                "transaction_id": str((done or {}).get("id", "")),
+                "transaction_id": transaction_id,
                 "status": status,
                 "review_note": note,
             }
         )
     return kit.typed(pd.DataFrame(rows, columns=list(s.APPLIED_DTYPES)), s.APPLIED_DTYPES)
+
+
+def _answered_transaction(review: Mapping[str, Any] | None) -> str:
+    """The balance transaction the provider answered a held key with ("" if none): a mismatched
+    answer is recorded with the review, and it names an object that exists at the provider. Only
+    this key's own answer: a subject's holder (another key) answers for its own row."""
+    answer = (review or {}).get("provider_answer")
+    return str(answer.get("id") or "") if isinstance(answer, Mapping) else ""
 
 
 def _claimed_note(holder_key: str, holder: Mapping[str, Any]) -> str:

@@ -14,11 +14,24 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from dagster import AssetKey, DagsterEvent, DagsterInstance, ExecuteInProcessResult, materialize
+from dagster import (
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetKey,
+    DagsterEvent,
+    DagsterInstance,
+    ExecuteInProcessResult,
+    build_op_context,
+    materialize,
+)
 
 from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.assets import ALL_ASSETS, CREDIT_BATCHES
-from durable_assets.credit_migration.checks import ALL_CHECKS
+from durable_assets.credit_migration.checks import (
+    ALL_CHECKS,
+    no_adjustment_applied_twice,
+    one_customer_per_account,
+)
 from durable_assets.credit_migration.job import credit_migration
 from durable_assets.credit_migration.resources import CreditLimits
 from durable_assets.credit_migration.synthetic import synthetic_accounts
@@ -105,6 +118,20 @@ def _materialize(
         raise_on_error=False,
     )
     return Outcome(result)
+
+
+def _check_again(
+    instance: DagsterInstance, home: Path, check: AssetChecksDefinition, step: str, batch_id: str
+) -> dict[str, Any]:
+    """One check run alone on the step's stored frame of the batch (``materialize`` cannot select a
+    partitioned check without its asset): what it finds at the provider now, after something was
+    made there behind the step's back. Its metadata, with ``passed``."""
+    frame = pd.read_pickle(home / "storage" / step / batch_id)
+    payments = (defs.resources or {})["payments"]
+    with build_op_context(instance=instance, resources={"payments": payments}) as context:
+        result = check(context, **{step: frame})
+    assert isinstance(result, AssetCheckResult)
+    return {"passed": result.passed, **{k: v.value for k, v in result.metadata.items()}}
 
 
 def _from(step: str) -> list[str]:
@@ -623,6 +650,99 @@ def test_a_second_transaction_under_our_key_fails_the_batch(
     meta = out.check_meta("no_adjustment_applied_twice")
     assert meta["problems"] == 1 and f"key {row['idempotency_key']} applied 2 times" in meta["examples"][0]
     assert "verified_balances" not in out.materialized
+
+
+# --- the report accounts for everything the provider holds for the batch (#33 item 4) -----------------
+
+
+def test_a_customer_made_by_hand_for_a_held_account_is_named_or_the_batch_is_blocked(
+    instance: DagsterInstance, dagster_home: Path, tmp_path: Path
+) -> None:
+    """A held account is not migrated, but a customer the provider holds for it is in its row's note;
+    one made after step 3 listed the customers is in no row, and the check names it."""
+    path = _write(tmp_path / "h.csv", [_row("LEG-1", "10.00"), _row("LEG-2", "5.00")])
+    with PaymentStore(str(dagster_home / "payments.db")) as store:
+        first, second = (
+            store.create_customer(email="a@example.com", metadata={s.LEGACY_ID_METADATA: "LEG-1"}).body["id"]
+            for _ in range(2)
+        )
+    held = _materialize(instance, "h1", path=path, steps=STEPS[:3])
+    assert held.success and held.checks == {"one_customer_per_account": True}, held.failures
+    assert held.check_meta("one_customer_per_account")["held_accounts_checked"] == 1
+
+    with PaymentStore(str(dagster_home / "payments.db")) as store:
+        third = store.create_customer(email="b@example.com", metadata={s.LEGACY_ID_METADATA: "LEG-1"}).body[
+            "id"
+        ]
+    meta = _check_again(instance, dagster_home, one_customer_per_account, "provider_customers", "h1")
+    assert (
+        not meta["passed"]
+        and meta["problems"] == 1
+        and meta["examples"] == [f"LEG-1: provider customer {third} is not in the report"]
+    )
+
+    # Step 3 again reads the provider again: the held row names all three, and the check passes.
+    again = _materialize(instance, "h1", steps=["provider_customers"])
+    assert again.success and again.checks == {"one_customer_per_account": True}, again.failures
+    customers = pd.read_pickle(dagster_home / "storage" / "provider_customers" / "h1").set_index(
+        s.LEGACY_ACCOUNT_ID
+    )
+    assert all(c in customers.loc["LEG-1", "review_note"] for c in (first, second, third))
+    assert [c["balance"] for c in _provider(dagster_home).customers["LEG-1"]] == [0, 0, 0]
+
+
+def test_a_deleted_customer_and_its_hand_made_successor_are_both_in_the_held_row(
+    instance: DagsterInstance, dagster_home: Path, tmp_path: Path
+) -> None:
+    """The held row's note names every customer the provider holds for the account: the one it was
+    migrated to (deleted since) and the one made by hand after, so the report accounts for both."""
+    path = _write(tmp_path / "d.csv", [_row("LEG-1", "10.00"), _row("LEG-2", "5.00")])
+    assert _materialize(instance, "d1", path=path).success
+    [deleted] = _provider(dagster_home).customers["LEG-1"]
+    with PaymentStore(str(dagster_home / "payments.db")) as store:
+        store.delete_customer(deleted["id"])
+        successor = store.create_customer(email="s@example.com", metadata={s.LEGACY_ID_METADATA: "LEG-1"})
+
+    out = _materialize(instance, "d2", path=path)
+    assert out.success and all(out.checks.values()), (out.failures, out.checks)
+    report = pd.read_csv(dagster_home / "batches" / "d2" / "migration_report.csv", keep_default_na=False)
+    row = report.set_index(s.LEGACY_ACCOUNT_ID).loc["LEG-1"]
+    assert row["status"] == "held_for_review" and "deleted" in row["review_note"]
+    assert deleted["id"] in row["review_note"] and successor.body["id"] in row["review_note"]
+
+
+def test_a_transaction_under_the_key_of_a_held_adjustment_fails_the_batch(
+    instance: DagsterInstance, dagster_home: Path, tmp_path: Path
+) -> None:
+    """The report says B's LEG-1 adjustment was not applied (held: A claimed the balance first); a
+    balance transaction under its key at the provider is money that moved all the same."""
+    a = _write(tmp_path / "a.csv", [_row("LEG-1", "10.00"), _row("LEG-2", "5.00")])
+    b = _write(tmp_path / "b.csv", [_row("LEG-1", "20.00"), _row("LEG-3", "7.00")])
+    for batch, path in (("A", a), ("B", b)):
+        assert _materialize(instance, batch, path=path, steps=STEPS[:4]).success
+    assert _materialize(instance, "A", steps=["applied_adjustments"]).success
+    applied = _materialize(instance, "B", steps=["applied_adjustments"])
+    assert applied.success and applied.checks == {"no_adjustment_applied_twice": True}, applied.failures
+    assert applied.check_meta("no_adjustment_applied_twice")["unapplied_keys_checked"] == 1
+    stored = pd.read_pickle(dagster_home / "storage" / "applied_adjustments" / "B").set_index(
+        s.LEGACY_ACCOUNT_ID
+    )
+    held = stored.loc["LEG-1"]
+    assert held["status"] == "held_for_review" and held["transaction_id"] == ""
+
+    with PaymentStore(str(dagster_home / "payments.db")) as store:
+        moved = store.create_balance_transaction(
+            str(held["customer_id"]),
+            amount=-1000,
+            currency="usd",
+            metadata={"idempotency_key": str(held["idempotency_key"])},
+        ).body["id"]
+    meta = _check_again(instance, dagster_home, no_adjustment_applied_twice, "applied_adjustments", "B")
+    assert not meta["passed"] and meta["problems"] == 1
+    assert meta["examples"] == [
+        f"LEG-1: balance transaction {moved} of customer {held['customer_id']} carries key "
+        f"{held['idempotency_key']}, but the report shows the adjustment held_for_review, not applied"
+    ]
 
 
 def test_report_and_quarantine_neutralise_spreadsheet_formulas(
