@@ -21,7 +21,12 @@ from pydantic import Field
 from durable_assets import kit
 from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.errors import CreditCeilingExceededError
-from durable_assets.credit_migration.keys import adjustment_key, adjustment_subject, customer_key
+from durable_assets.credit_migration.keys import (
+    adjustment_key,
+    adjustment_subject,
+    customer_key,
+    is_adjustment_key,
+)
 from durable_assets.credit_migration.listing import every_customer, some_customers
 from durable_assets.credit_migration.plan import (
     BALANCE_DTYPES,
@@ -39,7 +44,7 @@ from durable_assets.credit_migration.schema import (
 )
 from durable_assets.credit_migration.synthetic import synthetic_accounts
 from durable_assets.credit_migration.validation import read_legacy_file, validate_accounts
-from durable_assets.payments.gateway import BalanceTransaction, Customer
+from durable_assets.payments.gateway import BalanceTransaction, Customer, CustomerGateway
 from durable_assets.payments.money import format_cents
 from durable_assets.payments.resources import PaymentGateway
 
@@ -329,15 +334,35 @@ def provider_customers(
     )
 
 
-def _balance_answer(customer_id: str, latest: BalanceTransaction | None) -> dict[str, Any]:
-    if latest is None:
-        return {"customer_id": customer_id, "current_cents": 0, "current_currency": "", "balance_version": ""}
-    return {
+def _balance_answer(customers: CustomerGateway, customer_id: str) -> dict[str, Any]:
+    """The customer's balance, its version, and (plan rule 4) where someone else moved it after our
+    last adjustment, what that adjustment left: one request, two when the newest transaction is
+    not ours (rare: a person's or another tool's)."""
+    latest = customers.latest_balance_transaction(customer_id)
+    answer: dict[str, Any] = {
         "customer_id": customer_id,
+        "current_cents": 0,
+        "current_currency": "",
+        "balance_version": "",
+        "migrated_cents": 0,
+        "migrated_by": "",
+    }
+    if latest is None:
+        return answer
+    answer |= {
         "current_cents": latest.ending_balance,
         "current_currency": latest.currency,
         "balance_version": latest.id,
     }
+    if not is_adjustment_key(latest.idempotency_key):
+        ours = [
+            t
+            for t in customers.list_balance_transactions(customer_id)
+            if is_adjustment_key(t.idempotency_key)
+        ]
+        if ours:  # newest first, as every provider list
+            answer |= {"migrated_cents": ours[0].ending_balance, "migrated_by": ours[0].id}
+    return answer
 
 
 @step(label="Planning balance adjustments", group_name="balances")
@@ -381,7 +406,7 @@ def planned_adjustments(
         context,
         runtime,
         payments,
-        lambda cid: _balance_answer(cid, customers.latest_balance_transaction(cid)),
+        functools.partial(_balance_answer, customers),
         ids,
         settled=len(ready) - len(ids),
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 
 NO_VERSION = "none"
+ADJUSTMENT_PREFIX = "credit-"
 
 
 def _digest(*parts: str) -> str:
@@ -30,7 +31,13 @@ def customer_key(legacy_account_id: str) -> str:
 
 
 def adjustment_key(legacy_account_id: str, balance_version: str, target_cents: int) -> str:
-    return f"credit-{_digest('credit', legacy_account_id, balance_version or NO_VERSION, str(target_cents))}"
+    digest = _digest("credit", legacy_account_id, balance_version or NO_VERSION, str(target_cents))
+    return f"{ADJUSTMENT_PREFIX}{digest}"
+
+
+def is_adjustment_key(key: str | None) -> bool:
+    """Whether a balance transaction carries one of this migration's adjustment keys (it was ours)."""
+    return bool(key) and str(key).startswith(ADJUSTMENT_PREFIX)
 
 
 def adjustment_subject(customer_id: str, balance_version: str) -> str:

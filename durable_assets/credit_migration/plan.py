@@ -7,7 +7,11 @@ Pure functions of frames, so the rules are unit-tested without a provider:
    currency, and converting credit is a decision for a person, not for a migration;
 3. a balance already at the target needs nothing (the next night's batch over unchanged accounts
    sends no request);
-4. otherwise one adjustment of exactly the difference, keyed by the balance version it was computed
+4. a balance someone moved at the provider after this migration's last adjustment of it (its
+   newest transaction is not ours, an earlier one is) is held with both figures: a person changed
+   it on purpose or by mistake, and adjusting to the target would silently revert them, whether
+   the export changed since or not;
+5. otherwise one adjustment of exactly the difference, keyed by the balance version it was computed
    from (see :mod:`durable_assets.credit_migration.keys`).
 
 The balances come from the customers list (a page of 100 customers per request) where that
@@ -33,6 +37,10 @@ BALANCE_DTYPES: dict[str, str] = {
     "current_cents": "int64",
     "current_currency": "str",
     "balance_version": "str",
+    #: Where the newest transaction is not the migration's: the balance our last adjustment left
+    #: and that adjustment's transaction id (0 and "" otherwise; rule 4).
+    "migrated_cents": "int64",
+    "migrated_by": "str",
 }
 
 
@@ -63,10 +71,11 @@ def plan_adjustments(accounts: pd.DataFrame, customers: pd.DataFrame, balances: 
     target = target_cents(merged["credit_cents"])
     other_currency = ready & (current_currency != "") & (current_currency != merged[s.CURRENCY])
     unchanged = ready & ~other_currency & (current == target)
+    by_hand = ready & ~other_currency & ~unchanged & (merged["migrated_by"].fillna("") != "")
 
     action = pd.Series(PlannedAction.ADJUST.value, index=merged.index, dtype="str")
     action[unchanged] = PlannedAction.UNCHANGED.value
-    action[~ready | other_currency] = PlannedAction.HELD_FOR_REVIEW.value
+    action[~ready | other_currency | by_hand] = PlannedAction.HELD_FOR_REVIEW.value
     note = pd.Series("", index=merged.index, dtype="str")
     note[~ready] = merged.loc[~ready, "review_note"].fillna("no provider customer").astype("str")
     if other_currency.any():
@@ -79,6 +88,23 @@ def plan_adjustments(accounts: pd.DataFrame, customers: pd.DataFrame, balances: 
                 ].itertuples(index=False)
             ],
             index=merged.index[other_currency],
+            dtype="str",
+        )
+    if by_hand.any():
+        note[by_hand] = pd.Series(
+            [
+                _changed_by_hand_note(str(cus), int(cur), int(left), str(txn), int(want), str(ccy))
+                for cus, cur, left, txn, want, ccy in zip(
+                    merged.loc[by_hand, "customer_id"],
+                    current[by_hand],
+                    merged.loc[by_hand, "migrated_cents"],
+                    merged.loc[by_hand, "migrated_by"],
+                    target[by_hand],
+                    merged.loc[by_hand, s.CURRENCY],
+                    strict=True,
+                )
+            ],
+            index=merged.index[by_hand],
             dtype="str",
         )
     plan = pd.DataFrame(
@@ -95,6 +121,22 @@ def plan_adjustments(accounts: pd.DataFrame, customers: pd.DataFrame, balances: 
         }
     )
     return typed(plan, s.PLAN_DTYPES)
+
+
+def _changed_by_hand_note(
+    customer: str, now: int, left: int, transaction: str, target: int, currency: str
+) -> str:
+    export = (
+        "the export has not changed since"
+        if left == target
+        else f"the export's target is now {format_cents(target, currency)}"
+    )
+    return (
+        f"customer {customer}'s balance was changed at the provider outside this migration: it is "
+        f"{format_cents(now, currency)}, the migration left it at {format_cents(left, currency)} "
+        f"(balance transaction {transaction}) and {export}; not reverted: if the change was a mistake, "
+        "set the balance to the target at the provider; until then every night holds the account"
+    )
 
 
 def balances_at_target(accounts: pd.DataFrame, customers: pd.DataFrame, listed: pd.DataFrame) -> pd.DataFrame:
@@ -116,6 +158,8 @@ def balances_at_target(accounts: pd.DataFrame, customers: pd.DataFrame, listed: 
             "current_cents": settled["balance"],
             "current_currency": settled["balance_currency"],
             "balance_version": "",
+            "migrated_cents": 0,
+            "migrated_by": "",
         },
         columns=list(BALANCE_DTYPES),
     )
@@ -137,6 +181,8 @@ def balances_never_moved(customers: pd.DataFrame, listed: pd.DataFrame) -> pd.Da
             "current_cents": 0,
             "current_currency": "",
             "balance_version": "",
+            "migrated_cents": 0,
+            "migrated_by": "",
         },
         columns=list(BALANCE_DTYPES),
     )

@@ -59,13 +59,24 @@ def customers(*rows: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(list(rows), columns=list(s.CUSTOMER_DTYPES)).astype(s.CUSTOMER_DTYPES)
 
 
-def bal(legacy_id: str, cents: int = 0, currency: str = "", version: str = "") -> dict[str, Any]:
-    """What step 4 read for a customer: its balance, the balance's currency ("" for none yet) and version."""
+def bal(
+    legacy_id: str,
+    cents: int = 0,
+    currency: str = "",
+    version: str = "",
+    *,
+    left: int = 0,
+    left_by: str = "",
+) -> dict[str, Any]:
+    """What step 4 read for a customer: its balance, the balance's currency ("" for none yet) and
+    version; ``left``/``left_by``: what our last adjustment left, where someone moved it since."""
     return {
         "customer_id": f"cus_{legacy_id}",
         "current_cents": cents,
         "current_currency": currency,
         "balance_version": version,
+        "migrated_cents": left,
+        "migrated_by": left_by,
     }
 
 
@@ -248,6 +259,44 @@ def test_nothing_listed_settles_nothing() -> None:
 
 
 # --- the frame as a whole --------------------------------------------------------------------------
+
+
+def test_a_balance_moved_by_hand_after_our_adjustment_is_held_with_both_figures_not_reverted() -> None:
+    """+300 added by hand after the migration left -1000: the export did not change, so the plan
+    would post -300; instead the account is held and the note gives both figures."""
+    plan = plan_adjustments(
+        accounts(acct("A", 1000), acct("B", 1000)),
+        customers(cust("A"), cust("B")),
+        balances(
+            bal("A", -700, "usd", "txn_hand", left=-1000, left_by="txn_ours"),
+            bal("B", -500, "usd", "txn_b"),  # never migrated by us: adjusted to the target as before
+        ),
+    )
+    a, b = plan.iloc[0], plan.iloc[1]
+    assert a["action"] == PlannedAction.HELD_FOR_REVIEW and a["adjustment_cents"] == 0
+    assert "changed at the provider outside this migration" in a["review_note"]
+    assert "-7.00 USD" in a["review_note"] and "-10.00 USD" in a["review_note"], a["review_note"]
+    assert "txn_ours" in a["review_note"] and "the export has not changed since" in a["review_note"]
+    assert b["action"] == PlannedAction.ADJUST and b["adjustment_cents"] == -500
+
+
+def test_a_balance_moved_by_hand_is_held_too_when_the_export_changed() -> None:
+    plan = plan_adjustments(
+        accounts(acct("A", 2000)),
+        customers(cust("A")),
+        balances(bal("A", -700, "usd", "txn_hand", left=-1000, left_by="txn_ours")),
+    )
+    assert plan.iloc[0]["action"] == PlannedAction.HELD_FOR_REVIEW
+    assert "the export's target is now -20.00 USD" in plan.iloc[0]["review_note"]
+
+
+def test_a_balance_moved_by_hand_back_to_the_target_needs_nothing() -> None:
+    plan = plan_adjustments(
+        accounts(acct("A", 1000)),
+        customers(cust("A")),
+        balances(bal("A", -1000, "usd", "txn_hand", left=-700, left_by="txn_ours")),
+    )
+    assert plan.iloc[0]["action"] == PlannedAction.UNCHANGED
 
 
 def test_every_account_gets_one_row_in_the_accounts_order() -> None:

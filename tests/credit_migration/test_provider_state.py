@@ -212,6 +212,48 @@ def test_a_customer_deleted_at_the_provider_is_held_never_recreated(
 
 
 @pytest.mark.slow
+def test_a_balance_changed_by_hand_between_nights_is_held_with_both_figures_never_reverted(
+    home: Path, sim: ThreadedSimulator
+) -> None:
+    """+300 added by hand at the provider; the next night's export has not changed for the account.
+    The account is held with both figures, its balance stays as the person left it, the rest of
+    the night is exact; once the person sets it back, the night after is exact."""
+    assert _run(home, sim, "cm1").returncode == 0
+    second_night = {a: (c, cr) for a, c, cr in _accounts("cm2")}
+    acct, currency, credit = next(
+        (a, c, cr) for a, c, cr in _accounts("cm1") if cr > 0 and second_night.get(a) == (c, cr)
+    )
+    client = _client(sim)
+    (customer,) = _sim_credits(sim).customers[acct]
+    client.v1.customers.balance_transactions.create(
+        customer["id"], params={"amount": 300, "currency": currency}
+    )
+
+    run = _run(home, sim, "cm2")
+
+    assert run.returncode == 4, (run.stdout, run.stderr)
+    row = _report(home, "cm2")[acct]
+    assert row["status"] == "held_for_review", row
+    note = row["review_note"]
+    assert "changed at the provider outside this migration" in note and "has not changed" in note, note
+    credits = _sim_credits(sim)
+    assert (
+        sum(int(t["amount"]) for t in credits.transactions[customer["id"]]) == -credit + 300
+    )  # not reverted
+    others = {a: t for a, t in expected_balances([("cm1", SIZE), ("cm2", SIZE)]).items() if a != acct}
+    assert_credits_exact(
+        ProviderCredits({a: credits.customers[a] for a in others}, credits.transactions), others
+    )
+
+    client.v1.customers.balance_transactions.create(
+        customer["id"], params={"amount": -300, "currency": currency}
+    )
+    fixed = _run(home, sim, "cm3")
+    assert fixed.returncode == 0, (fixed.stdout, fixed.stderr)
+    assert_credits_exact(_sim_credits(sim), expected_balances([("cm1", SIZE), ("cm2", SIZE), ("cm3", SIZE)]))
+
+
+@pytest.mark.slow
 @both_backends
 def test_one_instance_against_two_accounts_and_the_embedded_provider(
     home: Path, sim: ThreadedSimulator, tmp_path: Path
