@@ -131,19 +131,52 @@ class _CustomersByLegacyId:
         self._list = list_customers
         self._check = runtime_check
         self._lock = threading.Lock()
-        self._index: dict[str, list[Customer]] | None = None
+        self._live: list[Customer] | None = None
+        self._index: dict[str, list[Customer]] = {}
+        self._folded: dict[str, list[Customer]] = {}
+        self._by_email: dict[str, list[Customer]] = {}
+
+    def _read(self) -> None:
+        with self._lock:
+            if self._live is not None:
+                return
+            self._check()
+            live = [c for c in self._list() if not c.deleted]
+            for customer in live:
+                legacy = customer.metadata.get(s.LEGACY_ID_METADATA)
+                if legacy:
+                    self._index.setdefault(legacy, []).append(customer)
+                    self._folded.setdefault(_folded(legacy), []).append(customer)
+                if customer.email:
+                    self._by_email.setdefault(_folded(customer.email), []).append(customer)
+            self._live = live
 
     def find(self, legacy_account_id: str) -> list[Customer]:
-        with self._lock:
-            if self._index is None:
-                self._check()
-                index: dict[str, list[Customer]] = {}
-                for customer in self._list():
-                    legacy = customer.metadata.get(s.LEGACY_ID_METADATA)
-                    if legacy and not customer.deleted:
-                        index.setdefault(legacy, []).append(customer)
-                self._index = index
-            return self._index.get(legacy_account_id, [])
+        self._read()
+        return self._index.get(legacy_account_id, [])
+
+    def near(self, legacy_account_id: str, email: str) -> list[str]:
+        """Customers that may be the account's although their metadata does not name it exactly,
+        each described: a legacy id equal after case and space folding, or the account's email
+        under another legacy id or none. Creating a customer beside one would split the account."""
+        self._read()
+        found: dict[str, str] = {}
+        for c in self._folded.get(_folded(legacy_account_id), []):
+            legacy = c.metadata.get(s.LEGACY_ID_METADATA, "")
+            if legacy != legacy_account_id:
+                found.setdefault(
+                    c.id, f"{c.id} names legacy account {legacy!r} (the same but for case or spaces)"
+                )
+        for c in self._by_email.get(_folded(email), []) if email else []:
+            legacy = c.metadata.get(s.LEGACY_ID_METADATA, "")
+            if legacy != legacy_account_id:
+                names = f"names legacy account {legacy!r}" if legacy else "names no legacy account"
+                found.setdefault(c.id, f"{c.id} has the account's email {email} and {names}")
+        return list(found.values())
+
+
+def _folded(text: str) -> str:
+    return "".join(text.split()).casefold()
 
 
 def _customer_answer(customer: Customer) -> dict[str, Any]:
@@ -154,6 +187,14 @@ def _several_customers_note(acct: str, ids: list[str]) -> str:
     return (
         f"{len(ids)} provider customers name legacy account {acct}: {', '.join(ids)}; keep one (delete or "
         "re-label the others' metadata.legacy_account_id), then run the migration again"
+    )
+
+
+def _near_match_note(acct: str, candidates: list[str]) -> str:
+    return (
+        f"no provider customer names legacy account {acct} exactly, but {'; '.join(candidates)}: if it "
+        f"is this account's customer, set its metadata.legacy_account_id to {acct!r} and run the "
+        "migration again (it is then adopted); no second customer is created beside it"
     )
 
 
@@ -271,14 +312,24 @@ def provider_customers(
         for key, (acct, _email, _name) in rows.items()
         if len(index.find(acct)) > 1
     }
+    runner = kit.effect_runner(
+        context, perform=create, verify=verify, lookup=lookup, lookup_first=True, provider=payments
+    )
+    # No customer names the account exactly, but one nearly does: a person decides whether it is
+    # the account's. Held before any claim too, and only for accounts the ledger has never settled
+    # (a settled account's customer is checked below, with what the ledger knows of it).
+    nearly = {
+        key: near
+        for key, (acct, email, _name) in rows.items()
+        if key not in notes and not index.find(acct) and (near := index.near(acct, email))
+    }
+    settled = {e.key for e in runner.ledger.entries(runner.scope, nearly)} if nearly else set()
+    notes |= {key: _near_match_note(rows[key][0], near) for key, near in nearly.items() if key not in settled}
     intents = [
         kit.Intent(key, {s.LEGACY_ACCOUNT_ID: acct})
         for key, (acct, _email, _name) in rows.items()
         if key not in notes
     ]
-    runner = kit.effect_runner(
-        context, perform=create, verify=verify, lookup=lookup, lookup_first=True, provider=payments
-    )
     report = runner.run(intents)
     notes.update({key: kit.review_note(review) for key, review in report.review.items()})
     settled_before = [i for i in intents if i.key in report.reused and i.key in report.results]

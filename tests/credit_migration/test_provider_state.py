@@ -212,6 +212,53 @@ def test_a_customer_deleted_at_the_provider_is_held_never_recreated(
 
 
 @pytest.mark.slow
+def test_near_matches_are_held_with_the_candidate_named_never_a_second_customer_beside_them(
+    home: Path, sim: ThreadedSimulator
+) -> None:
+    """A customer whose legacy id differs only in case, one whose differs only in spaces, and one with
+    the account's email under another account id: each account is held naming its candidate, and
+    no customer is created for it; the rest migrates. Once a person removed the wrong ones, the
+    next night creates their customers and is exact."""
+    from durable_assets.credit_migration.synthetic import synthetic_accounts
+    from durable_assets.credit_migration.validation import validate_accounts
+
+    client = _client(sim)
+    valid = validate_accounts(synthetic_accounts("cm1", SIZE)).valid
+    (case, _, _), (spaced, _, _), (mailed, _, _) = _accounts("cm1")[3:6]
+    email = str(valid.loc[valid["legacy_account_id"] == mailed, "email"].iloc[0])
+    near = {
+        case: client.v1.customers.create(params={"metadata": {"legacy_account_id": case.lower()}}).id,
+        spaced: client.v1.customers.create(params={"metadata": {"legacy_account_id": f" {spaced} "}}).id,
+        mailed: client.v1.customers.create(
+            params={"email": email, "metadata": {"legacy_account_id": "OTHER-1"}}
+        ).id,
+    }
+
+    run = _run(home, sim, "cm1")
+
+    assert run.returncode == 4, (run.stdout, run.stderr)
+    report = _report(home, "cm1")
+    for acct, candidate in near.items():
+        row = report[acct]
+        assert row["status"] == "held_for_review" and candidate in row["review_note"], row
+        assert "no second customer is created" in row["review_note"], row
+    assert "the same but for case or spaces" in report[case]["review_note"]
+    assert "has the account's email" in report[mailed]["review_note"]
+    credits = _sim_credits(sim)
+    assert not any(acct in credits.customers for acct in near)  # nothing created beside them
+    others = {a: t for a, t in expected_balances([("cm1", SIZE)]).items() if a not in near}
+    assert_credits_exact(
+        ProviderCredits({a: credits.customers[a] for a in others}, credits.transactions), others
+    )
+
+    for candidate in near.values():  # a person decides they are not these accounts' customers
+        client.v1.customers.delete(candidate)
+    fixed = _run(home, sim, "cm2")
+    assert fixed.returncode == 0, (fixed.stdout, fixed.stderr)
+    assert_credits_exact(_sim_credits(sim), expected_balances([("cm1", SIZE), ("cm2", SIZE)]))
+
+
+@pytest.mark.slow
 def test_a_balance_changed_by_hand_between_nights_is_held_with_both_figures_never_reverted(
     home: Path, sim: ThreadedSimulator
 ) -> None:
