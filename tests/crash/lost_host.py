@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dagster import DagsterEventType, DagsterInstance, DagsterRun, RunsFilter
+from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
 from durable_assets.kit.leases import Lease, owner_pid
 from durable_assets.kit.tags import BATCH_TAG, WORKER_LOST_TAG
@@ -114,6 +114,21 @@ class LostHost:
     def kill(self) -> None:
         self.code.kill_host()  # the worker and its code server, together
         self.killed_at = time.monotonic()
+
+    def wait_failed_from_its_lease(self) -> float:
+        """Until run monitoring failed the run because its lease lapsed; the seconds since the kill.
+        For a run launched without Dagster's run retries (``dagster/max_retries: 0``)."""
+        instance, first_run = self.reader.instance, self.first_run
+        wait_until(
+            lambda: (
+                WORKER_LOST_TAG in run_of(instance, first_run).tags
+                and run_of(instance, first_run).status == DagsterRunStatus.FAILURE
+            ),
+            timeout=90,
+            what="run monitoring to fail the run from its lease",
+            detail=self.story,
+        )
+        return time.monotonic() - self.killed_at
 
     def wait_retry_dropped(self) -> float:
         """Until run monitoring failed the run from its lease and Dagster's run retry, unable to reach
