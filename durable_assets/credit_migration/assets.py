@@ -247,6 +247,21 @@ def _recorded_customer_problem(
     )
 
 
+def _retrieving(payments: PaymentGateway) -> Callable[[str], Customer]:
+    """Retrieve a customer by id (paced, retried), once per id: a settled account's checks may ask twice."""
+    customers = payments.customers
+
+    @functools.cache
+    def retrieve(customer_id: str) -> Customer:
+        return kit.call_with_retries(
+            lambda: {"customer": customers.retrieve_customer(customer_id)},
+            payments.limiter(),
+            payments.backoff(),
+        )["customer"]
+
+    return retrieve
+
+
 @step(label="Finding or creating customers", group_name="customers", effect_scope="customer")
 def provider_customers(
     context: AssetExecutionContext,
@@ -261,7 +276,9 @@ def provider_customers(
     earlier migration), several are held for review with every ID named, none is created with the
     account's key (the legacy account ID alone, so every batch, night and worker asks for the same
     customer). An account settled by an earlier night is checked against the provider: a customer
-    deleted since, or joined by a second one, is held for review, never re-created. Only the held
+    deleted since, or joined by a second one, is held for review, never re-created; once a person
+    made one replacement naming the account (Stripe has no undelete), it is adopted, and the row's
+    note says so. Only the held
     accounts wait for a person; the rest of the batch migrates. A held account's note names every
     customer the provider holds for it, so the report accounts for each one.
     """
@@ -333,22 +350,28 @@ def provider_customers(
     report = runner.run(intents)
     notes.update({key: kit.review_note(review) for key, review in report.review.items()})
     settled_before = [i for i in intents if i.key in report.reused and i.key in report.results]
+    adopted: dict[str, tuple[Mapping[str, Any], str]] = {}  # key -> (replacement's answer, note)
+    retrieve = _retrieving(payments)
     for intent in settled_before:
         acct = str(intent.params[s.LEGACY_ACCOUNT_ID])
         recorded = str(report.results[intent.key]["id"])
-        at_provider = [c.id for c in index.find(acct)]
-
-        def retrieve(customer_id: str) -> Customer:
-            return kit.call_with_retries(
-                lambda: {"customer": customers.retrieve_customer(customer_id)},
-                payments.limiter(),
-                payments.backoff(),
-            )["customer"]
-
+        found = index.find(acct)
+        at_provider = [c.id for c in found]
+        if recorded not in at_provider and len(found) == 1 and retrieve(recorded).deleted:
+            # Stripe has no undelete: a customer a person made to replace the deleted one is the
+            # account's now. The ledger keeps what the migration made; the row says what it adopted.
+            adopted[intent.key] = (
+                _customer_answer(found[0]),
+                f"adopted customer {found[0].id}, made at the provider after customer {recorded} "
+                f"(which legacy account {acct} was migrated to) was deleted",
+            )
+            continue
         problem = _recorded_customer_problem(acct, recorded, at_provider, retrieve)
         if problem:
             notes[intent.key] = problem
-    ready = {k: v for k, v in report.results.items() if k not in notes}
+    ready = {k: v for k, v in report.results.items() if k not in notes} | {
+        k: answer for k, (answer, _note) in adopted.items()
+    }
     held_notes = {
         key: _naming_every_customer(acct, notes.get(key, "no provider customer"), index.find(acct))
         for key, (acct, _email, _name) in rows.items()
@@ -362,7 +385,7 @@ def provider_customers(
                     "customer_id": str((ready.get(i.key) or {}).get("id", "")),
                     "idempotency_key": i.key,
                     "status": CustomerOutcome.READY if i.key in ready else CustomerOutcome.HELD_FOR_REVIEW,
-                    "review_note": held_notes.get(i.key, ""),
+                    "review_note": held_notes.get(i.key, adopted.get(i.key, ({}, ""))[1]),
                 }
                 for i in [
                     kit.Intent(key, {s.LEGACY_ACCOUNT_ID: acct}) for key, (acct, _e, _n) in rows.items()
@@ -559,7 +582,12 @@ def applied_adjustments(
 
     intents = [
         kit.Intent(
-            adjustment_key(str(row.legacy_account_id), str(row.balance_version), int(str(row.target_cents))),
+            adjustment_key(
+                str(row.legacy_account_id),
+                str(row.customer_id),
+                str(row.balance_version),
+                int(str(row.target_cents)),
+            ),
             {
                 s.LEGACY_ACCOUNT_ID: str(row.legacy_account_id),
                 "customer_id": str(row.customer_id),
@@ -616,11 +644,11 @@ def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.Ef
         done = report.results.get(key) if key else None
         transaction_id = str((done or {}).get("id", ""))
         if row.action == PlannedAction.UNCHANGED:
-            status, note = AdjustmentOutcome.UNCHANGED, ""
+            status, note = AdjustmentOutcome.UNCHANGED, str(row.review_note)
         elif row.action == PlannedAction.HELD_FOR_REVIEW:
             status, note = AdjustmentOutcome.HELD_FOR_REVIEW, str(row.review_note)
         elif done is not None:
-            status, note = AdjustmentOutcome.APPLIED, ""
+            status, note = AdjustmentOutcome.APPLIED, str(row.review_note)
         else:
             review = report.review.get(key)
             transaction_id = _answered_transaction(review)

@@ -76,7 +76,8 @@ def plan_adjustments(accounts: pd.DataFrame, customers: pd.DataFrame, balances: 
     action = pd.Series(PlannedAction.ADJUST.value, index=merged.index, dtype="str")
     action[unchanged] = PlannedAction.UNCHANGED.value
     action[~ready | other_currency | by_hand] = PlannedAction.HELD_FOR_REVIEW.value
-    note = pd.Series("", index=merged.index, dtype="str")
+    # A ready customer's note is what step 3 wants the report to say of it (a replacement adopted).
+    note = merged["review_note"].fillna("").astype("str")
     note[~ready] = merged.loc[~ready, "review_note"].fillna("no provider customer").astype("str")
     if other_currency.any():
         note[other_currency] = pd.Series(

@@ -190,7 +190,7 @@ def test_an_account_with_two_customers_is_held_alone_until_a_person_keeps_one(
 
 
 @pytest.mark.slow
-def test_a_customer_deleted_at_the_provider_is_held_never_recreated(
+def test_a_customer_deleted_at_the_provider_is_held_never_recreated_and_its_replacement_adopted(
     home: Path, sim: ThreadedSimulator
 ) -> None:
     assert _run(home, sim, "cm1").returncode == 0
@@ -209,6 +209,16 @@ def test_a_customer_deleted_at_the_provider_is_held_never_recreated(
     )
     assert acct not in _sim_credits(sim).customers  # not re-created
     assert sim.server.store.stats()["customers_created"] == len(_accounts("cm1"))
+
+    # A person makes the replacement (Stripe has no undelete): the next night adopts it, says so,
+    # and migrates the account's credit to it; every balance is exact.
+    replacement = _hand_made(_client(sim), acct)
+    adopted = _run(home, sim, "cm3")
+    assert adopted.returncode == 0, (adopted.stdout, adopted.stderr)
+    row = _report(home, "cm3")[acct]
+    assert row["status"] != "held_for_review" and row["customer_id"] == replacement, row
+    assert f"adopted customer {replacement}" in row["review_note"] and deleted["id"] in row["review_note"]
+    assert_credits_exact(_sim_credits(sim), expected_balances([("cm1", SIZE), ("cm2", SIZE), ("cm3", SIZE)]))
 
 
 @pytest.mark.slow
