@@ -12,6 +12,7 @@ import functools
 import re
 import threading
 from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from typing import Any
 
 import pandas as pd
@@ -412,7 +413,6 @@ def _balance_answer(customers: CustomerGateway, customer_id: str) -> dict[str, A
     """The customer's balance, its version, and (plan rule 4) where someone else moved it after our
     last adjustment, what that adjustment left: one request, two when the newest transaction is
     not ours (rare: a person's or another tool's)."""
-    latest = customers.latest_balance_transaction(customer_id)
     answer: dict[str, Any] = {
         "customer_id": customer_id,
         "current_cents": 0,
@@ -420,7 +420,15 @@ def _balance_answer(customers: CustomerGateway, customer_id: str) -> dict[str, A
         "balance_version": "",
         "migrated_cents": 0,
         "migrated_by": "",
+        "missing": False,
     }
+    try:
+        latest = customers.latest_balance_transaction(customer_id)
+    except kit.ProviderRejectedError as exc:
+        if exc.http_status != HTTPStatus.NOT_FOUND:
+            raise
+        # Deleted at the provider after step 3 found it: this account's problem, not the batch's.
+        return answer | {"missing": True}
     if latest is None:
         return answer
     answer |= {

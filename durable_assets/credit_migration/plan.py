@@ -2,7 +2,8 @@
 
 Pure functions of frames, so the rules are unit-tested without a provider:
 
-1. an account whose customer is held for review is held too (nothing to move a balance on);
+1. an account whose customer is held for review is held too (nothing to move a balance on), and so
+   is one whose customer the provider no longer has (deleted after step 3 found it);
 2. a customer whose balance is already in another currency is held: a Stripe balance has one
    currency, and converting credit is a decision for a person, not for a migration;
 3. a balance already at the target needs nothing (the next night's batch over unchanged accounts
@@ -41,6 +42,8 @@ BALANCE_DTYPES: dict[str, str] = {
     #: and that adjustment's transaction id (0 and "" otherwise; rule 4).
     "migrated_cents": "int64",
     "migrated_by": "str",
+    #: The provider answered 404 for the customer: deleted after step 3 found it (rule 1).
+    "missing": "bool",
 }
 
 
@@ -65,7 +68,8 @@ def plan_adjustments(accounts: pd.DataFrame, customers: pd.DataFrame, balances: 
         )
         .merge(typed(balances, BALANCE_DTYPES), on="customer_id", how="left")
     )
-    ready = (merged["status"] == CustomerOutcome.READY).fillna(False).astype(bool)
+    missing = merged["missing"].fillna(False).astype(bool)
+    ready = (merged["status"] == CustomerOutcome.READY).fillna(False).astype(bool) & ~missing
     current = merged["current_cents"].fillna(0).astype("int64")
     current_currency = merged["current_currency"].fillna("").astype("str")
     target = target_cents(merged["credit_cents"])
@@ -79,6 +83,17 @@ def plan_adjustments(accounts: pd.DataFrame, customers: pd.DataFrame, balances: 
     # A ready customer's note is what step 3 wants the report to say of it (a replacement adopted).
     note = merged["review_note"].fillna("").astype("str")
     note[~ready] = merged.loc[~ready, "review_note"].fillna("no provider customer").astype("str")
+    if missing.any():
+        note[missing] = pd.Series(
+            [
+                f"customer {cus} was deleted at the provider after this batch found it (it answers "
+                "404); nothing was moved: make the account's customer again at the provider (the next "
+                "night adopts it) or leave the account without one"
+                for cus in merged.loc[missing, "customer_id"]
+            ],
+            index=merged.index[missing],
+            dtype="str",
+        )
     if other_currency.any():
         note[other_currency] = pd.Series(
             [
@@ -161,6 +176,7 @@ def balances_at_target(accounts: pd.DataFrame, customers: pd.DataFrame, listed: 
             "balance_version": "",
             "migrated_cents": 0,
             "migrated_by": "",
+            "missing": False,
         },
         columns=list(BALANCE_DTYPES),
     )
@@ -184,6 +200,7 @@ def balances_never_moved(customers: pd.DataFrame, listed: pd.DataFrame) -> pd.Da
             "balance_version": "",
             "migrated_cents": 0,
             "migrated_by": "",
+            "missing": False,
         },
         columns=list(BALANCE_DTYPES),
     )

@@ -763,3 +763,24 @@ def test_report_and_quarantine_neutralise_spreadsheet_formulas(
     assert quarantine[s.NAME].tolist() == ["'=cmd|' /C calc'!A0"]
     # The provider holds the account's real ID: only the spreadsheet copy is quoted.
     assert list(_provider(dagster_home).customers) == ["=HYPERLINK(1)"]
+
+
+def test_a_customer_deleted_between_steps_3_and_4_holds_its_account_alone(
+    instance: DagsterInstance, dagster_home: Path, tmp_path: Path
+) -> None:
+    """Step 4 used to stop the batch on the provider's 404 (`No such customer`); it holds the one
+    account, saying what happened, and the rest migrates and is reported."""
+    path = _write(tmp_path / "g.csv", [_row("LEG-1", "10.00"), _row("LEG-2", "5.00")])
+    assert _materialize(instance, "g1", path=path, steps=STEPS[:3]).success
+    [gone] = _provider(dagster_home).customers["LEG-1"]
+    with PaymentStore(str(dagster_home / "payments.db")) as store:
+        store.delete_customer(gone["id"])
+
+    out = _materialize(instance, "g1", steps=STEPS[3:])
+    assert out.success and all(out.checks.values()), (out.failures, out.checks)
+    report = pd.read_csv(dagster_home / "batches" / "g1" / "migration_report.csv", keep_default_na=False)
+    rows = report.set_index(s.LEGACY_ACCOUNT_ID)
+    assert rows.loc["LEG-1", "status"] == "held_for_review", rows.loc["LEG-1"]
+    assert f"customer {gone['id']} was deleted at the provider" in rows.loc["LEG-1", "review_note"]
+    assert rows.loc["LEG-2", "status"] == "applied"
+    assert _provider(dagster_home).customers["LEG-2"][0]["balance"] == -500

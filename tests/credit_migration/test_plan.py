@@ -67,6 +67,7 @@ def bal(
     *,
     left: int = 0,
     left_by: str = "",
+    missing: bool = False,
 ) -> dict[str, Any]:
     """What step 4 read for a customer: its balance, the balance's currency ("" for none yet) and
     version; ``left``/``left_by``: what our last adjustment left, where someone moved it since."""
@@ -77,6 +78,7 @@ def bal(
         "balance_version": version,
         "migrated_cents": left,
         "migrated_by": left_by,
+        "missing": missing,
     }
 
 
@@ -288,6 +290,18 @@ def test_a_balance_moved_by_hand_is_held_too_when_the_export_changed() -> None:
     )
     assert plan.iloc[0]["action"] == PlannedAction.HELD_FOR_REVIEW
     assert "the export's target is now -20.00 USD" in plan.iloc[0]["review_note"]
+
+
+def test_a_customer_deleted_after_step_3_found_it_holds_its_account_alone() -> None:
+    plan = plan_adjustments(
+        accounts(acct("A", 1000), acct("B", 1000)),
+        customers(cust("A"), cust("B")),
+        balances(bal("A", missing=True), bal("B")),
+    )
+    a, b = plan.iloc[0], plan.iloc[1]
+    assert a["action"] == PlannedAction.HELD_FOR_REVIEW and a["adjustment_cents"] == 0
+    assert "cus_A was deleted at the provider after this batch found it" in a["review_note"]
+    assert b["action"] == PlannedAction.ADJUST
 
 
 def test_a_balance_moved_by_hand_back_to_the_target_needs_nothing() -> None:
