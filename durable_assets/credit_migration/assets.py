@@ -34,6 +34,7 @@ from durable_assets.credit_migration.plan import (
     LISTED_DTYPES,
     balances_at_target,
     balances_never_moved,
+    never_moved,
     plan_adjustments,
 )
 from durable_assets.credit_migration.resources import CreditLimits
@@ -413,15 +414,7 @@ def _balance_answer(customers: CustomerGateway, customer_id: str) -> dict[str, A
     """The customer's balance, its version, and (plan rule 4) where someone else moved it after our
     last adjustment, what that adjustment left: one request, two when the newest transaction is
     not ours (rare: a person's or another tool's)."""
-    answer: dict[str, Any] = {
-        "customer_id": customer_id,
-        "current_cents": 0,
-        "current_currency": "",
-        "balance_version": "",
-        "migrated_cents": 0,
-        "migrated_by": "",
-        "missing": False,
-    }
+    answer: dict[str, Any] = never_moved(customer_id)
     try:
         latest = customers.latest_balance_transaction(customer_id)
     except kit.ProviderRejectedError as exc:

@@ -52,6 +52,20 @@ BALANCE_DTYPES: dict[str, str] = {
 LISTED_DTYPES: dict[str, str] = {"customer_id": "str", "balance": "int64", "balance_currency": "str"}
 
 
+def never_moved(customer_id: str) -> dict[str, object]:
+    """A balance no transaction ever moved: 0, no currency, no version, exactly what reading the
+    customer's newest transaction answers when it has none."""
+    return {
+        "customer_id": customer_id,
+        "current_cents": 0,
+        "current_currency": "",
+        "balance_version": "",
+        "migrated_cents": 0,
+        "migrated_by": "",
+        "missing": False,
+    }
+
+
 def target_cents(credit_cents: pd.Series) -> pd.Series:
     """Credit owed to the customer is a negative balance (Stripe's sign)."""
     return (-credit_cents).astype("int64")
@@ -193,15 +207,6 @@ def balances_never_moved(customers: pd.DataFrame, listed: pd.DataFrame) -> pd.Da
     merged = ready.merge(typed(listed, LISTED_DTYPES), on="customer_id")
     untouched = merged[(merged["balance_currency"] == "") & (merged["balance"] == 0)]
     balances = pd.DataFrame(
-        {
-            "customer_id": untouched["customer_id"],
-            "current_cents": 0,
-            "current_currency": "",
-            "balance_version": "",
-            "migrated_cents": 0,
-            "migrated_by": "",
-            "missing": False,
-        },
-        columns=list(BALANCE_DTYPES),
+        [never_moved(str(c)) for c in untouched["customer_id"]], columns=list(BALANCE_DTYPES)
     )
     return typed(balances, BALANCE_DTYPES)

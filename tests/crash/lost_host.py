@@ -19,10 +19,10 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunSta
 
 from durable_assets.kit.leases import Lease, owner_pid
 from durable_assets.kit.tags import BATCH_TAG, WORKER_LOST_TAG
-from tests.support.dagster_dev import CodeServer, DagsterDev
+from tests.support.dagster_dev import CodeServer, DagsterDev, LaunchedJob
 from tests.support.polling import wait_until
 
-from .helpers import InstanceReader
+from .helpers import InstanceReader, job_env
 
 WILL_RETRY_TAG = "dagster/will_retry"
 
@@ -184,3 +184,24 @@ class LostHost:
             lineage=lineage,
             lineage_story="\n".join(diagnose(instance, r.run_id) for r in reversed(lineage)),
         )
+
+
+def postcards_served_by_a_daemon(
+    home: Path, folder: Path, shop: Path, logs: Path, **extra: object
+) -> tuple[dict[str, str], CodeServer, DagsterDev]:
+    """The tutorial's location in ``folder`` served by a code server of its own and `dagster dev`,
+    as a user's host runs it: 400 cards at 40 ms, 4 at a time, give ~4 s of sending to kill inside;
+    the automatic resume looks every second, 2 s after a loss. ``extra``: more environment."""
+    env = job_env(
+        home,
+        lease_ttl_s=2.0,
+        DURABLE_CODE_LOCATION="postcards",
+        PRINT_SHOP_DB=str(shop),
+        PRINT_SHOP_LATENCY_MS=40,
+        DURABLE_AUTO_RESUME_AFTER_S=2,
+        DURABLE_AUTO_RESUME_INTERVAL_S=1,
+        **extra,
+    )
+    code = CodeServer(env, logs, module="postcards", working_dir=folder, location="postcards")
+    dev = DagsterDev(home, env, logs, code_server=code, job=LaunchedJob("postcards", "recipients"))
+    return env, code, dev

@@ -21,7 +21,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from durable_assets.kit.tags import AUTO_RESUMED_BY_TAG
 from durable_assets.ops.metrics import render_metrics
-from tests.support.dagster_dev import CodeServer, DagsterDev, LaunchedJob
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
 from tests.support.tutorial import shop_count, tutorial_folder
@@ -38,7 +37,7 @@ from .helpers import (
     kill_mid_sending,
     resume_until_accepted,
 )
-from .lost_host import LostHost, run_of
+from .lost_host import LostHost, postcards_served_by_a_daemon, run_of
 
 pytestmark = pytest.mark.slow
 
@@ -286,19 +285,9 @@ def test_the_daemon_leaves_a_batch_whose_code_changed_to_a_person_and_tells_why(
     logs.mkdir()
     secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
     hooks = Receiver(secret)
-    env = job_env(
-        home,
-        lease_ttl_s=2.0,
-        DURABLE_CODE_LOCATION="postcards",
-        PRINT_SHOP_DB=str(shop),
-        PRINT_SHOP_LATENCY_MS=40,
-        DURABLE_AUTO_RESUME_AFTER_S=2,
-        DURABLE_AUTO_RESUME_INTERVAL_S=1,
-        DURABLE_WEBHOOK_URLS=hooks.url(),
-        DURABLE_WEBHOOK_SECRET=secret,
+    env, code, dev = postcards_served_by_a_daemon(
+        home, folder, shop, logs, DURABLE_WEBHOOK_URLS=hooks.url(), DURABLE_WEBHOOK_SECRET=secret
     )
-    code = CodeServer(env, logs, module="postcards", working_dir=folder, location="postcards")
-    dev = DagsterDev(home, env, logs, code_server=code, job=LaunchedJob("postcards", "recipients"))
     try:
         with instance_reader(home) as reader:
             host = LostHost(reader, dev, code, batch)

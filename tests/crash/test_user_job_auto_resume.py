@@ -24,11 +24,11 @@ from durable_assets.kit.tags import (
     AUTO_RESUMED_BY_TAG,
     BATCH_TAG,
 )
-from tests.support.dagster_dev import CodeServer, DagsterDev, LaunchedJob
+from tests.support.dagster_dev import LaunchedJob
 from tests.support.tutorial import shop_count, tutorial_folder
 
-from .helpers import EXIT_OK, INTERRUPTED, instance_reader, job, job_env
-from .lost_host import LostHost
+from .helpers import EXIT_OK, INTERRUPTED, instance_reader, job
+from .lost_host import LostHost, postcards_served_by_a_daemon
 
 pytestmark = pytest.mark.slow
 
@@ -49,19 +49,8 @@ def test_a_users_job_launched_from_the_ui_is_resumed_by_the_daemon(
     shop = tmp_path / "shop.db"
     logs = tmp_path / "logs"
     logs.mkdir()
-    # 400 cards at 40 ms, 4 at a time: ~4 s of sending to kill inside.
-    env = job_env(
-        home,
-        lease_ttl_s=2.0,
-        DURABLE_CODE_LOCATION="postcards",
-        PRINT_SHOP_DB=str(shop),
-        PRINT_SHOP_LATENCY_MS=40,
-        DURABLE_AUTO_RESUME_AFTER_S=2,
-        DURABLE_AUTO_RESUME_INTERVAL_S=1,
-    )
+    env, code, dev = postcards_served_by_a_daemon(home, folder, shop, logs)
     assert str(folder) not in env.get("PYTHONPATH", "").split(os.pathsep)
-    code = CodeServer(env, logs, module="postcards", working_dir=folder, location="postcards")
-    dev = DagsterDev(home, env, logs, code_server=code, job=POSTCARDS)
     started = time.monotonic()
     try:
         with instance_reader(home) as reader:
