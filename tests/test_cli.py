@@ -47,8 +47,10 @@ def test_run_status_list_and_exit_codes(dagster_home: Path) -> None:
         "code",
         "files",
         "steps",
+        "decisions",
     }
     assert status["auto_resume"] is None and status["job"] == "refund_batch"
+    assert status["decisions"] == []
     assert status["guardrails"]["pinned"]["RefundLimits"]["max_refunds_per_batch"] == 100_000
     assert status["provider"]["kind"] == "embedded" and status["provider"]["livemode"] is False
     assert status["status"] == "succeeded" and status["percent_complete"] == 100.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from durable_assets.credit_migration.assets import ALL_ASSETS, enforce_credit_limits
 from durable_assets.credit_migration.checks import ALL_CHECKS
 from durable_assets.credit_migration.schedules import NIGHTLY_CREDITS
-from durable_assets.credit_migration.schema import PlannedAction
+from durable_assets.credit_migration.schema import AccountDecision, PlannedAction
 from durable_assets.credit_migration.summary import CREDIT_SUMMARY
 from durable_assets.credit_migration.validation import read_legacy_file
 from durable_assets.kit import DurableJob
@@ -24,6 +24,16 @@ credit_migration = DurableJob(
         "applied_adjustments": lambda plan, resources: enforce_credit_limits(
             plan[plan["action"] == PlannedAction.ADJUST], resources["credit_limits"]
         )
+    },
+    decisions={
+        AccountDecision.NO_CUSTOMER: (
+            "the account gets no customer: nothing is created, adopted or moved for it, and the "
+            "report lists it as decided instead of held"
+        ),
+        AccountDecision.KEEP_PROVIDER_BALANCE: (
+            "the balance at the provider stands: no adjustment for the account, whatever the "
+            "export says; the report shows both figures instead of holding it"
+        ),
     },
     description=(
         "A batch migration of prepaid credit from a legacy billing export into payment-provider "

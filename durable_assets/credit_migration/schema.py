@@ -101,6 +101,16 @@ class PlannedAction(StrEnum):
     HELD_FOR_REVIEW = "held_for_review"
 
 
+class AccountDecision(StrEnum):
+    """What a person may decide for one held account (``job decide --job credit_migration``): the
+    reviews the provider alone cannot settle, which would otherwise come back every night."""
+
+    #: The account gets no customer: nothing is created, adopted or moved for it.
+    NO_CUSTOMER = "no-customer"
+    #: The balance at the provider stands as it is: no adjustment, whatever the export says.
+    KEEP_PROVIDER_BALANCE = "keep-provider-balance"
+
+
 #: Step 4 (``planned_adjustments``): target against what the provider holds now. ``balance_version``
 #: is the id of the customer's newest balance transaction when the plan read it ("" for none): the
 #: adjustment is keyed by it, so it applies at most once to the balance it was computed from.

@@ -20,6 +20,9 @@
 - Run tags and metadata keys (all in ``kit/tags.py``): every run of a batch carries
   :data:`BATCH_TAG`; a step reports the items it left for a person as :data:`HELD_FOR_REVIEW_KEY`
   in its materialization metadata (``job status`` shows the batch as needing review).
+- A person's word on a held item: a job declares the decisions it honours
+  (``DurableJob(decisions=...)``), ``job decide`` records one, and a step reads those in force with
+  :func:`decisions_for` (each an :class:`ItemDecision`) before it holds or moves that item again.
 - Tables of your own: :class:`Migrations` versions them with Alembic (your revisions, your version
   table), as the kit versions its own; :func:`enable_wal` switches a SQLite file of your own to
   WAL even while other processes are opening it.
@@ -59,6 +62,7 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         write_report,
     )
     from durable_assets.kit.checks import batch_check, check_examples, check_result
+    from durable_assets.kit.decisions import ItemDecision, decisions_for
     from durable_assets.kit.effects import EffectReport, EffectRunner, answer_mismatches, review_note
     from durable_assets.kit.frames import (
         BOOL,
@@ -182,6 +186,7 @@ __all__ = [
     "IdempotencyLedger",
     "InputFileError",
     "Intent",
+    "ItemDecision",
     "LedgerEntry",
     "Migrations",
     "PacedProvider",
@@ -212,6 +217,7 @@ __all__ = [
     "check_result",
     "clean_strings",
     "count_ceiling",
+    "decisions_for",
     "durable_asset",
     "durable_step",
     "effect_runner",

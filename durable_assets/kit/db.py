@@ -240,6 +240,20 @@ batch_items = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
 )
 
+item_decisions = sa.Table(
+    "durable_item_decisions",
+    metadata,
+    # What a person decided for one item of a job at one provider account (kit/decisions.py): kept
+    # beside the ledger, in the same namespace as its keys, and read by every later batch of the job.
+    sa.Column("account", sa.String(160), primary_key=True),
+    sa.Column("job", sa.String(255), primary_key=True),
+    sa.Column("item", sa.String(255), primary_key=True),
+    sa.Column("decision", sa.String(64), nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+    sa.Column("decided_at", sa.Float, nullable=False),
+    sa.Column("decided_by", sa.String(255), nullable=False),
+)
+
 rate_limits = sa.Table(
     "durable_rate_limits",
     metadata,

@@ -117,6 +117,8 @@ class DurableJob:
     error (exit 2) that leaves the batch ID unused. ``shard_steps`` (default: the mutating
     steps that read an upstream frame) are the steps a distributed run splits into shards, by
     ``shard_column`` of their first input; ``shard_guards`` are their whole-batch checks.
+    ``decisions`` are what a person may record for one held item with ``job decide`` (each word,
+    best a ``StrEnum`` member, and what it makes the job do; :mod:`durable_assets.kit.decisions`).
     ``executor_def`` (default: the location's ``durable`` executor, in process unless a run
     selects ``celery`` by config or tag: :mod:`durable_assets.kit.executor`) replaces it.
     """
@@ -137,6 +139,7 @@ class DurableJob:
         shard_steps: Sequence[str] | None = None,
         shard_column: str | None = None,
         shard_guards: Mapping[str, ShardGuard] | None = None,
+        decisions: Mapping[str, str] | None = None,
     ) -> None:
         if not assets:
             raise ValueError(f"durable job {name!r} needs at least one asset")
@@ -152,6 +155,8 @@ class DurableJob:
         self.executor_def = executor_def
         self.daily = daily
         self.check_input = check_input
+        #: word -> what it makes the job do; the words ``job decide`` accepts for this job's items.
+        self.decisions = {str(word): what for word, what in (decisions or {}).items()}
         _check_step_order(name, self.assets)
         _check_kit_resources(name, self.assets)
         #: The steps a distributed run splits into shards: those named, else every mutating step

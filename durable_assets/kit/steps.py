@@ -291,8 +291,8 @@ def effect_runner(
         limiter = limiter or provider.limiter()
         backoff = backoff or provider.backoff()
         account = account or provider.account
-    runtime = runtime or _kit_resource(context, "runtime", BatchRuntime)
-    ledger = ledger or _kit_resource(context, "ledger", IdempotencyLedger)
+    runtime = runtime or kit_resource(context, "runtime", BatchRuntime)
+    ledger = ledger or kit_resource(context, "ledger", IdempotencyLedger)
     scope = _effect_scope(context, scope)
     keys = ledger.ledger
     if account is not None:
@@ -327,7 +327,8 @@ def effect_runner(
 T = TypeVar("T")
 
 
-def _kit_resource(context: AssetExecutionContext, key: str, kind: type[T]) -> T:
+def kit_resource(context: AssetExecutionContext, key: str, kind: type[T]) -> T:
+    """The step's kit resource ``key``, or an error saying how to wire it (a plain asset has none)."""
     found = getattr(context.resources, key, None)
     if not isinstance(found, kind):
         raise StepWiringError(

@@ -134,6 +134,19 @@ def build_parser(default_job: str | None = None) -> argparse.ArgumentParser:
     jobs = sub.add_parser("jobs", help="the registered durable jobs")
     jobs.add_argument("--json", action="store_true")
 
+    decide = sub.add_parser(
+        "decide", help="record (or withdraw) a person's decision for one held item (README: decisions)"
+    )
+    decide.add_argument("--job", metavar="NAME", help=f"the item's durable job ({default})")
+    decide.add_argument("--item", required=True, help="the item as the job's report names it")
+    decide.add_argument("decision", nargs="?", help="one of the job's decisions (`job jobs` lists them)")
+    decide.add_argument("--note", help="why (required with a decision); every report that applies it says it")
+    decide.add_argument("--withdraw", action="store_true", help="withdraw the decision in force for the item")
+
+    decisions = sub.add_parser("decisions", help="the decisions in force, oldest first")
+    decisions.add_argument("--job", metavar="NAME", help="only this durable job's")
+    decisions.add_argument("--json", action="store_true")
+
     prune = sub.add_parser("prune", help="archive, then delete, old finished batches (docs/retention.md)")
     prune.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
     prune.add_argument("--completed-days", type=_days, help="keep succeeded batches this long (default 30)")
@@ -484,6 +497,8 @@ def _print_status(st: BatchStatusModel, as_json: bool) -> None:
         print(f"  why: {why}")
     if st.needs_review:
         print(f"  needs review: {st.held_for_review} held for a person")
+    for d in st.decisions or []:
+        print(f"  decided by a person: {d.item} {d.decision} ({d.decided_by}, {d.decided_at}): {d.note}")
     if st.guardrails is not None:
         from durable_assets.ops.guardrails import describe_pinned
 
@@ -526,6 +541,23 @@ def _print_jobs(as_json: bool) -> int:
             print(f"  {n}. {step.key:<24} {step.label}{effect}")
         if job.daily:
             print(f"  schedule: {job.daily.schedule_name} ({job.daily.cron} UTC, ships stopped)")
+        for word, what in job.decisions.items():
+            print(f"  decision `job decide --job {job.name} --item ITEM {word}`: {what}")
+    return EXIT_OK
+
+
+def _print_decisions(instance: Any, job: str | None, as_json: bool) -> int:
+    from durable_assets.ops.decisions import decisions_in_force
+
+    found = decisions_in_force(instance, job)
+    if as_json:
+        print(json.dumps([d.as_json() for d in found], indent=2))
+    elif not found:
+        print("no decisions in force")
+    for d in [] if as_json else found:
+        print(
+            f"{d.job:<18} {d.item:<24} {d.decision:<22} {d.decided_on}  {d.decided_by}  {d.account}: {d.note}"
+        )
     return EXIT_OK
 
 
@@ -539,6 +571,7 @@ def _job_dict(job: Any, *, default: bool) -> dict[str, Any]:
             for n, s in enumerate(job.steps, 1)
         ],
         "schedule": job.daily.schedule_name if job.daily else None,
+        "decisions": dict(job.decisions),
     }
 
 
@@ -672,6 +705,10 @@ def _check_before_instance(args: argparse.Namespace) -> None:
         from durable_assets.ops.backfill import days_between
 
         days_between(args.first, args.last)
+    if args.command == "decide":
+        from durable_assets.ops.decisions import DecisionRequest, check_request
+
+        check_request(DecisionRequest(args.job, args.item, args.decision, args.note, args.withdraw))
     if args.command == "prune":
         from durable_assets.ops.retention import policy_from_env
 
@@ -741,7 +778,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from durable_assets.ops import runner, status
 
-    if args.command in ("run", "resume", "cancel", "backfill", "prune"):
+    if args.command in ("run", "resume", "cancel", "backfill", "prune", "decide"):
         from durable_assets.ops.sqlite_locks import wait_for_write_locks
 
         # A frozen process's SQLite write lock would hang these commands: bounded, named, exit 3.
@@ -797,6 +834,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command == "prune":
         return _prune(instance, args)
+    if args.command == "decide":
+        from durable_assets.ops.decisions import DecisionRequest, decide
+
+        request = DecisionRequest(args.job, args.item, args.decision, args.note, args.withdraw)
+        print(decide(instance, request))
+        return EXIT_OK
+    if args.command == "decisions":
+        return _print_decisions(instance, args.job, args.json)
     if args.command == "backfill":
         from durable_assets.ops.backfill import backfill_days, days_between
 

@@ -18,8 +18,10 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunSta
 
 from durable_assets.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.account_bindings import AccountBindings
+from durable_assets.kit.accounts import DEFAULT_NAMESPACE
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
+from durable_assets.kit.decisions import ItemDecisions
 from durable_assets.kit.leases import Lease, LeaseStore, holder_is_gone, owner_pid
 from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.settings import KitSettings
@@ -45,6 +47,7 @@ from durable_assets.ops.status_model import (
     BatchFileModel,
     BatchStatus,
     BatchStatusModel,
+    DecisionModel,
     ProgressModel,
     ProviderModel,
     StepModel,
@@ -419,6 +422,24 @@ def _provider(db: DurableDatabase, batch_id: str) -> ProviderModel | None:
     )
 
 
+def _decisions(db: DurableDatabase, job: str, batch_id: str) -> list[DecisionModel]:
+    """The decisions the batch's job honours for its items, at the account it is bound to (none
+    for a batch not yet bound: a decision belongs to an account)."""
+    bound = AccountBindings(db).get(batch_id)
+    namespace = bound.namespace if bound is not None else DEFAULT_NAMESPACE
+    found = sorted(ItemDecisions(db, namespace).of_job(job).values(), key=lambda d: d.item)
+    return [
+        DecisionModel(
+            item=d.item,
+            decision=d.decision,
+            note=d.note,
+            decided_at=d.as_json()["decided_at"],
+            decided_by=d.decided_by,
+        )
+        for d in found
+    ]
+
+
 @dataclass(frozen=True)
 class LostWorkerEnd:
     """How a batch whose worker died ends: ``status`` failed (canceled if a cancel was asked),
@@ -526,6 +547,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
             for f in batch_files({name: st.metadata for name, st in folded.items()}, job.files)
         ],
         steps=[st.model(n) for n, st in enumerate(steps, start=1)] if include_steps else None,
+        decisions=_decisions(db, job.name, batch_id) if include_steps else None,
     )
     return model
 

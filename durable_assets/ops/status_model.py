@@ -163,6 +163,17 @@ class ProviderModel(_Model):
     livemode: bool = Field(description="true only for a live-mode key: real money")
 
 
+class DecisionModel(_Model):
+    """A person's standing decision for one item of the batch's job at its provider account
+    (`job decide`): what the job's steps do instead of holding that item again."""
+
+    item: str = Field(description="the item as the job's report names it (e.g. a legacy account id)")
+    decision: str = Field(description="one of the words the job declares (`job jobs` lists them)")
+    note: str = Field(description="why, as the person who decided wrote it")
+    decided_at: str = Field(description="when, ISO 8601 UTC")
+    decided_by: str = Field(description="who, as `user@host`")
+
+
 class GuardrailsModel(_Model):
     """The ceilings and limits the batch runs under: pinned at its first run, kept by every resume,
     re-execution and retry, changed only by `job resume --override-guardrails`."""
@@ -246,12 +257,19 @@ class BatchStatusModel(_Model):
         description="the code versions the batch runs on; null for a batch from before they were pinned",
     )
     files: list[BatchFileModel] = Field(description="the files its steps wrote for people, in summary order")
+    # Read with the steps (one more query): absent from `GET /runs`, as `steps` is.
+    decisions: list[DecisionModel] | SkipJsonSchema[None] = Field(
+        default=None,
+        json_schema_extra=_no_default,
+        description="the decisions in force for the batch's job at its provider account, by item",
+    )
     # Absent (not null) when not asked for: the schema says array, and `GET /runs` leaves it out.
     steps: list[StepModel] | SkipJsonSchema[None] = Field(default=None, json_schema_extra=_no_default)
 
     def as_json(self) -> dict[str, Any]:
         """The contract's JSON object: statuses as their words, ``steps`` left out when not read."""
-        return self.model_dump(mode="json", exclude={"steps"} if self.steps is None else None)
+        unread = {name for name in ("steps", "decisions") if getattr(self, name) is None}
+        return self.model_dump(mode="json", exclude=unread or None)
 
 
 class _StreamEvent(_Model):

@@ -45,7 +45,7 @@ def include_name(name: str | None, type_: str, _parent_names: object) -> bool:
 MIGRATIONS = Migrations(
     Path(__file__).resolve().parent,
     version_table=VERSION_TABLE,
-    head="0010",
+    head="0011",
     include_name=include_name,
     lock_key=ADVISORY_LOCK_KEY,
 )
