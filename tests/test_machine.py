@@ -26,6 +26,13 @@ def test_the_factor_in_force_is_measured_and_clamped(monkeypatch: pytest.MonkeyP
     assert machine.scaled(10) == 25 and machine.unscaled(25) == 10
 
 
+def test_a_cpu_bound_probe_reads_the_share_of_a_cpu_this_process_gets() -> None:
+    """Wall over CPU time: never below 1 (one thread cannot use more CPU than time passes), and
+    below the ceiling on a machine the suite can run on at all."""
+    share = machine.cpu_share_slowness(0.05)
+    assert 0.95 <= share < machine.CEILING * 4
+
+
 def test_a_fresh_measure_is_reused_and_a_stale_one_measured_again(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (machine.FACTOR_ENV, machine._MEASURED_AT_ENV):  # measure() writes them: restored after
         monkeypatch.setenv(name, os.environ.get(name, ""))
