@@ -91,6 +91,26 @@ def test_backfill_says_why_a_day_failed(dagster_home: Path, tmp_path: Path) -> N
     assert "missing-2026-11-03.csv" in line, line
 
 
+def test_backfill_of_a_day_with_held_items_says_held_and_exits_4(dagster_home: Path, tmp_path: Path) -> None:
+    """A day that succeeded with an item waiting for a person is not a clean success (#35 item 5):
+    the day's line says how many are held, the exit is 4 as for `job run`, and again when the same
+    range is backfilled once more (the day is not run again)."""
+    (tmp_path / "invoices-2026-11-05.csv").write_text(
+        "invoice_id,customer_id,customer_email,charge_id,currency,amount_charged,contracted_amount,"
+        "already_refunded,service_period,charged_at,cancelled_at\n"
+        # The charge does not exist at the provider: its refund is held for review.
+        "I1,C1,a@x.com,ch_missing,usd,12.00,10.00,0,2026-10,2026-10-01T00:00:00Z,\n"
+    )
+    env = {**os.environ, "DURABLE_DAILY_INVOICES": str(tmp_path / "invoices-{date}.csv")}
+    day = ("backfill", "--from", "2026-11-05", "--to", "2026-11-05")
+    first = job_cli(*day, env=env, timeout=300)
+    assert first.returncode == 4, (first.stdout, first.stderr)
+    assert re.search(r"daily-2026-11-05: succeeded, 1 held for review .* in [0-9.]+ s", first.stdout)
+    again = job_cli(*day, env=env, timeout=300)
+    assert again.returncode == 4, (again.stdout, again.stderr)
+    assert "daily-2026-11-05: already succeeded, 1 held for review" in again.stdout
+
+
 @pytest.mark.parametrize(
     ("first", "last"),
     [("2026-11-02", "2026-11-01"), ("2026-13-01", "2026-12-01"), ("2024-01-01", "2026-01-01")],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import date, timedelta
+from enum import IntEnum
 
 from dagster import DagsterInstance, DagsterRunStatus
 
@@ -23,6 +24,14 @@ from durable_assets.ops.status_model import BatchStatus
 
 #: A longer range is almost certainly a typo in a year; split it deliberately if it is not.
 MAX_DAYS = 366
+
+
+class BackfillOutcome(IntEnum):
+    """How a range of days ended, worst day first in precedence (the CLI's exit code follows)."""
+
+    SUCCEEDED = 0
+    HELD = 1  # every day succeeded, some with items held for a person (exit 4, like `job run`)
+    FAILED = 2
 
 
 def days_between(first: date, last: date) -> list[date]:
@@ -43,18 +52,21 @@ def _why(instance: DagsterInstance, batch_id: str) -> str:
 
 def backfill_days(
     instance: DagsterInstance, days: list[date], say: Callable[[str], None], *, job: str | None = None
-) -> bool:
-    """Run or resume each day's batch of durable job ``job``; True when every day ends succeeded."""
+) -> BackfillOutcome:
+    """Run or resume each day's batch of durable job ``job``; the worst of the days' outcomes: a day
+    that succeeded with items held for review is not a clean success, as for `job run`."""
     durable = durable_jobs().get(job)
     if durable.daily is None:
         raise UsageError(f"job {durable.name!r} has no daily schedule to backfill")
-    ok = True
+    outcome = BackfillOutcome.SUCCEEDED
     for n, day in enumerate(days, 1):
         batch_id = durable.daily.batch_id(day)
         runs = batch_runs(instance, batch_id)
         where = f"day {n}/{len(days)} {batch_id}"
         if runs and runs[-1].status == DagsterRunStatus.SUCCESS:
-            say(f"{where}: already succeeded")
+            held = batch_status(instance, batch_id, include_steps=False).held_for_review
+            say(f"{where}: already succeeded{_held(held)}")
+            outcome = max(outcome, BackfillOutcome.HELD if held else BackfillOutcome.SUCCEEDED)
             continue
         # A line as the day starts: a day's batch runs for minutes, and silence reads as a hang.
         say(f"{where}: {'resuming' if runs else 'starting'}")
@@ -66,12 +78,24 @@ def backfill_days(
                 start_batch(instance, batch_id, job=durable.name, input_path=durable.daily.input_path(day))
         except DurableError as exc:
             say(f"{where}: {exc}")
-            ok = False
+            outcome = BackfillOutcome.FAILED
             continue
-        state = batch_status(instance, batch_id, include_steps=False).status
+        status = batch_status(instance, batch_id, include_steps=False)
+        succeeded = status.status == BatchStatus.SUCCEEDED
         say(
-            f"{where}: {state} in {time.monotonic() - started:.1f} s"
-            + ("" if state == BatchStatus.SUCCEEDED else _why(instance, batch_id))
+            f"{where}: {status.status}{_held(status.held_for_review)} in {time.monotonic() - started:.1f} s"
+            + ("" if succeeded else _why(instance, batch_id))
         )
-        ok = ok and state == BatchStatus.SUCCEEDED
-    return ok
+        day_outcome = (
+            BackfillOutcome.FAILED
+            if not succeeded
+            else BackfillOutcome.HELD
+            if status.held_for_review
+            else BackfillOutcome.SUCCEEDED
+        )
+        outcome = max(outcome, day_outcome)
+    return outcome
+
+
+def _held(held: int) -> str:
+    return f", {held} held for review (`job status --id` names where)" if held else ""

@@ -846,7 +846,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         from durable_assets.ops.backfill import backfill_days, days_between
 
         days = days_between(args.first, args.last)  # checked already; cheap
-        return EXIT_OK if backfill_days(instance, days, _say_now, job=args.job) else EXIT_FAILED
+        from durable_assets.ops.backfill import BackfillOutcome
+
+        exit_of = {
+            BackfillOutcome.SUCCEEDED: EXIT_OK,
+            BackfillOutcome.HELD: EXIT_NEEDS_REVIEW,
+            BackfillOutcome.FAILED: EXIT_FAILED,
+        }
+        return exit_of[backfill_days(instance, days, _say_now, job=args.job)]
     if args.command == "list":
         batches = status.list_batches(instance, job=args.job)
         if args.json:
