@@ -72,6 +72,7 @@ from durable_assets.kit.dagster_internals import (
 )
 from durable_assets.kit.db import DurableDatabase, hold_connections, now
 from durable_assets.kit.executor import celery_config_fields
+from durable_assets.kit.interrupts import stop_requested
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.settings import DistributedSettings, KitSettings
 from durable_assets.kit.step_leases import StepHeartbeat, StepLeaseStore, TaskContext, current_task
@@ -434,7 +435,7 @@ class DurableCeleryExecutor(Executor):
             InstanceConcurrencyContext(ctx.instance, ctx.dagster_run) as concurrency,
             plan.start(retry_mode=self.retries, instance_concurrency_context=concurrency) as active,
         ):
-            stopping = False
+            stopping = signalled = False
             while (not active.is_complete and not stopping) or in_flight:
                 if active.check_for_interrupts():
                     yield DagsterEvent.engine_event(
@@ -447,6 +448,25 @@ class DurableCeleryExecutor(Executor):
                             r.revoke()
                     in_flight.clear()
                     break
+                if stop_requested() is not None:
+                    # Ctrl-C or SIGTERM of the process this loop runs in (ops/interrupts.py, which also
+                    # commits the stop for the run's tasks): a step no worker has started never will.
+                    if not signalled:
+                        signalled = True
+                        yield DagsterEvent.engine_event(
+                            ctx,
+                            "durable executor: stop requested; revoking the steps no worker has started "
+                            "and waiting for the running ones to reach their safe point",
+                            EngineEventData(),
+                        )
+                        for flight in in_flight.values():
+                            for r in flight.results:
+                                r.revoke()  # no terminate: a running task stops at its own safe point
+                    for step_key in self._not_running(ctx, in_flight, step_store):
+                        in_flight.pop(step_key)
+                    if not in_flight:
+                        active.mark_interrupted()
+                        break
                 done: list[str] = []
                 for step_key, flight in list(in_flight.items()):
                     for result in list(flight.results):
@@ -487,7 +507,7 @@ class DurableCeleryExecutor(Executor):
                 if in_flight and t - last_lease_poll >= LEASE_POLL_S:
                     last_lease_poll = t
                     yield from self._check_leases(ctx, active, in_flight, sends, send, step_store, knobs)
-                if stopping or step_errors:
+                if stopping or signalled or step_errors:
                     time.sleep(RESULT_TICK_S)
                     continue
                 for step in active.get_steps_to_execute():
@@ -508,6 +528,24 @@ class DurableCeleryExecutor(Executor):
                 "errors in workers:\n" + "\n".join(f"[{k}]: {e.to_string()}" for k, e in step_errors.items()),
                 subprocess_error_infos=list(step_errors.values()),
             )
+
+    def _not_running(
+        self, ctx: PlanOrchestrationContext, in_flight: dict[str, _InFlight], store: StepLeaseStore
+    ) -> list[str]:
+        """The in-flight steps whose current execution no worker holds (still queued, or its worker
+        lost): nothing to wait for once the run stops. A finished one is waited for: its answer
+        carries the step's events. A task a worker takes after this read finds
+        the stop committed for its run and sends nothing (and the run's lease fences it out)."""
+        try:
+            rows = store.of_run(ctx.dagster_run.run_id)
+        except Exception:  # a database hiccup: wait for the next tick rather than guess
+            return []
+        return [
+            step_key
+            for step_key, flight in in_flight.items()
+            if (row := rows.get(step_key)) is None
+            or (not row.finished and (row.attempt != flight.attempt or row.lapsed))
+        ]
 
     def _check_leases(
         self,

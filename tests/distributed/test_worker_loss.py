@@ -299,3 +299,34 @@ def test_ctrl_c_of_the_orchestrator_stops_the_tasks_on_the_workers(
     ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
     assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
     assert_exact(cluster, [(batch_id, SIZE)])
+
+
+def _step_sent(reader: InstanceReader, batch_id: str) -> bool:
+    run_id = newest_run_id(reader, batch_id)
+    return run_id is not None and any(
+        (e.message or "").startswith("Sending step") for e in reader.instance.all_logs(run_id)
+    )
+
+
+def test_sigterm_of_a_run_waiting_for_a_worker_exits_143_at_once(
+    cluster: Cluster, reader: InstanceReader
+) -> None:
+    """No worker consumes the queue, so the first step waits in it. SIGTERM must not wait for a
+    worker that may never come (#35: still running 60 s later): the queued task is revoked, the
+    command exits 143 with its one line, and once a worker is there `job resume` finishes exactly."""
+    batch_id = "dist-waiting-sigterm"
+    run = cluster.run(JOB_NAME, batch_id, 40, shards=2)
+    wait_until(
+        lambda: _step_sent(reader, batch_id), timeout=120, what="a step sent to the queue", detail=run.tail
+    )
+    os.kill(run.pid, signal.SIGTERM)
+    assert run.wait(30) == 143, run.tail()
+    assert (
+        run.stderr.strip().splitlines()[-1]
+        == f"interrupted at step 1; job resume --id {batch_id} continues it"
+    )
+    assert effects(cluster) == 0
+    cluster.worker()
+    ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
+    assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
+    assert_exact(cluster, [(batch_id, 40)])
