@@ -307,26 +307,63 @@ def test_a_batch_whose_code_changed_in_a_step_with_effects_is_left_for_a_person(
     assert _metric(instance, "durable_batches_code_changed") == 1
 
 
-def test_the_failures_webhook_carries_the_code_change(
+def test_the_failures_webhook_waits_for_the_decision_and_carries_the_code_change(
     instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The location's run-status sensor looks at the deployed code before it freezes the body, so the
-    `batch.failed` a receiver gets says why no automatic resume follows (whichever sensor ticks first)."""
+    """A lost run's failure is not the batch's end while the automatic resume may still continue it
+    (#35: the daemon path sent `batch.failed`, then `batch.succeeded`). Declined because the code
+    changed, the decision enqueues the failure itself, and its body says why no resume follows."""
     import json
 
     from durable_assets.definitions import durable_jobs
     from durable_assets.ops.webhooks.batch import note_code_changed, terminal_event
 
-    monkeypatch.setenv("DURABLE_WEBHOOK_URLS", "http://127.0.0.1:9/hook")
+    monkeypatch.setenv("DURABLE_WEBHOOK_URLS", "http://127.0.0.1:9/hook")  # refused: the row stays pending
+    monkeypatch.setenv("DURABLE_WEBHOOK_SECRET", "whsec_" + "k" * 32)
     lost = _lost_run(instance)
     instance.add_run_tags(lost.run_id, {WILL_RETRY_TAG: "false"})  # the location was down: retry dropped
     _started_on_the_release_before(instance)
     note_code_changed(instance, lost, durable_jobs)
     event, why = terminal_event(instance, lost.run_id)
+    assert event is None and "automatic resume has not decided yet" in why, why
+
+    job = refund_batch_job()
+    [line] = resume_lost_batches(
+        instance, lambda name: job if name == job.name else None, DUE, durable_jobs=durable_jobs
+    )
+    assert "not resumed automatically: code changed" in line and "batch.failed" in line, line
+    event, why = terminal_event(instance, lost.run_id)
     assert event is not None and event.event_type == "batch.failed", why
     data = json.loads(event.body)["data"]
     assert data["code"]["changed"] == ["issued_refunds"], data["code"]
     assert any("code changed since the batch started" in (s.get("error") or "") for s in data["steps"])
+
+
+def test_a_lost_run_resumed_automatically_is_never_announced_as_failed(
+    instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_assets.ops.webhooks.batch import terminal_event
+
+    monkeypatch.setenv("DURABLE_WEBHOOK_URLS", "http://127.0.0.1:9/hook")
+    lost = _lost_run(instance)
+    instance.add_run_tags(lost.run_id, {WILL_RETRY_TAG: "false"})
+    assert terminal_event(instance, lost.run_id)[0] is None
+    _tick(instance)
+    event, why = terminal_event(instance, lost.run_id)
+    assert event is None and "superseded" in why, why
+
+
+def test_with_automatic_resume_off_a_lost_runs_failure_is_the_end_at_once(
+    instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_assets.ops.webhooks.batch import terminal_event
+
+    monkeypatch.setenv("DURABLE_WEBHOOK_URLS", "http://127.0.0.1:9/hook")
+    monkeypatch.setenv("DURABLE_AUTO_RESUME_MAX_ATTEMPTS", "0")
+    lost = _lost_run(instance)
+    instance.add_run_tags(lost.run_id, {WILL_RETRY_TAG: "false"})
+    event, why = terminal_event(instance, lost.run_id)
+    assert event is not None and event.event_type == "batch.failed", why
 
 
 def test_a_changed_step_without_effects_does_not_stop_the_automatic_resume(instance: DagsterInstance) -> None:

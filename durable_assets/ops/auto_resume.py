@@ -78,6 +78,7 @@ from durable_assets.ops.reexecution import (
 )
 from durable_assets.ops.settings import AutoResumeSettings
 from durable_assets.ops.status import batch_runs, steps_to_run
+from durable_assets.ops.webhooks.batch import announce_end
 
 SENSOR_NAME = "auto_resume_lost_batches"
 #: Tags a re-execution must not inherit from the run it continues (Dagster's retry bookkeeping,
@@ -95,6 +96,8 @@ _NOT_INHERITED = {
     RESUME_RETRY_TAG,
     RUN_METRICS_TAG,
 }
+#: How a ``durable/auto_resumed_by`` verdict not to resume begins (the others name the resume's run).
+_DECLINED = "none:"
 #: Lost runs older than this are left to a human: after a day, resuming is an operator's decision.
 LOOKBACK_S = 24 * 3600.0
 #: The run id of an automatic resume is derived from the run it continues: one per lost run, ever.
@@ -125,7 +128,7 @@ def resume_lost_batches(
         durable = durable_jobs.owning(run.job_name) if durable_jobs is not None else None
         line = resume_lost_run(instance, job, run, settings, durable)
         if line:
-            lines.append(line)
+            lines.append(line + _announce_if_declined(instance, run))
     return lines
 
 
@@ -272,6 +275,19 @@ def _decide(instance: DagsterInstance, lost: DagsterRun, verdict: str, why: str)
     instance.add_run_tags(lost.run_id, {AUTO_RESUMED_BY_TAG: verdict})
     instance.report_engine_event(f"durable-assets: not resumed automatically: {why}", lost)
     return f"batch {lost.tags[BATCH_TAG]!r}: not resumed automatically: {why}"
+
+
+def _announce_if_declined(instance: DagsterInstance, lost: DagsterRun) -> str:
+    """After a decision not to resume (and once our lease is released, or the failure would read
+    as a takeover): the lost run is the batch's end after all, and its failure's webhook waited for
+    this decision (ops/webhooks/batch.py)."""
+    run = instance.get_run_by_id(lost.run_id)
+    if run is None or not run.tags.get(AUTO_RESUMED_BY_TAG, "").startswith(_DECLINED):
+        return ""
+    try:
+        return f" ({announce_end(instance, lost.run_id)})"
+    except Exception as exc:  # a webhook problem must not undo the decision; the outbox sensor retries
+        return f" (webhooks: {type(exc).__name__}: {exc})"
 
 
 def auto_resume_sensor(

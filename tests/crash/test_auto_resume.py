@@ -6,6 +6,7 @@ every refund exactly once at the provider.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -23,6 +24,8 @@ from durable_assets.kit.tags import (
 )
 from tests.conftest import job_cli
 from tests.support.dagster_dev import CodeServer, DagsterDev
+from tests.support.polling import wait_until
+from tests.webhooks.receiver import Receiver
 
 from .helpers import (
     Expected,
@@ -46,6 +49,8 @@ def test_lost_host_is_resumed_without_a_human(home: Path, tmp_path: Path, repeat
     expected = Expected.of(batch, size)
     # ~120 refunds at 100 ms, 2 at a time: the kill lands inside the refund step.
     sim = Simulator(tmp_path / "simulator.db", latency_ms=100)
+    secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    hooks = Receiver(secret)
     env = job_env(
         home,
         payments_url=sim.url,
@@ -53,6 +58,8 @@ def test_lost_host_is_resumed_without_a_human(home: Path, tmp_path: Path, repeat
         DURABLE_CONCURRENCY=2,
         DURABLE_AUTO_RESUME_AFTER_S=2,
         DURABLE_AUTO_RESUME_INTERVAL_S=1,
+        DURABLE_WEBHOOK_URLS=hooks.url(),
+        DURABLE_WEBHOOK_SECRET=secret,
     )
     code = CodeServer(env, tmp_path)
     dev = DagsterDev(home, env, tmp_path, code_server=code)
@@ -81,7 +88,16 @@ def test_lost_host_is_resumed_without_a_human(home: Path, tmp_path: Path, repeat
         as_json = json.loads(job_cli("status", "--id", batch, "--json", env=env).stdout)
         assert as_json["auto_resume"] == {"attempts": 1, "max_attempts": 3, "run_ids": [resumed.run_id]}
         assert as_json["run_ids"] == [first_run, resumed.run_id]
+        # One end, the resumed run's: the lost run's failure waited for the automatic resume's
+        # decision and was never announced (#35: the daemon path sent batch.failed, then succeeded).
+        ends = wait_until(
+            lambda: [p["type"] for p in hooks.deliveries().values()] or None,
+            timeout=60,
+            what="the batch's webhook",
+        )
+        assert ends == ["batch.succeeded"], hooks.deliveries()
     finally:
         dev.stop(grace_s=5)  # nothing left to keep: the assertions read storages that outlive it
         code.stop()
         sim.close()
+        hooks.close()

@@ -8,7 +8,10 @@ sensor's event: Dagster sensors were reported to fire SUCCESS for force-canceled
 - a run superseded by a later run of the batch (a resume or retry already moved the batch on);
 - a FAILURE that Dagster's run retries will re-execute (``dagster/will_retry`` and no retry yet);
 - a FAILURE written while another worker holds the batch's live lease: the dead run `job resume`
-  marks failed right before re-executing it (the batch goes straight back to running).
+  marks failed right before re-executing it (the batch goes straight back to running);
+- a FAILURE of a run whose worker was lost while the daemon's automatic resume has not decided
+  yet (``durable/worker_lost`` without ``durable/auto_resumed_by``): if it resumes the batch, the
+  resumed run's end is the event; if it declines, it enqueues this failure itself, with the reason.
 
 Each event's ``webhook-id`` is derived from (batch, run, event type), so the CLI and the sensor,
 or two CLIs, agree and the outbox's insert-ignore keeps one row per (event, URL). The body is
@@ -46,9 +49,9 @@ from dagster import (
 from durable_assets.kit import DurableJobs
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import LeaseStore
-from durable_assets.kit.tags import BATCH_TAG
+from durable_assets.kit.tags import AUTO_RESUMED_BY_TAG, BATCH_TAG, WORKER_LOST_TAG
 from durable_assets.ops.code_changes import changes_only_a_person_may_cross
-from durable_assets.ops.settings import WebhookVariables
+from durable_assets.ops.settings import AutoResumeSettings, WebhookVariables
 from durable_assets.ops.status import batch_runs, batch_status, steps_to_run
 from durable_assets.ops.status_model import BatchStatus
 from durable_assets.ops.webhooks.outbox import (
@@ -103,6 +106,12 @@ def terminal_event(instance: DagsterInstance, run_id: str) -> tuple[BatchEvent |
     if run.status == DagsterRunStatus.FAILURE:
         if run.remote_job_origin is not None and run.is_complete_and_waiting_to_retry:
             return None, f"run {run_id} failed and Dagster's run retries will re-execute it"
+        if _awaits_automatic_resume(instance, run):
+            return (
+                None,
+                f"run {run_id} lost its worker; the daemon's automatic resume has not decided yet "
+                "whether the batch goes on",
+            )
         lease = LeaseStore(DurableDatabase.for_instance(instance)).get(batch_id)
         if lease is not None and lease.is_live() and lease.run_id != run.run_id:
             return (
@@ -126,6 +135,31 @@ def terminal_event(instance: DagsterInstance, run_id: str) -> tuple[BatchEvent |
         ),
         "",
     )
+
+
+def _awaits_automatic_resume(instance: DagsterInstance, run: DagsterRun) -> bool:
+    """A lost worker's run the auto-resume sensor will judge (ops/auto_resume.py): it needs the queued
+    run coordinator and at least one attempt, and tags the run once it has decided either way."""
+    from dagster import QueuedRunCoordinator
+
+    return (
+        WORKER_LOST_TAG in run.tags
+        and AUTO_RESUMED_BY_TAG not in run.tags
+        and AutoResumeSettings.from_env().max_attempts > 0
+        and isinstance(instance.run_coordinator, QueuedRunCoordinator)
+    )
+
+
+def announce_end(instance: DagsterInstance, run_id: str) -> str:
+    """The daemon path's delayed end: a lost run the automatic resume declined to continue is the
+    batch's end after all. Enqueued and delivered now; what fails stays for the outbox sensor."""
+    config = settings()
+    if config is None:
+        return "webhooks off"
+    event, why = enqueue(instance, config, run_id)
+    if event is None:
+        return f"no webhook: {why}"
+    return f"{event.event_type}: {deliverer(instance, config).flush(batch_id=event.batch_id).summary()}"
 
 
 def enqueue(instance: DagsterInstance, config: WebhookSettings, run_id: str) -> tuple[BatchEvent | None, str]:
