@@ -50,7 +50,13 @@ allows only integers there and strict clients reject anything else; rounding up 
 that a token is back in the bucket by then (unless another client takes it first).
 """
 
-from durable_assets_testing.simulator.auth import TEST_KEY_PREFIX, ApiKeys, api_key_from, mask_api_key
+from durable_assets_testing.simulator.auth import (
+    TEST_KEY_PREFIX,
+    ApiKeys,
+    LiveApiKeyError,
+    api_key_from,
+    mask_api_key,
+)
 from durable_assets_testing.simulator.faults import Faults, TokenBucket, format_retry_after
 from durable_assets_testing.simulator.server import SimulatorHandler, SimulatorServer, build_server, serve
 
@@ -58,6 +64,7 @@ __all__ = [
     "TEST_KEY_PREFIX",
     "ApiKeys",
     "Faults",
+    "LiveApiKeyError",
     "SimulatorHandler",
     "SimulatorServer",
     "TokenBucket",
