@@ -32,10 +32,8 @@ class ApiKeys:
 
     keys: frozenset[str] = frozenset()
 
-    @classmethod
-    def of(cls, keys: Iterable[str]) -> ApiKeys:
-        accepted = frozenset(keys)
-        for key in accepted:
+    def __post_init__(self) -> None:
+        for key in self.keys:
             if not key or any(character.isspace() or character == ":" for character in key):
                 raise UsageError(f"--api-key must be non-empty, without spaces or ':', got {key!r}.")
             if key.startswith(LIVE_KEY_PREFIXES):
@@ -43,10 +41,13 @@ class ApiKeys:
                     f"--api-key {mask_api_key(key)} is a live-mode key; the simulator holds test-mode data "
                     "only: give a test-mode key (sk_test_..., rk_test_...) or one of your own naming."
                 )
-        return cls(accepted)
+
+    @classmethod
+    def of(cls, keys: Iterable[str]) -> ApiKeys:
+        return cls(frozenset(keys))
 
     def accepts(self, key: str) -> bool:
-        """A live key is never accepted (:meth:`of` refuses one in ``keys``): Stripe answers a live key
+        """A live key is never accepted (``keys`` cannot hold one): Stripe answers a live key
         that has no live account the same 401 as any unknown key."""
         if self.keys:
             return key in self.keys
