@@ -74,6 +74,11 @@ class IdempotencyKeyMismatchError(IdempotencyError):
     """The same key was used with different parameters; nothing was overwritten."""
 
 
+class IdempotencyKeyEndpointError(IdempotencyKeyMismatchError):
+    """The key was first used on another endpoint (Stripe binds a key to its first one); nothing was
+    changed. A mismatch too: whoever stops on a mismatch stops on this."""
+
+
 class IdempotencyKeyInFlightError(IdempotencyError):
     """Another request with the same key is still being processed; retry later with the same key."""
 

@@ -10,7 +10,8 @@ spec blob can be read is used (a partial clone or a snapshot may lack the newest
 The components kept are charge, refund, customer, deleted_customer, customer_balance_transaction,
 account and error, with the sub-objects they embed inline, and the lists of ``GET /v1/refunds``,
 ``GET /v1/charges/{charge}/refunds``, ``GET /v1/customers`` and
-``GET /v1/customers/{customer}/balance_transactions``. Every other
+``GET /v1/customers/{customer}/balance_transactions`` and ``GET /v1/charges``; and the parameters of
+the operations in OPERATIONS (form bodies and list queries, without their prose). Every other
 ``$ref`` (objects reached only through an expandable ID, or sub-objects the simulator always
 answers as null) is replaced by a stub that *rejects* any value: a response that starts to carry
 such an object fails validation until the component is added here, instead of passing against
@@ -56,10 +57,24 @@ KEEP = (
 #: List objects are inline in their paths; they are kept under these names.
 LISTS = {
     "refund_list": ("/v1/refunds", "get"),
+    "charge_list": ("/v1/charges", "get"),
     "charge_refund_list": ("/v1/charges/{charge}/refunds", "get"),
     "customer_list": ("/v1/customers", "get"),
     "customer_balance_transaction_list": ("/v1/customers/{customer}/balance_transactions", "get"),
 }
+#: The operations whose parameters are kept (a form body's properties, or a list's query parameters),
+#: so a test can check that what a client sends is what Stripe's description says the operation takes.
+OPERATIONS = (
+    ("post", "/v1/charges"),
+    ("get", "/v1/charges"),
+    ("post", "/v1/refunds"),
+    ("get", "/v1/refunds"),
+    ("post", "/v1/customers"),
+    ("get", "/v1/customers"),
+    ("post", "/v1/customers/{customer}"),
+    ("post", "/v1/customers/{customer}/balance_transactions"),
+    ("get", "/v1/customers/{customer}/balance_transactions"),
+)
 FIXTURE_OBJECTS = ("charge", "refund", "customer", "customer_balance_transaction")
 _REF_PREFIX = "#/components/schemas/"
 
@@ -120,6 +135,40 @@ def trimmed_schemas(spec: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
+def without_descriptions(node: Any) -> Any:
+    """A copy without the prose (``description`` annotations), which is most of a request body's size;
+    a *parameter* named ``description`` is kept."""
+    if isinstance(node, list):
+        return [without_descriptions(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    kept: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "properties":
+            kept[key] = {name: without_descriptions(schema) for name, schema in value.items()}
+        elif not (key == "description" and isinstance(value, str)):
+            kept[key] = without_descriptions(value)
+    return kept
+
+
+def operation_parameters(spec: dict[str, Any]) -> dict[str, Any]:
+    """``"POST /v1/charges": {"body": <form schema>}``, ``"GET /v1/charges": {"query": {name: schema}}``."""
+    kept: dict[str, Any] = {}
+    for method, path in OPERATIONS:
+        operation = spec["paths"][path][method]
+        if method == "post":
+            body = operation["requestBody"]["content"]["application/x-www-form-urlencoded"]["schema"]
+            kept[f"POST {path}"] = {"body": without_descriptions(trim_refs(body))}
+        else:
+            query = {
+                parameter["name"]: without_descriptions(trim_refs(parameter["schema"]))
+                for parameter in operation["parameters"]
+                if parameter["in"] == "query"
+            }
+            kept[f"GET {path}"] = {"query": query}
+    return kept
+
+
 def fixture_fields(fixtures: dict[str, Any]) -> dict[str, list[str]]:
     return {name: sorted(fixtures["resources"][name]) for name in FIXTURE_OBJECTS}
 
@@ -165,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             "fields": fixture_fields(fixtures),
         },
         "components": {"schemas": trimmed_schemas(spec)},
+        "x-operations": operation_parameters(spec),
     }
     args.out.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {args.out} from {REPOSITORY} {SPEC_PATH} at {commit}", file=sys.stderr)

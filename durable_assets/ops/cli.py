@@ -205,7 +205,8 @@ def build_parser(default_job: str | None = None) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY",
-        help="an API key to accept (repeatable); without it, any sk_test_ key is accepted",
+        help="an API key to accept (repeatable; never a live-mode sk_live_/rk_live_ key: exit 2); "
+        "without it, any sk_test_ key is accepted",
     )
     _verbose_after_the_command(p)
     return p

@@ -40,6 +40,7 @@ from stripe.params import (
 
 from durable_assets.errors import (
     DurableError,
+    IdempotencyKeyEndpointError,
     IdempotencyKeyInFlightError,
     IdempotencyKeyMismatchError,
     ProviderConfigError,
@@ -257,6 +258,10 @@ def with_owned_metadata(metadata: Mapping[str, str], owned: Mapping[str, str]) -
 # --- failure mapping -----------------------------------------------------------------------------
 
 
+#: How Stripe's 400 ``idempotency_error`` tells a key reused on another endpoint (it has no code).
+_OTHER_ENDPOINT = "can only be used for the same endpoint"
+
+
 def provider_error(
     *,
     http_status: int | None,
@@ -276,6 +281,11 @@ def provider_error(
         return IdempotencyKeyInFlightError(retry)
     if http_status is None or http_status in (409, 429) or http_status >= 500:
         return TransientProviderError(retry, http_status=http_status, code=code, retry_after=retry_after)
+    if error_type == "idempotency_error" and _OTHER_ENDPOINT in message:
+        return IdempotencyKeyEndpointError(
+            f"{detail}. The idempotency key{key} was first used on another endpoint; nothing was changed. "
+            "A key must name one request: derive it from the business identity and the kind of effect."
+        )
     if error_type == "idempotency_error":
         return IdempotencyKeyMismatchError(
             f"{detail}. The idempotency key{key} was first used with different parameters; nothing was "

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import secrets
 import sqlite3
 import string
@@ -28,12 +27,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, TypeVar
 
 from durable_assets.errors import UsageError
 from durable_assets.kit.sqlite_wal import enable_wal
 from durable_assets.payments.group_write import GroupWriter
 from durable_assets.payments.migrations import STORE_SCHEMA
+from durable_assets.payments.stripe_currencies import SUPPORTED as SUPPORTED_CURRENCIES
+from durable_assets.payments.stripe_currencies import unsupported_message
 
 JsonObject = dict[str, Any]
 _T = TypeVar("_T")
@@ -50,6 +52,7 @@ MAX_IDEMPOTENCY_KEY_LENGTH = 255
 MAX_EMAIL_LENGTH = 512
 MAX_NAME_LENGTH = 256
 MAX_BALANCE_DESCRIPTION_LENGTH = 350
+MAX_CUSTOMER_DESCRIPTION_LENGTH = 350
 METADATA_MAX_KEYS = 50
 METADATA_MAX_KEY_LENGTH = 40
 METADATA_MAX_VALUE_LENGTH = 500
@@ -57,14 +60,22 @@ METADATA_MAX_VALUE_LENGTH = 500
 _CHARGES = "charges"
 _REFUNDS = "refunds"
 _CUSTOMERS = "customers"
+_CUSTOMER_UPDATES = "customer_updates"
 _BALANCE_TRANSACTIONS = "customer_balance_transactions"
+#: Each endpoint's path, for a key stored before paths were (revision 0004 could not recover them all).
+_ENDPOINT_PATHS = {
+    _CHARGES: "/v1/charges",
+    _REFUNDS: "/v1/refunds",
+    _CUSTOMERS: "/v1/customers",
+    _CUSTOMER_UPDATES: "/v1/customers/{customer}",
+    _BALANCE_TRANSACTIONS: "/v1/customers/{customer}/balance_transactions",
+}
 #: Endpoints whose replays count in ``idempotent_replays``: the effects a pipeline applies once.
 #: Charges are left out because the synthetic input creates them, and counting them would make
 #: the counter mean "any replay" instead of "an effect the caller tried to apply again".
 _COUNTED_REPLAYS = frozenset({_REFUNDS, _CUSTOMERS, _BALANCE_TRANSACTIONS})
 _BUSY_TIMEOUT_MS = 30_000
 _ID_ALPHABET = string.ascii_letters + string.digits
-_CURRENCY = re.compile(r"^[a-z]{3}$")
 
 _STAT_NAMES = (
     "refund_requests",
@@ -74,6 +85,15 @@ _STAT_NAMES = (
     "balance_transactions_created",
     "customers_deleted",
 )
+
+
+class Unchanged(Enum):
+    """A field an update leaves as it is (absent from the request), apart from ``None`` (unset it)."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED = Unchanged.UNCHANGED
 
 
 class StripeApiError(Exception):
@@ -198,7 +218,9 @@ class PaymentStore:
             "description": _check_optional_str(description, "description"),
             "metadata": _check_metadata(metadata),
         }
-        return self._idempotent(_CHARGES, idempotency_key, params, lambda conn: _insert_charge(conn, params))
+        return self._idempotent(
+            _CHARGES, "/v1/charges", idempotency_key, params, lambda conn: _insert_charge(conn, params)
+        )
 
     # --- refunds ---------------------------------------------------------------------------------
 
@@ -225,7 +247,9 @@ class PaymentStore:
             "reason": _check_reason(reason),
             "metadata": _check_metadata(metadata),
         }
-        return self._idempotent(_REFUNDS, idempotency_key, params, lambda conn: _insert_refund(conn, params))
+        return self._idempotent(
+            _REFUNDS, "/v1/refunds", idempotency_key, params, lambda conn: _insert_refund(conn, params)
+        )
 
     def retrieve_charge(self, charge_id: str) -> JsonObject:
         """The charge as it is now (refunded amounts and its newest refunds included)."""
@@ -236,6 +260,28 @@ class PaymentStore:
                     404, "invalid_request_error", "resource_missing", f"No such charge: '{charge_id}'", "id"
                 )
             return _charge_body(conn, row)
+
+    def list_charges(
+        self,
+        *,
+        limit: int = 10,
+        starting_after: str | None = None,
+        ending_before: str | None = None,
+        customer: str | None = None,
+    ) -> JsonObject:
+        """Newest first, paginated like :meth:`list_refunds`; ``customer`` keeps that customer's
+        charges (a charge's customer is any id here, so an unknown one is an empty list, not a 404)."""
+        _check_page(limit, starting_after, ending_before)
+        with self._read() as conn:
+            rows, has_more = _paginate(
+                conn,
+                _CHARGE_SELECT,
+                "(?1 IS NULL OR customer = ?1)",
+                (customer,),
+                _Cursor("charges", "charge", starting_after, ending_before),
+                limit,
+            )
+            return _list_body([_charge_body(conn, row) for row in rows], has_more, "/v1/charges")
 
     def retrieve_refund(self, refund_id: str) -> JsonObject:
         with self._read() as conn:
@@ -291,7 +337,7 @@ class PaymentStore:
             "metadata": _check_metadata(metadata),
         }
         return self._idempotent(
-            _CUSTOMERS, idempotency_key, params, lambda conn: _insert_customer(conn, params)
+            _CUSTOMERS, "/v1/customers", idempotency_key, params, lambda conn: _insert_customer(conn, params)
         )
 
     def retrieve_customer(self, customer_id: str) -> JsonObject:
@@ -303,6 +349,39 @@ class PaymentStore:
         if row is None:
             raise _no_such_customer(customer_id, "id")
         return _customer_body(tuple(row))
+
+    def update_customer(
+        self,
+        customer_id: str,
+        *,
+        email: str | Unchanged | None = UNCHANGED,
+        name: str | Unchanged | None = UNCHANGED,
+        description: str | Unchanged | None = UNCHANGED,
+        metadata: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> StoreResult:
+        """Stripe's customer update: only the fields given change; ``None`` unsets one.
+
+        ``metadata`` is merged into the customer's: a key with an empty value is removed, and an
+        empty mapping removes every key (Stripe's ``metadata=``). The merged metadata must stay
+        within Stripe's limits. A deleted customer is a 404, as at Stripe.
+        """
+        params: JsonObject = {"customer": _check_id(customer_id, "id")}
+        if email is not UNCHANGED:
+            params["email"] = _check_email(email)
+        if name is not UNCHANGED:
+            params["name"] = _check_text(name, "name", MAX_NAME_LENGTH)
+        if description is not UNCHANGED:
+            params["description"] = _check_text(description, "description", MAX_CUSTOMER_DESCRIPTION_LENGTH)
+        if metadata is not None:
+            params["metadata"] = _check_metadata_changes(metadata)
+        return self._idempotent(
+            _CUSTOMER_UPDATES,
+            f"/v1/customers/{customer_id}",
+            idempotency_key,
+            params,
+            lambda conn: _update_customer(conn, params),
+        )
 
     def list_customers(
         self,
@@ -351,6 +430,7 @@ class PaymentStore:
         }
         return self._idempotent(
             _BALANCE_TRANSACTIONS,
+            f"/v1/customers/{params['customer']}/balance_transactions",
             idempotency_key,
             params,
             lambda conn: _insert_balance_transaction(conn, params),
@@ -459,22 +539,27 @@ class PaymentStore:
     def _idempotent(
         self,
         endpoint: str,
+        path: str,
         key: str | None,
         params: JsonObject,
         action: Callable[[sqlite3.Connection], JsonObject],
     ) -> StoreResult:
-        """Check-and-create in one write transaction: the heart of exactly-once."""
+        """Check-and-create in one write transaction: the heart of exactly-once.
+
+        ``endpoint`` is the family of requests (the stored key's scope), ``path`` the request path
+        the key is bound to: a key is one account's, whichever endpoint it was first used on.
+        """
         if key is not None:
             _check_idempotency_key(key)
         fingerprint = _fingerprint(params)
 
         def check_and_create(conn: sqlite3.Connection) -> _Outcome:
-            stored = None if key is None else _load_key(conn, endpoint, key)
+            stored = None if key is None else _load_key(conn, endpoint, path, key)
             if stored is not None:
                 return _replay(conn, endpoint, key or "", stored, fingerprint)
             outcome = _execute(conn, action)
             if key is not None:
-                _store_key(conn, endpoint, key, fingerprint, outcome)
+                _store_key(conn, endpoint, path, key, fingerprint, outcome)
             return outcome
 
         # ``BEGIN IMMEDIATE`` takes the write lock first, so no other process can interleave; the
@@ -557,12 +642,29 @@ def _fingerprint(params: JsonObject) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def _load_key(conn: sqlite3.Connection, endpoint: str, key: str) -> tuple[str, int, str] | None:
-    row = conn.execute(
-        "SELECT fingerprint, http_status, body FROM idempotency_keys WHERE endpoint = ? AND key = ?",
-        (endpoint, key),
-    ).fetchone()
-    return None if row is None else (str(row[0]), int(row[1]), str(row[2]))
+def _load_key(conn: sqlite3.Connection, endpoint: str, path: str, key: str) -> tuple[str, int, str] | None:
+    """The key's stored answer on this endpoint, or ``None`` if it is new to the account.
+
+    A key first used on another path is Stripe's 400, raised here (not stored: nothing ran). A row
+    kept from before paths were recorded (null ``path``, revision 0004) is compared by endpoint.
+    """
+    rows = conn.execute(
+        "SELECT endpoint, path, fingerprint, http_status, body FROM idempotency_keys WHERE key = ?", (key,)
+    ).fetchall()
+    for stored_endpoint, stored_path, fingerprint, http_status, body in rows:
+        if stored_endpoint == endpoint and stored_path in (path, None):
+            return str(fingerprint), int(http_status), str(body)
+    if rows:
+        first_path = rows[0][1] or _ENDPOINT_PATHS.get(rows[0][0], rows[0][0])
+        raise StripeApiError(
+            400,
+            "idempotency_error",
+            None,
+            "Keys for idempotent requests can only be used for the same endpoint they were first used for "
+            f"('{first_path}' vs '{path}'). Try using a key other than '{key}' if you meant to execute "
+            "a different request.",
+        )
+    return None
 
 
 def _replay(
@@ -597,12 +699,12 @@ def _execute(conn: sqlite3.Connection, action: Callable[[sqlite3.Connection], Js
 
 
 def _store_key(
-    conn: sqlite3.Connection, endpoint: str, key: str, fingerprint: str, outcome: _Outcome
+    conn: sqlite3.Connection, endpoint: str, path: str, key: str, fingerprint: str, outcome: _Outcome
 ) -> None:
     conn.execute(
-        "INSERT INTO idempotency_keys (endpoint, key, fingerprint, http_status, body, created)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (endpoint, key, fingerprint, outcome.http_status, json.dumps(outcome.body), time.time()),
+        "INSERT INTO idempotency_keys (endpoint, path, key, fingerprint, http_status, body, created)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (endpoint, path, key, fingerprint, outcome.http_status, json.dumps(outcome.body), time.time()),
     )
 
 
@@ -865,7 +967,8 @@ def _paginate(
 # --- customers and balance transactions ----------------------------------------------------------
 
 _CUSTOMER_SELECT = (
-    "SELECT id, email, name, metadata, currency, balance, invoice_prefix, created, deleted FROM customers"
+    "SELECT id, email, name, metadata, currency, balance, invoice_prefix, created, description, deleted"
+    " FROM customers"
 )
 _BALANCE_TRANSACTION_SELECT = (
     "SELECT id, customer, amount, currency, description, metadata, ending_balance, created"
@@ -891,6 +994,25 @@ def _insert_customer(conn: sqlite3.Connection, params: JsonObject) -> JsonObject
         ),
     )
     _bump(conn, "customers_created")
+    return _customer_body(_require_customer(conn, customer_id, param="id"))
+
+
+def _update_customer(conn: sqlite3.Connection, params: JsonObject) -> JsonObject:
+    """Runs inside the idempotent write transaction: the merged metadata is checked against
+    Stripe's limits before anything is written."""
+    customer_id = params["customer"]
+    row = _require_customer(conn, customer_id, param="id")
+    fields: dict[str, object] = {n: params[n] for n in ("email", "name", "description") if n in params}
+    if "metadata" in params:
+        changes: dict[str, str] = params["metadata"]
+        merged = {} if not changes else {**json.loads(row[3]), **changes}
+        merged = {key: value for key, value in sorted(merged.items()) if value != ""}
+        if len(merged) > METADATA_MAX_KEYS:
+            raise invalid_request(f"Metadata can have at most {METADATA_MAX_KEYS} keys.", param="metadata")
+        fields["metadata"] = json.dumps(merged)
+    if fields:
+        assignments = ", ".join(f"{name} = ?" for name in fields)  # names from the fixed tuple above
+        conn.execute(f"UPDATE customers SET {assignments} WHERE id = ?", (*fields.values(), customer_id))
     return _customer_body(_require_customer(conn, customer_id, param="id"))
 
 
@@ -959,7 +1081,7 @@ def _customer_body(row: tuple[Any, ...]) -> JsonObject:
     """Every field of Stripe's customer; what the simulator has no notion of (addresses, payment
     sources, discounts, tax, test clocks) is null or empty, as for a customer created with only
     an email, a name and metadata."""
-    customer_id, email, name, metadata, currency, balance, invoice_prefix, created, _deleted = row
+    customer_id, email, name, metadata, currency, balance, invoice_prefix, created, description, _ = row
     return {
         "id": customer_id,
         "object": "customer",
@@ -969,7 +1091,7 @@ def _customer_body(row: tuple[Any, ...]) -> JsonObject:
         "currency": currency,
         "default_source": None,
         "delinquent": False,
-        "description": None,
+        "description": description,
         "discount": None,
         "email": email,
         "invoice_prefix": invoice_prefix,
@@ -1039,13 +1161,11 @@ def _check_amount(amount: object) -> int:
 
 
 def _check_currency(currency: object) -> str:
+    """One of Stripe's currencies (:mod:`.stripe_currencies`), any case, answered lowercase; else
+    Stripe's 400 with the list, which has no ``code``."""
     normalized = currency.lower() if isinstance(currency, str) else ""
-    if not _CURRENCY.match(normalized):
-        raise invalid_request(
-            f"Invalid currency: {currency!r}. Use a three-letter ISO code.",
-            code="parameter_invalid_string",
-            param="currency",
-        )
+    if normalized not in SUPPORTED_CURRENCIES:
+        raise invalid_request(unsupported_message(str(currency)), param="currency")
     return normalized
 
 
@@ -1125,6 +1245,16 @@ def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
     for key, value in cleaned.items():
         _check_metadata_item(key, value)
     return dict(sorted(cleaned.items()))
+
+
+def _check_metadata_changes(metadata: Mapping[str, str]) -> dict[str, str]:
+    """An update's metadata: empty values are kept (they remove their key); each item within limits."""
+    for key, value in metadata.items():
+        if value != "":
+            _check_metadata_item(key, value)
+        elif not isinstance(key, str) or not key:
+            raise invalid_request("Metadata keys and values must be strings.", param="metadata")
+    return dict(sorted(metadata.items()))
 
 
 def _check_metadata_item(key: object, value: object) -> None:

@@ -13,13 +13,18 @@ store call per route), :mod:`.params`, :mod:`.expansion`, :mod:`.responses`, :mo
 
 Routes (everything under ``/v1`` needs an API key the simulator accepts, sent as Stripe takes it:
 ``Authorization: Bearer KEY`` or HTTP Basic with the key as user, ``curl -u KEY:``; the keys given
-with ``--api-key``, else any ``sk_test_`` key):
+with ``--api-key``, else any ``sk_test_`` key; never a live-mode key, since every object here is test
+mode). Currencies are Stripe's, and an ``Idempotency-Key`` is bound to the path of its first request,
+as at Stripe (both rules are the store's, so the embedded provider keeps them too):
 
 * ``POST /v1/charges``, ``POST /v1/refunds`` (form-encoded like Stripe, ``Idempotency-Key``)
 * ``GET /v1/refunds/{id}``, ``GET /v1/refunds?limit=&starting_after=&ending_before=&charge=``
 * ``GET /v1/charges/{id}`` and ``GET /v1/charges/{id}/refunds`` (the URL of a charge's refund list)
+* ``GET /v1/charges?limit=&starting_after=&ending_before=&customer=``
 * ``POST /v1/customers`` (``email``, ``name``, ``metadata[...]``, ``Idempotency-Key``),
   ``GET /v1/customers/{id}``, ``GET /v1/customers?limit=&starting_after=&ending_before=&email=``
+* ``POST /v1/customers/{id}`` (update ``email``, ``name``, ``description``, ``metadata[...]``: an
+  absent field is kept, an empty one unset, as Stripe's form encoding says)
 * ``DELETE /v1/customers/{id}`` (Stripe's semantics: the id then answers ``deleted: true``, lists
   leave it out, writes on it and a second delete are 404)
 * ``POST /v1/customers/{id}/balance_transactions`` (``amount``, ``currency``, ``description``,
@@ -50,7 +55,13 @@ allows only integers there and strict clients reject anything else; rounding up 
 that a token is back in the bucket by then (unless another client takes it first).
 """
 
-from durable_assets_testing.simulator.auth import TEST_KEY_PREFIX, ApiKeys, api_key_from, mask_api_key
+from durable_assets_testing.simulator.auth import (
+    TEST_KEY_PREFIX,
+    ApiKeys,
+    LiveApiKeyError,
+    api_key_from,
+    mask_api_key,
+)
 from durable_assets_testing.simulator.faults import Faults, TokenBucket, format_retry_after
 from durable_assets_testing.simulator.server import SimulatorHandler, SimulatorServer, build_server, serve
 
@@ -58,6 +69,7 @@ __all__ = [
     "TEST_KEY_PREFIX",
     "ApiKeys",
     "Faults",
+    "LiveApiKeyError",
     "SimulatorHandler",
     "SimulatorServer",
     "TokenBucket",

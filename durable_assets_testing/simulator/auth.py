@@ -13,6 +13,13 @@ from durable_assets.errors import UsageError
 #: Accepted when no ``--api-key`` is given: any test-mode secret key, like the one in Stripe's docs.
 TEST_KEY_PREFIX = "sk_test_"
 _KEY_PREFIXES = tuple(f"{kind}_{mode}_" for kind in ("sk", "rk", "pk") for mode in ("test", "live"))
+#: Keys that reach live-mode data at Stripe; never accepted here, where every object is test mode.
+LIVE_KEY_PREFIXES = tuple(prefix for prefix in _KEY_PREFIXES if "_live_" in prefix)
+
+
+class LiveApiKeyError(UsageError):
+    """``--api-key`` named a live-mode key: accepting it would let a live key read and write the
+    simulator's test-mode objects (all ``livemode: false``), which Stripe never allows."""
 
 
 @dataclass(frozen=True)
@@ -25,15 +32,23 @@ class ApiKeys:
 
     keys: frozenset[str] = frozenset()
 
-    @classmethod
-    def of(cls, keys: Iterable[str]) -> ApiKeys:
-        accepted = frozenset(keys)
-        for key in accepted:
+    def __post_init__(self) -> None:
+        for key in self.keys:
             if not key or any(character.isspace() or character == ":" for character in key):
                 raise UsageError(f"--api-key must be non-empty, without spaces or ':', got {key!r}.")
-        return cls(accepted)
+            if key.startswith(LIVE_KEY_PREFIXES):
+                raise LiveApiKeyError(
+                    f"--api-key {mask_api_key(key)} is a live-mode key; the simulator holds test-mode data "
+                    "only: give a test-mode key (sk_test_..., rk_test_...) or one of your own naming."
+                )
+
+    @classmethod
+    def of(cls, keys: Iterable[str]) -> ApiKeys:
+        return cls(frozenset(keys))
 
     def accepts(self, key: str) -> bool:
+        """A live key is never accepted (``keys`` cannot hold one): Stripe answers a live key
+        that has no live account the same 401 as any unknown key."""
         if self.keys:
             return key in self.keys
         return key.startswith(TEST_KEY_PREFIX) and len(key) > len(TEST_KEY_PREFIX)

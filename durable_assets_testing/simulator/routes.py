@@ -7,7 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from urllib.parse import unquote
 
-from durable_assets.payments.store import JsonObject, PaymentStore, StoreResult, StripeApiError
+from durable_assets.payments.store import (
+    UNCHANGED,
+    JsonObject,
+    PaymentStore,
+    StoreResult,
+    StripeApiError,
+    Unchanged,
+)
 from durable_assets_testing.simulator.expansion import check_expand, check_list_expand, expanded
 from durable_assets_testing.simulator.params import (
     Params,
@@ -40,6 +47,8 @@ def match_route(method: str, path: str) -> Route | None:
         return Route("account", _retrieve_account)
     if method == "POST" and path == "/v1/charges":
         return Route("charges", _create_charge)
+    if method == "GET" and path == "/v1/charges":
+        return Route("charges.list", _list_charges)
     if method == "POST" and path == "/v1/refunds":
         return Route("refunds", _create_refund, counts_refund_request=True)
     if method == "GET" and path == "/v1/refunds":
@@ -75,6 +84,8 @@ def _match_customer_route(method: str, path: str) -> Route | None:
         return Route("customers.retrieve", _retrieve_customer, path_id=customer_id)
     if method == "DELETE" and not slash:
         return Route("customers.delete", _delete_customer, path_id=customer_id)
+    if method == "POST" and not slash:
+        return Route("customers.update", _update_customer, path_id=customer_id)
     transactions = "balance_transactions/"
     if method == "GET" and rest.startswith(transactions) and "/" not in rest[len(transactions) :]:
         transaction_id = unquote(rest[len(transactions) :])
@@ -150,6 +161,27 @@ _create_customer = _created(
         idempotency_key=key,
     ),
 )
+
+
+def _changed(params: Params, name: str) -> str | Unchanged | None:
+    """Stripe's update encoding: an absent field is left as it is, an empty one is unset."""
+    if name not in params.values:
+        return UNCHANGED
+    return params.values[name] or None
+
+
+_update_customer = _created(
+    "customer",
+    {"email", "name", "description"},
+    lambda store, params, key, customer: store.update_customer(
+        customer,
+        email=_changed(params, "email"),
+        name=_changed(params, "name"),
+        description=_changed(params, "description"),
+        metadata=params.metadata,
+        idempotency_key=key,
+    ),
+)
 _create_balance_transaction = _created(
     "customer_balance_transaction",
     {"amount", "currency", "description"},
@@ -210,6 +242,13 @@ _list_refunds = _listed(
     {"charge"},
     lambda store, params, _: store.list_refunds(
         **page_params(params), charge=params.values.get("charge") or None
+    ),
+)
+_list_charges = _listed(
+    "charge",
+    {"customer"},
+    lambda store, params, _: store.list_charges(
+        **page_params(params), customer=params.values.get("customer") or None
     ),
 )
 _list_customers = _listed(

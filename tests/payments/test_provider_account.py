@@ -8,10 +8,12 @@ a process.
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import subprocess
 import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -35,8 +37,8 @@ from durable_assets.payments.resources import PaymentGateway, resolve_provider_a
 from durable_assets.payments.store import PaymentStore
 from durable_assets_testing.simulator import SimulatorServer
 from tests.payments.old_files import old_store_file
-from tests.support.network import free_port
-from tests.support.simulator import SimulatorProcess, ThreadedSimulator
+from tests.support.network import ServedInThread, free_port
+from tests.support.simulator import SimulatorProcess
 
 API_KEY = "sk_test_accounts"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -155,11 +157,29 @@ def test_livemode_is_the_keys() -> None:
     ]
 
 
-def test_a_live_key_makes_a_live_account(tmp_path: Path) -> None:
-    with ThreadedSimulator(tmp_path / "live.db", api_keys=["sk_live_real", "rk_live_real"]) as sim:
+class _LiveStripe(BaseHTTPRequestHandler):
+    """Stripe in live mode, as far as ``GET /v1/account`` goes: the simulator refuses live keys
+    (issue #34: its objects are all test mode), so the live side is this stand-in."""
+
+    ACCOUNT = "acct_LiveStandIn00001"
+
+    def do_GET(self) -> None:
+        body = json.dumps({"id": self.ACCOUNT, "object": "account"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+def test_a_live_key_makes_a_live_account() -> None:
+    with ServedInThread(ThreadingHTTPServer(("127.0.0.1", 0), _LiveStripe)) as live:
         for key in ("sk_live_real", "rk_live_real"):
-            assert StripeGateway(sim.url, key).account() == ProviderAccount(
-                "stripe", sim.server.store.account_id, True
+            assert StripeGateway(f"http://127.0.0.1:{live.port}", key).account() == ProviderAccount(
+                "stripe", _LiveStripe.ACCOUNT, True
             )
 
 

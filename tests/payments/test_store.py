@@ -153,12 +153,32 @@ def test_metadata_follows_stripe_limits(store: PaymentStore) -> None:
     assert store.stats()["refunds_created"] == 0
 
 
-def test_keys_are_scoped_per_endpoint(store: PaymentStore) -> None:
+def test_a_key_is_bound_to_the_endpoint_it_was_first_used_on(store: PaymentStore) -> None:
+    """Stripe's rule (issue #34): a key reused on another endpoint is a 400, never a second effect."""
     charge = store.create_charge(amount=1000, currency="usd", idempotency_key="shared").body
+    customer = store.create_customer(email="a@example.com").body["id"]
+    store.create_balance_transaction(customer, amount=-5, currency="usd", idempotency_key="bt")
+    other = store.create_customer(email="b@example.com").body["id"]
 
-    refund = store.create_refund(charge=charge["id"], amount=10, idempotency_key="shared").body
+    on_refunds = _error(lambda: store.create_refund(charge=charge["id"], amount=10, idempotency_key="shared"))
+    on_other_customer = _error(
+        lambda: store.create_balance_transaction(other, amount=-5, currency="usd", idempotency_key="bt")
+    )
+    replay = store.create_charge(amount=1000, currency="usd", idempotency_key="shared")
 
-    assert refund["object"] == "refund"
+    assert (on_refunds.http_status, on_refunds.error_type, on_refunds.param) == (
+        400,
+        "idempotency_error",
+        None,
+    )
+    assert on_refunds.message.startswith(
+        "Keys for idempotent requests can only be used for the same endpoint they were first used for "
+        "('/v1/charges' vs '/v1/refunds')"
+    )
+    assert f"'/v1/customers/{customer}/balance_transactions' vs" in on_other_customer.message
+    assert (replay.replayed, replay.body["id"]) == (True, charge["id"])
+    assert store.stats()["refunds_created"] == 0
+    assert store.retrieve_customer(other)["balance"] == 0
 
 
 def test_threads_racing_one_key_create_one_refund(store: PaymentStore) -> None:

@@ -172,12 +172,15 @@ def test_a_rejected_balance_transaction_is_replayed_as_rejected(store: PaymentSt
     assert store.stats()["idempotent_replays"] == 1
 
 
-def test_customer_and_balance_keys_are_scoped_per_endpoint(store: PaymentStore) -> None:
+def test_a_customer_key_reused_for_a_balance_transaction_is_refused(store: PaymentStore) -> None:
+    """Stripe binds a key to its first endpoint (issue #34); before, this moved the balance."""
     customer = str(store.create_customer(email="a@b.c", idempotency_key="same").body["id"])
-    moved = store.create_balance_transaction(customer, amount=5, currency="usd", idempotency_key="same")
 
-    assert moved.replayed is False
-    assert store.retrieve_customer(customer)["balance"] == 5
+    with pytest.raises(StripeApiError, match="same endpoint they were first used for") as caught:
+        store.create_balance_transaction(customer, amount=5, currency="usd", idempotency_key="same")
+
+    assert (caught.value.http_status, caught.value.error_type) == (400, "idempotency_error")
+    assert store.retrieve_customer(customer)["balance"] == 0
 
 
 def test_threads_moving_one_balance_lose_no_update(store: PaymentStore) -> None:

@@ -11,10 +11,11 @@ import pytest
 
 from durable_assets.kit.schema_migrations import SchemaTooNewError
 from durable_assets.payments.migrations import STORE_SCHEMA
-from durable_assets.payments.store import PaymentStore
+from durable_assets.payments.store import PaymentStore, StripeApiError
 from tests.payments.old_files import (
     OLD_ACCOUNT,
     SHIPPED_STEPS,
+    as_revision_0003,
     columns,
     old_store_file,
     rows,
@@ -70,6 +71,59 @@ def test_a_file_of_every_earlier_release_is_upgraded_and_keeps_its_rows(tmp_path
             assert re.fullmatch(r"acct_[A-Za-z0-9]{16}", store.account_id)  # made by 0003
 
 
+def test_a_file_at_0003_learns_each_keys_path_and_binds_its_keys_to_it(tmp_path: Path) -> None:
+    """Revision 0004 (issue #34): keys stored before it keep replaying where they were used, and are
+    refused on any other endpoint, which before created a second, independent effect."""
+    path = tmp_path / "r0003.db"
+    with PaymentStore(str(path)) as store:
+        charge = store.create_charge(amount=100, currency="usd", idempotency_key="k-charge").body
+        store.create_refund(charge=charge["id"], amount=10, idempotency_key="k-refund")
+        customer = store.create_customer(email="a@example.com", idempotency_key="k-customer").body["id"]
+        store.create_balance_transaction(customer, amount=-5, currency="usd", idempotency_key="k-bt")
+        with pytest.raises(StripeApiError):  # the balance is in usd: a stored 400, no customer in it
+            store.create_balance_transaction(customer, amount=-5, currency="eur", idempotency_key="k-bt-err")
+    as_revision_0003(path, STORE_SCHEMA.version_table)
+    assert "path" not in columns(path)["idempotency_keys"]
+
+    with PaymentStore(str(path)) as store:
+        with sqlite3.connect(path) as conn:
+            paths = dict(conn.execute("SELECT key, path FROM idempotency_keys"))
+        conn.close()
+        replays = [
+            store.create_charge(amount=100, currency="usd", idempotency_key="k-charge"),
+            store.create_refund(charge=charge["id"], amount=10, idempotency_key="k-refund"),
+            store.create_customer(email="a@example.com", idempotency_key="k-customer"),
+            store.create_balance_transaction(customer, amount=-5, currency="usd", idempotency_key="k-bt"),
+        ]
+        with pytest.raises(StripeApiError, match="balance is in usd") as stored_error:
+            store.create_balance_transaction(customer, amount=-5, currency="eur", idempotency_key="k-bt-err")
+        elsewhere = {}
+        for key in ("k-charge", "k-bt", "k-bt-err"):
+            with pytest.raises(StripeApiError) as refused:
+                store.create_customer(email="b@example.com", idempotency_key=key)
+            elsewhere[key] = refused.value
+        balance = store.retrieve_customer(customer)["balance"]
+
+    assert paths == {
+        "k-charge": "/v1/charges",
+        "k-refund": "/v1/refunds",
+        "k-customer": "/v1/customers",
+        "k-bt": f"/v1/customers/{customer}/balance_transactions",
+        "k-bt-err": None,  # a stored error names no customer: compared by endpoint
+    }
+    assert all(result.replayed for result in replays)
+    assert stored_error.value.replayed
+    assert {key: (e.http_status, e.error_type) for key, e in elsewhere.items()} == dict.fromkeys(
+        elsewhere, (400, "idempotency_error")
+    )
+    assert (
+        "('/v1/customers/{customer}/balance_transactions' vs '/v1/customers')"
+        in elsewhere["k-bt-err"].message
+    )
+    assert balance == -5
+    assert _versions(path) == ([(STORE_SCHEMA.head,)], LAST_HAND_ROLLED)
+
+
 def test_the_first_revisions_run_the_hand_rolled_steps_as_they_shipped() -> None:
     """Files of those releases hold exactly what these steps made: a changed step would make a new
     file differ from an upgraded one, and a file of those releases would not be what 0003 assumes."""
@@ -92,7 +146,7 @@ def test_a_file_a_newer_release_upgraded_is_refused(tmp_path: Path) -> None:
 def test_head_is_the_newest_revision_of_one_line() -> None:
     script = STORE_SCHEMA.script
     assert script.get_heads() == [STORE_SCHEMA.head]
-    assert [r.revision for r in script.walk_revisions()] == ["0003", "0002", "0001"]
+    assert [r.revision for r in script.walk_revisions()] == ["0005", "0004", "0003", "0002", "0001"]
 
 
 _OPEN = "from durable_assets.payments.store import PaymentStore; PaymentStore({path!r}).close()"

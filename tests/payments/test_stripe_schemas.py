@@ -10,21 +10,29 @@ that reject any value, so serving one of them fails here until it is added.
 
 The pinned spec is older than Stripe's current API, so the field names of Stripe's current
 examples of every served object (``x-current-fixtures``) are checked too.
+
+Requests are checked as well (issue #34): ``x-operations`` holds each operation's form body or
+query parameters as the description gives them, and every request the gateway (and the SDK's
+customer update and charge list) sends must use only those, in their types.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import httpx
 import jsonschema_rs
 import pytest
+import stripe
 
+from durable_assets.payments.gateway import StripeGateway
 from durable_assets_testing.simulator import SimulatorHandler, SimulatorServer
 from tests.support.polling import wait_until
 from tests.support.simulator import ThreadedSimulator
@@ -76,7 +84,13 @@ def validator(component: str) -> jsonschema_rs.Draft202012Validator:
     )
 
 
-LISTS = ("refund_list", "charge_refund_list", "customer_list", "customer_balance_transaction_list")
+LISTS = (
+    "refund_list",
+    "charge_list",
+    "charge_refund_list",
+    "customer_list",
+    "customer_balance_transaction_list",
+)
 OBJECTS = ("charge", "refund", "customer", "customer_balance_transaction")
 #: Served, but not compared with Stripe's current examples (the account's hold dozens of fields
 #: about a business that the simulator has no notion of; it serves what the SDK and we read).
@@ -112,6 +126,8 @@ def schema_errors(answer: Answer) -> list[str]:
 def list_component(path: str) -> str:
     """Which of Stripe's list schemas a list route answers with."""
     route = path.partition("?")[0]
+    if route == "/v1/charges":
+        return "charge_list"
     if route.startswith("/v1/charges/"):
         return "charge_refund_list"
     if route.startswith("/v1/customers/") and route.endswith("/balance_transactions"):
@@ -166,6 +182,18 @@ def exercise(sim: SimulatorServer, http: httpx.Client) -> None:
         http.get("/v1/refunds", params=params, headers=AUTH)
         http.get(f"/v1/charges/{charge['id']}/refunds", params=params, headers=AUTH)
     http.get(f"/v1/charges/{charge['id']}", headers=AUTH)
+    for params in (
+        {},
+        {"limit": "1"},
+        {"customer": "cus_1"},
+        {"limit": "1", "starting_after": charge["id"]},
+        {"expand[]": "data.refunds"},
+    ):
+        http.get("/v1/charges", params=params, headers=AUTH)
+    http.get("/v1/charges", params={"starting_after": "ch_missing"}, headers=AUTH)
+    http.get("/v1/charges", params={"created": "1"}, headers=AUTH)
+    post("/v1/charges", {"amount": "100", "currency": "xyz"})  # Stripe's currencies only
+    post("/v1/customers", {"email": "k@example.com"}, "c1")  # a charge's key on another endpoint
     http.get(f"/v1/charges/{charge['id']}?expand[]=refunds&expand[]=balance_transaction", headers=AUTH)
 
     # errors: validation, missing objects, idempotency, auth, routing, cursors, expansion
@@ -223,6 +251,15 @@ def exercise_customers(post: Any, http: httpx.Client) -> None:
             f"{path}/balance_transactions", {"amount": "-1", "currency": "usd", "expand[]": "customer"}, "bt2"
         ),
     ]
+    update = {"email": "ada@lovelace.example", "description": "d", "metadata[legacy_account_id]": ""}
+    post(path, update, "up1")
+    post(path, update, "up1")  # replay
+    post(path, {"name": "", "metadata": ""})
+    post(path, {"email": "not-an-email"})
+    post(path, {"phone": "+1"})
+    post(path, {"name": "x"}, "cu1")  # the create's key on the update's endpoint
+    post("/v1/customers/cus_missing", {"name": "x"})
+    post(f"{path}/balance_transactions", {"amount": "-1", "currency": "xyz"})
     for query in ("", "?expand[]=test_clock&expand[]=invoice_settings"):
         http.get(f"{path}{query}", headers=AUTH)
     for params in (
@@ -289,6 +326,7 @@ def test_every_answer_matches_stripes_schemas(recorded: tuple[SimulatorServer, l
     lists = {list_component(answer.path) for answer in answers if answer.body.get("object") == "list"}
     assert lists == set(LISTS)
     assert failures == {}
+    assert any("/v1/customers/cus_" in a.path and a.method == "POST" and a.status == 200 for a in answers)
 
 
 def test_the_schemas_reject_what_stripe_would_not_send() -> None:
@@ -338,3 +376,167 @@ def test_fields_match_stripes_schema_and_current_examples(
         assert set(current[name]) - set(served) == NOT_SERVED[name], name
         assert set(served) - in_spec == NEWER_THAN_SPEC.get(name, set()), name
         assert set(served) <= in_spec | set(current[name]), name
+
+
+# --- what clients send: the parameters of each operation, as Stripe's description has them ---------
+
+OPERATIONS = SCHEMAS["x-operations"]
+#: A request path's operation in Stripe's description (ids replaced by its path parameters).
+_TEMPLATES = (
+    (
+        re.compile(r"^/v1/customers/[^/]+/balance_transactions$"),
+        "/v1/customers/{customer}/balance_transactions",
+    ),
+    (re.compile(r"^/v1/customers/[^/]+$"), "/v1/customers/{customer}"),
+)
+_INTEGER = re.compile(r"^-?[0-9]+$")
+
+
+def operation_of(method: str, path: str) -> str:
+    for pattern, template in _TEMPLATES:
+        if pattern.match(path):
+            return f"{method} {template}"
+    return f"{method} {path}"
+
+
+def parameter_errors(method: str, path: str, encoded: str) -> list[str]:
+    """What in a form body or query Stripe's description of the operation does not take.
+
+    Bracketed names are one parameter (``metadata[k]``, ``expand[0]``); a scalar's value is checked
+    against its schema's type, ``maxLength`` and ``enum``; a body's ``required`` must be present.
+    """
+    operation = operation_of(method, path)
+    if operation not in OPERATIONS:
+        return [f"{operation}: not in the trimmed description (add it to OPERATIONS in the trim script)"]
+    described = OPERATIONS[operation]
+    body = described.get("body")
+    schemas = body["properties"] if body else described["query"]
+    sent = parse_qsl(encoded, keep_blank_values=True)
+    names = {name.partition("[")[0] for name, _ in sent}
+    errors = [
+        f"{operation}: required {name!r} missing"
+        for name in (body or {}).get("required", [])
+        if name not in names
+    ]
+    for name, value in sent:
+        top, bracket, _ = name.partition("[")
+        schema = schemas.get(top)
+        if schema is None:
+            errors.append(f"{operation}: {top!r} is not a parameter of the operation")
+        elif not bracket:
+            errors += [
+                f"{operation}: {top}={value!r}: {problem}" for problem in _scalar_problems(schema, value)
+            ]
+    return errors
+
+
+def _scalar_problems(schema: dict[str, Any], value: str) -> list[str]:
+    """A form value against a scalar schema, or against any scalar branch of an ``anyOf``."""
+    branches = schema.get("anyOf", [schema])
+    found = [_branch_problems(branch, value) for branch in branches]
+    return [] if any(not problems for problems in found) else found[0]
+
+
+def _branch_problems(schema: dict[str, Any], value: str) -> list[str]:
+    kind = schema.get("type")
+    if kind == "integer" and not _INTEGER.match(value):
+        return ["not an integer"]
+    if kind == "boolean" and value not in ("true", "false"):
+        return ["not a boolean"]
+    if kind in ("object", "array"):
+        return [f"a {kind} sent as one value"]
+    if "enum" in schema and value not in schema["enum"]:
+        return [f"not one of {schema['enum']}"]
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        return [f"longer than {schema['maxLength']}"]
+    return []
+
+
+@pytest.fixture
+def requests_sent(tmp_path: Path) -> Iterator[tuple[SimulatorServer, list[tuple[str, str, str]]]]:
+    """A simulator recording every ``/v1`` request as received: method, path and parameters."""
+    sent: list[tuple[str, str, str]] = []
+    lock = threading.Lock()
+
+    class Recording(SimulatorHandler):
+        def _handle_api(self, path: str, encoded_params: str) -> None:
+            with lock:
+                sent.append((self.command, path, encoded_params))
+            super()._handle_api(path, encoded_params)
+
+    with ThreadedSimulator(tmp_path / "params.db") as served:
+        served.server.RequestHandlerClass = Recording
+        yield served.server, sent
+
+
+def test_what_the_gateway_and_the_sdk_send_is_what_stripe_describes(
+    requests_sent: tuple[SimulatorServer, list[tuple[str, str, str]]],
+) -> None:
+    """Every request the pipelines' gateway makes (and the SDK's update and list) takes only parameters
+    Stripe's description gives the operation, in their types: a parameter the simulator took but
+    Stripe does not know would pass every test here and fail at Stripe."""
+    sim, sent = requests_sent
+    gateway = StripeGateway(sim.url, API_KEY, page_size=2)
+    charge = gateway.create_charge(
+        amount=1000, currency="usd", customer="cus_1", metadata={"invoice": "i1"}, idempotency_key="c1"
+    )
+    gateway.create_refund(
+        charge_id=charge.id,
+        amount=10,
+        currency="usd",
+        reason="other",
+        metadata={"invoice": "i1"},
+        idempotency_key="r1",
+    )
+    gateway.list_charge_refunds(charge.id)
+    gateway.find_refund_by_key(charge_id=charge.id, idempotency_key="r1")
+    customer = gateway.create_customer(
+        email="a@example.com", name="A", metadata={"legacy_account_id": "L1"}, idempotency_key="cu1"
+    )
+    gateway.create_customer(email=None, name=None, metadata={}, idempotency_key="cu2")
+    gateway.list_customers(email="a@example.com")
+    gateway.find_customer(metadata_key="legacy_account_id", value="L1")
+    gateway.create_balance_transaction(
+        customer_id=customer.id,
+        amount=-500,
+        currency="usd",
+        description="migrated",
+        metadata={},
+        idempotency_key="b1",
+    )
+    gateway.list_balance_transactions(customer.id)
+    gateway.latest_balance_transaction(customer.id)
+    client = stripe.StripeClient(
+        API_KEY,
+        base_addresses={"api": sim.url},
+        max_network_retries=0,
+        http_client=stripe.RequestsClient(timeout=10),
+    )
+    client.v1.customers.update(
+        customer.id, params={"email": "b@example.com", "description": "d", "metadata": {"k": ""}}
+    )
+    client.v1.charges.list(params={"limit": 3, "customer": "cus_1", "expand": ["data.refunds"]})
+
+    operations = {operation_of(method, path) for method, path, _ in sent}
+    errors = [
+        error
+        for method, path, encoded in sent
+        if operation_of(method, path) in OPERATIONS or encoded
+        for error in parameter_errors(method, path, encoded)
+    ]
+
+    assert set(OPERATIONS) <= operations, set(OPERATIONS) - operations  # each one exercised
+    assert errors == []
+
+
+def test_the_parameter_check_has_teeth() -> None:
+    assert (
+        parameter_errors("POST", "/v1/charges", "amount=100&currency=usd&metadata[k]=v&expand[0]=customer")
+        == []
+    )
+    assert parameter_errors("POST", "/v1/charges", "amount=1.5&currency=usd")
+    assert parameter_errors("POST", "/v1/customers/cus_1", "colour=red")
+    assert parameter_errors("POST", "/v1/customers/cus_1/balance_transactions", "amount=1")  # no currency
+    assert parameter_errors("GET", "/v1/charges", "limit=x")
+    assert parameter_errors("GET", "/v1/charges", "charge=ch_1")  # the refund list's filter, not this one's
+    assert parameter_errors("DELETE", "/v1/customers/cus_1", "x=1")

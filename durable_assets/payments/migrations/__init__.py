@@ -15,5 +15,5 @@ from pathlib import Path
 from durable_assets.kit import Migrations
 
 STORE_SCHEMA = Migrations(
-    Path(__file__).resolve().parent, version_table="payments_alembic_version", head="0003"
+    Path(__file__).resolve().parent, version_table="payments_alembic_version", head="0005"
 )
