@@ -32,6 +32,7 @@ from durable_assets.kit.tags import (
     SHARDS_TAG,
     WILL_RETRY_TAG,
     WORKER_LOST_TAG,
+    worker_lost_reason,
 )
 from durable_assets.ops import cli, runner
 from durable_assets.ops.auto_resume import (
@@ -109,7 +110,7 @@ def test_a_lost_run_is_resumed_from_failure_once_however_many_ticks(
     assert resumed.parent_run_id == lost.run_id and resumed.root_run_id == lost.run_id
     assert resumed.tags[AUTO_RESUME_ATTEMPT_TAG] == "1" and resumed.tags[AUTO_RESUME_MAX_TAG] == "3"
     assert resumed.tags[AUTO_RESUME_OF_TAG] == lost.run_id and resumed.tags[BATCH_TAG] == BATCH
-    assert WORKER_LOST_TAG not in resumed.tags
+    assert not worker_lost_reason(resumed.tags)
     assert resumed.remote_job_origin == lost.remote_job_origin
     assert _get(instance, lost.run_id).tags[AUTO_RESUMED_BY_TAG] == resumed.run_id
     status = batch_status(instance, BATCH)

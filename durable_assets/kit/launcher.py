@@ -14,7 +14,7 @@ whose config selects the celery executor is tagged ``durable/executor=celery`` b
 
 from __future__ import annotations
 
-from dagster import DagsterRun, DefaultRunLauncher
+from dagster import DagsterInstance, DagsterRun, DefaultRunLauncher
 
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.dagster_internals import CheckRunHealthResult, LaunchRunContext, WorkerStatus
@@ -28,11 +28,21 @@ from durable_assets.kit.tags import (
     PARTITION_TAG,
     WORKER_LOST_LEASE_EXPIRED,
     WORKER_LOST_TAG,
+    WORKER_NOT_LOST,
+    worker_lost_reason,
 )
 
 
 def batch_of(run: DagsterRun) -> str | None:
     return run.tags.get(BATCH_TAG) or run.tags.get(PARTITION_TAG) or None
+
+
+def clear_inherited_verdicts(instance: DagsterInstance, run: DagsterRun) -> None:
+    """A run about to start has not lost its worker: a ``durable/worker_lost`` it carries was copied
+    from the run it retries (Dagster's run retries copy the parent's tags), and would count it in
+    ``durable_lease_expiries_total`` and read as lost in its status once it succeeded."""
+    if worker_lost_reason(run.tags):
+        instance.add_run_tags(run.run_id, {WORKER_LOST_TAG: WORKER_NOT_LOST})
 
 
 class LeaseAwareRunLauncher(DefaultRunLauncher):
@@ -46,6 +56,7 @@ class LeaseAwareRunLauncher(DefaultRunLauncher):
             # The launchpad chose the workers by config: tagged now, so `job resume` and the status
             # read it as distributed even if the run worker dies before its executor starts.
             self._instance.add_run_tags(run.run_id, {EXECUTOR_TAG: ExecutorKind.CELERY.value})
+        clear_inherited_verdicts(self._instance, run)
         super().launch_run(context)
 
     def terminate(self, run_id: str) -> bool:

@@ -12,6 +12,7 @@ This module imports nothing of ours, so any module (a leaf one included) can imp
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 # --- Our run tags --------------------------------------------------------------------------------
@@ -46,6 +47,15 @@ AUTO_RESUMED_BY_TAG: Final = "durable/auto_resumed_by"
 WORKER_LOST_LEASE_EXPIRED: Final = "lease_expired"
 #: `job cancel` ended the run because its worker was lost; the status still reads as a lost worker.
 WORKER_LOST_CANCELED: Final = "canceled_after_lease_expired"
+#: Not lost: Dagster's run retry copies its parent's tags, ours included, and offers no way to
+#: remove one, so the run launcher overwrites an inherited verdict with this before the run starts.
+WORKER_NOT_LOST: Final = ""
+
+
+def worker_lost_reason(tags: Mapping[str, str]) -> str | None:
+    """Why the run's worker was lost (a ``WORKER_LOST_*`` value), or None: it was not."""
+    return tags.get(WORKER_LOST_TAG) or None
+
 
 # --- Dagster's run tags ---------------------------------------------------------------------------
 # Dagster's own tags, read and written by the kit and the operations layer. Spelled out here because

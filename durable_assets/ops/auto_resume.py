@@ -69,6 +69,7 @@ from durable_assets.kit.tags import (
     SHARDS_TAG,
     WILL_RETRY_TAG,
     WORKER_LOST_TAG,
+    worker_lost_reason,
 )
 from durable_assets.ops.code_changes import changes_only_a_person_may_cross
 from durable_assets.ops.reexecution import (
@@ -138,7 +139,7 @@ def _lost_runs(instance: DagsterInstance, at: float) -> list[DagsterRun]:
     return [
         r
         for r in failed
-        if WORKER_LOST_TAG in r.tags and BATCH_TAG in r.tags and AUTO_RESUMED_BY_TAG not in r.tags
+        if worker_lost_reason(r.tags) and BATCH_TAG in r.tags and AUTO_RESUMED_BY_TAG not in r.tags
     ]
 
 

@@ -20,7 +20,7 @@ from durable_assets.kit.tags import (
     AUTO_RESUME_OF_TAG,
     AUTO_RESUMED_BY_TAG,
     BATCH_TAG,
-    WORKER_LOST_TAG,
+    worker_lost_reason,
 )
 from tests.conftest import job_cli
 from tests.support.dagster_dev import CodeServer, DagsterDev
@@ -79,7 +79,7 @@ def test_lost_host_is_resumed_without_a_human(home: Path, tmp_path: Path, repeat
         assert len(back.lineage) == 2, back.lineage_story
         assert resumed.tags[AUTO_RESUME_ATTEMPT_TAG] == "1" and resumed.tags[AUTO_RESUME_MAX_TAG] == "3"
         assert resumed.tags[AUTO_RESUME_OF_TAG] == first_run and resumed.tags[BATCH_TAG] == batch
-        assert WORKER_LOST_TAG not in resumed.tags
+        assert not worker_lost_reason(resumed.tags)
         assert failed.tags[AUTO_RESUMED_BY_TAG] == resumed.run_id
         assert [s["executions"] for s in status["steps"]] == [1, 1, 1, 2, 1, 1, 1], status["steps"]
         assert sim.quiet()["refunds_created"] == expected.n

@@ -35,3 +35,21 @@ def test_a_run_that_is_no_batch_is_never_failed_for_want_of_a_lease() -> None:
 
     run = DagsterRun(job_name="retention", run_id="r-1", tags={})
     assert LeaseAwareRunLauncher().check_run_worker_health(run).status == WorkerStatus.RUNNING
+
+
+def test_a_retry_that_inherited_a_lost_workers_tag_starts_not_lost(dagster_home: object) -> None:
+    """Dagster's run retry copies the lost run's tags; the launcher clears the verdict before the
+    retry starts, so it is not counted as a lease expiry, nor read as lost once it succeeded (#35)."""
+    from dagster import DagsterInstance, DagsterRun
+
+    from durable_assets.kit.launcher import clear_inherited_verdicts
+    from durable_assets.kit.tags import WORKER_LOST_LEASE_EXPIRED, WORKER_LOST_TAG, worker_lost_reason
+
+    with DagsterInstance.get() as instance:
+        lost = instance.add_run(
+            DagsterRun(job_name="refund_batch", tags={WORKER_LOST_TAG: WORKER_LOST_LEASE_EXPIRED})
+        )
+        clear_inherited_verdicts(instance, lost)
+        run = instance.get_run_by_id(lost.run_id)
+        assert run is not None and worker_lost_reason(run.tags) is None
+        assert worker_lost_reason({WORKER_LOST_TAG: WORKER_LOST_LEASE_EXPIRED}) == WORKER_LOST_LEASE_EXPIRED

@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from durable_assets.kit.db import DurableDatabase, cancel_requests
 from durable_assets.kit.ledger import FINISHED, REVIEW
-from durable_assets.kit.tags import BATCH_TAG, HELD_FOR_REVIEW_KEY, WORKER_LOST_TAG
+from durable_assets.kit.tags import BATCH_TAG, HELD_FOR_REVIEW_KEY, worker_lost_reason
 from durable_assets.ops.code_changes import code_model
 from durable_assets.ops.job_shape import stored_code_versions
 from durable_assets.ops.metrics.digests import RunDigest, RunDigests, histogram, ledger_counts, render
@@ -52,7 +52,7 @@ class DurableMetrics:
         yield CounterMetricFamily(
             "durable_lease_expiries",
             "Runs failed because their worker stopped renewing its lease (dead worker detected).",
-            value=sum(1 for r in runs if WORKER_LOST_TAG in r.tags),
+            value=sum(1 for r in runs if worker_lost_reason(r.tags)),
         )
         yield CounterMetricFamily(
             "durable_resumes",

@@ -49,7 +49,7 @@ from dagster import (
 from durable_assets.kit import DurableJobs
 from durable_assets.kit.db import DurableDatabase, now
 from durable_assets.kit.leases import LeaseStore
-from durable_assets.kit.tags import AUTO_RESUMED_BY_TAG, BATCH_TAG, WORKER_LOST_TAG
+from durable_assets.kit.tags import AUTO_RESUMED_BY_TAG, BATCH_TAG, worker_lost_reason
 from durable_assets.ops.code_changes import changes_only_a_person_may_cross
 from durable_assets.ops.settings import AutoResumeSettings, WebhookVariables
 from durable_assets.ops.status import batch_runs, batch_status, steps_to_run
@@ -143,7 +143,7 @@ def _awaits_automatic_resume(instance: DagsterInstance, run: DagsterRun) -> bool
     from dagster import QueuedRunCoordinator
 
     return (
-        WORKER_LOST_TAG in run.tags
+        worker_lost_reason(run.tags) is not None
         and AUTO_RESUMED_BY_TAG not in run.tags
         and AutoResumeSettings.from_env().max_attempts > 0
         and isinstance(instance.run_coordinator, QueuedRunCoordinator)
