@@ -39,6 +39,7 @@ from durable_assets.credit_migration.plan import (
 )
 from durable_assets.credit_migration.resources import CreditLimits
 from durable_assets.credit_migration.schema import (
+    AccountDecision,
     AdjustmentOutcome,
     CustomerOutcome,
     PlannedAction,
@@ -285,6 +286,7 @@ def provider_customers(
     customer the provider holds for it, so the report accounts for each one.
     """
     customers = payments.customers
+    no_customer = _no_customer_decisions(context, payments)
     rows = {
         customer_key(str(acct)): (str(acct), str(email), str(name))
         for acct, email, name in zip(
@@ -293,6 +295,7 @@ def provider_customers(
             validated_accounts[s.NAME],
             strict=True,
         )
+        if str(acct) not in no_customer
     }
     index = _CustomersByLegacyId(lambda: every_customer(payments), runtime.check_may_continue)
 
@@ -397,17 +400,61 @@ def provider_customers(
         ),
         s.CUSTOMER_DTYPES,
     )
+    out = _with_decided_accounts(out, validated_accounts, no_customer, index)
     held = int((out["status"] == CustomerOutcome.HELD_FOR_REVIEW).sum())
+    decided = int((out["status"] == CustomerOutcome.DECIDED_BY_PERSON).sum())
     return kit.frame_result(
         out,
         {
-            "customers": len(out) - held,
+            "customers": len(out) - held - decided,
+            "decided_by_person": decided,
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
             "adopted": report.looked_up,
             kit.HELD_FOR_REVIEW_KEY: held,
         },
     )
+
+
+def _no_customer_decisions(
+    context: AssetExecutionContext, payments: PaymentGateway
+) -> dict[str, kit.ItemDecision]:
+    """The accounts a person decided get no customer (``job decide ... no-customer``), at this account."""
+    return {
+        item: decision
+        for item, decision in kit.decisions_for(context, provider=payments).items()
+        if decision.decision == AccountDecision.NO_CUSTOMER
+    }
+
+
+def _with_decided_accounts(
+    out: pd.DataFrame,
+    accounts: pd.DataFrame,
+    no_customer: Mapping[str, kit.ItemDecision],
+    index: _CustomersByLegacyId,
+) -> pd.DataFrame:
+    """Step 3's rows plus one per account of the batch a person decided gets no customer: nothing
+    was looked up, made or adopted for it, and its note names the decision (and any customer the
+    provider holds for it anyway, so the report still accounts for every one)."""
+    decided = [str(a) for a in accounts[s.LEGACY_ACCOUNT_ID] if str(a) in no_customer]
+    if not decided:
+        return out
+    rows = pd.DataFrame(
+        [
+            {
+                s.LEGACY_ACCOUNT_ID: acct,
+                "customer_id": "",
+                "idempotency_key": "",
+                "status": CustomerOutcome.DECIDED_BY_PERSON,
+                "review_note": _naming_every_customer(
+                    acct, f"no customer: {no_customer[acct].describe()}", index.find(acct)
+                ),
+            }
+            for acct in decided
+        ],
+        columns=list(s.CUSTOMER_DTYPES),
+    )
+    return kit.typed(pd.concat([out, rows], ignore_index=True), s.CUSTOMER_DTYPES)
 
 
 def _balance_answer(customers: CustomerGateway, customer_id: str) -> dict[str, Any]:
@@ -486,7 +533,12 @@ def planned_adjustments(
         settled=len(ready) - len(ids),
     )
     balances = pd.concat([settled, pd.DataFrame(answers, columns=list(BALANCE_DTYPES))], ignore_index=True)
-    plan = plan_adjustments(validated_accounts, provider_customers, balances)
+    kept = {
+        item: decision.describe()
+        for item, decision in kit.decisions_for(context, provider=payments).items()
+        if decision.decision == AccountDecision.KEEP_PROVIDER_BALANCE
+    }
+    plan = plan_adjustments(validated_accounts, provider_customers, balances, kept)
     adjust = plan[plan["action"] == PlannedAction.ADJUST]
     return kit.frame_result(
         plan,
@@ -494,6 +546,7 @@ def planned_adjustments(
             "adjustments": len(adjust),
             "unchanged": int((plan["action"] == PlannedAction.UNCHANGED).sum()),
             kit.HELD_FOR_REVIEW_KEY: int((plan["action"] == PlannedAction.HELD_FOR_REVIEW).sum()),
+            "decided_by_person": int((plan["action"] == PlannedAction.DECIDED_BY_PERSON).sum()),
             "balances_read_one_by_one": len(ids),
             "adjustment_by_currency_cents": MetadataValue.json(_by_currency(adjust, "adjustment_cents")),
         },
@@ -626,6 +679,7 @@ def _adjustment_figures(frame: pd.DataFrame) -> dict[str, Any]:
         "adjustments_applied": len(applied),
         "unchanged": int((frame["status"] == AdjustmentOutcome.UNCHANGED).sum()),
         kit.HELD_FOR_REVIEW_KEY: int((frame["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
+        "decided_by_person": int((frame["status"] == AdjustmentOutcome.DECIDED_BY_PERSON).sum()),
         "applied_by_currency_cents": MetadataValue.json(_by_currency(applied, "adjustment_cents")),
     }
 
@@ -648,6 +702,8 @@ def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.Ef
             status, note = AdjustmentOutcome.UNCHANGED, str(row.review_note)
         elif row.action == PlannedAction.HELD_FOR_REVIEW:
             status, note = AdjustmentOutcome.HELD_FOR_REVIEW, str(row.review_note)
+        elif row.action == PlannedAction.DECIDED_BY_PERSON:
+            status, note = AdjustmentOutcome.DECIDED_BY_PERSON, str(row.review_note)
         elif done is not None:
             status, note = AdjustmentOutcome.APPLIED, str(row.review_note)
         else:
@@ -713,7 +769,9 @@ def verified_balances(
     stops the batch before its report.
     """
     customers = payments.customers
-    migrated = applied_adjustments[applied_adjustments["status"] != AdjustmentOutcome.HELD_FOR_REVIEW]
+    # Held or left as a person decided: nothing of this batch's to read back.
+    not_moved = (AdjustmentOutcome.HELD_FOR_REVIEW, AdjustmentOutcome.DECIDED_BY_PERSON)
+    migrated = applied_adjustments[~applied_adjustments["status"].isin(not_moved)]
     ids = [str(c) for c in migrated["customer_id"]]
     runtime.check_may_continue()
     listed = some_customers(payments, len(ids))
@@ -733,7 +791,7 @@ def verified_balances(
     out = kit.typed(applied_adjustments, s.APPLIED_DTYPES)
     out["provider_balance_cents"] = 0
     out["verification"] = Verification.NOT_MIGRATED.value
-    held = out["status"] == AdjustmentOutcome.HELD_FOR_REVIEW
+    held = out["status"].isin(not_moved)
     got = [int(a["balance"]) for a in answers]
     if got:  # pandas refuses an empty list under an all-False mask: every account may be held
         out.loc[~held, "provider_balance_cents"] = got

@@ -15,6 +15,10 @@ Pure functions of frames, so the rules are unit-tested without a provider:
 5. otherwise one adjustment of exactly the difference, keyed by the balance version it was computed
    from (see :mod:`durable_assets.credit_migration.keys`).
 
+A person's standing decision comes first (``job decide``): an account step 3 left without a customer
+because a person decided so stays so, and one whose balance a person decided to keep is not
+adjusted, whatever rule 2, 4 or 5 would say (rule 3 still reads "unchanged": nothing to keep).
+
 The balances come from the customers list (a page of 100 customers per request) where that
 settles them: a customer listed at its target, in its account's currency or with no currency yet,
 needs nothing (rule 3), and its balance version is never read; a customer listed with no currency
@@ -24,6 +28,8 @@ request each, and gives the balance and its version.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -71,8 +77,14 @@ def target_cents(credit_cents: pd.Series) -> pd.Series:
     return (-credit_cents).astype("int64")
 
 
-def plan_adjustments(accounts: pd.DataFrame, customers: pd.DataFrame, balances: pd.DataFrame) -> pd.DataFrame:
-    """One row per account of ``accounts`` (:data:`schema.PLAN_DTYPES`), in the accounts' order."""
+def plan_adjustments(
+    accounts: pd.DataFrame,
+    customers: pd.DataFrame,
+    balances: pd.DataFrame,
+    kept: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """One row per account of ``accounts`` (:data:`schema.PLAN_DTYPES`), in the accounts' order.
+    ``kept``: legacy account id -> a person's decision to keep the provider's balance, described."""
     merged = (
         accounts[[s.LEGACY_ACCOUNT_ID, s.CURRENCY, "credit_cents"]]
         .merge(
@@ -90,10 +102,13 @@ def plan_adjustments(accounts: pd.DataFrame, customers: pd.DataFrame, balances: 
     other_currency = ready & (current_currency != "") & (current_currency != merged[s.CURRENCY])
     unchanged = ready & ~other_currency & (current == target)
     by_hand = ready & ~other_currency & ~unchanged & (merged["migrated_by"].fillna("") != "")
+    decided = (merged["status"] == CustomerOutcome.DECIDED_BY_PERSON).fillna(False).astype(bool)
+    keep = ready & ~unchanged & merged[s.LEGACY_ACCOUNT_ID].isin(list(kept or {}))
 
     action = pd.Series(PlannedAction.ADJUST.value, index=merged.index, dtype="str")
     action[unchanged] = PlannedAction.UNCHANGED.value
     action[~ready | other_currency | by_hand] = PlannedAction.HELD_FOR_REVIEW.value
+    action[decided | keep] = PlannedAction.DECIDED_BY_PERSON.value
     # A ready customer's note is what step 3 wants the report to say of it (a replacement adopted).
     note = merged["review_note"].fillna("").astype("str")
     note[~ready] = merged.loc[~ready, "review_note"].fillna("no provider customer").astype("str")
@@ -135,6 +150,22 @@ def plan_adjustments(accounts: pd.DataFrame, customers: pd.DataFrame, balances: 
                 )
             ],
             index=merged.index[by_hand],
+            dtype="str",
+        )
+    if keep.any():
+        note[keep] = pd.Series(
+            [
+                f"balance {format_cents(int(cur), str(ccy))} kept at the provider (target "
+                f"{format_cents(int(want), str(ccy))}): {(kept or {})[str(acct)]}"
+                for acct, cur, want, ccy in zip(
+                    merged.loc[keep, s.LEGACY_ACCOUNT_ID],
+                    current[keep],
+                    target[keep],
+                    merged.loc[keep, s.CURRENCY],
+                    strict=True,
+                )
+            ],
+            index=merged.index[keep],
             dtype="str",
         )
     plan = pd.DataFrame(

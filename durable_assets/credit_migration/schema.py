@@ -78,6 +78,7 @@ class CustomerOutcome(StrEnum):
 
     READY = "ready"  # created now, or found (ledger, provider lookup)
     HELD_FOR_REVIEW = "held_for_review"
+    DECIDED_BY_PERSON = "decided_by_person"  # `job decide ... no-customer`: nothing made or adopted
 
 
 #: Step 3 (``provider_customers``): one row per valid account.
@@ -99,6 +100,7 @@ class PlannedAction(StrEnum):
     ADJUST = "adjust"  # one balance transaction of the difference
     UNCHANGED = "unchanged"  # the provider already holds the target balance
     HELD_FOR_REVIEW = "held_for_review"
+    DECIDED_BY_PERSON = "decided_by_person"  # a person's standing decision: nothing moves
 
 
 class AccountDecision(StrEnum):
@@ -129,6 +131,7 @@ class AdjustmentOutcome(StrEnum):
     APPLIED = "applied"
     UNCHANGED = "unchanged"
     HELD_FOR_REVIEW = "held_for_review"
+    DECIDED_BY_PERSON = "decided_by_person"
 
 
 #: Step 5 (``applied_adjustments``): one row per planned account.

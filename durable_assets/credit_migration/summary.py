@@ -21,6 +21,10 @@ CREDIT_SUMMARY = batch_summary_spec(
             "already at target", (("applied_adjustments", "unchanged"), ("migration_report", "unchanged"))
         ),
         held_for_review_line("provider_customers", "applied_adjustments", "migration_report"),
+        SummaryLine(
+            "decided by a person",
+            (("applied_adjustments", "decided_by_person"), ("migration_report", "decided_by_person")),
+        ),
         SummaryLine("balances verified", (("verified_balances", "matched"),)),
         SummaryLine("mismatched at provider", (("verified_balances", "mismatched"),)),
     ),

@@ -360,3 +360,70 @@ def test_a_refund_batch_resumed_against_another_account_is_refused(
         assert right.returncode in (0, 4), (right.stdout, right.stderr)
         assert sim.server.store.stats()["refunds_created"] == len(synthetic_candidates("r1", 40))
         assert other.server.store.stats()["refunds_created"] == 0
+
+
+@pytest.mark.slow
+@both_backends
+def test_a_persons_decisions_settle_held_accounts_for_every_later_night(
+    home: Path, sim: ThreadedSimulator
+) -> None:
+    """Two reviews only a person can settle (#34 item 2): an account whose email a customer of
+    another account shares (a family account), and a balance a person credited by hand on purpose.
+    Held on the night they appear; then `job decide` says "no customer" for the first and "keep the
+    provider's balance" for the second, and every later night leaves both as decided (exit 0),
+    with the decision in the report and in `job status`, and everything else exact."""
+    from durable_assets.credit_migration.synthetic import synthetic_accounts
+    from durable_assets.credit_migration.validation import validate_accounts
+
+    client = _client(sim)
+    valid = validate_accounts(synthetic_accounts("cm1", SIZE)).valid
+    second_night = {a: (c, cr) for a, c, cr in _accounts("cm2")}
+    third_night = {a: (c, cr) for a, c, cr in _accounts("cm3")}
+    family = _accounts("cm1")[4][0]
+    email = str(valid.loc[valid["legacy_account_id"] == family, "email"].iloc[0])
+    client.v1.customers.create(params={"email": email, "metadata": {"legacy_account_id": "OTHER-9"}})
+    assert _run(home, sim, "cm1").returncode == 4
+    assert _report(home, "cm1")[family]["status"] == "held_for_review"
+
+    credited, currency, credit = next(
+        (a, c, cr)
+        for a, c, cr in _accounts("cm1")
+        if a != family and cr > 0 and second_night.get(a) == (c, cr) == third_night.get(a)
+    )
+    (customer,) = _sim_credits(sim).customers[credited]
+    client.v1.customers.balance_transactions.create(
+        customer["id"], params={"amount": -500, "currency": currency}
+    )
+    assert _run(home, sim, "cm2").returncode == 4
+    assert _report(home, "cm2")[credited]["status"] == "held_for_review"
+
+    env = _env(home, sim)
+    for item, word, why in [
+        (family, "no-customer", "shares the family's login; support closed it"),
+        (credited, "keep-provider-balance", "goodwill credit, ticket 4711"),
+    ]:
+        decided = job_cli("decide", "--job", "credit_migration", "--item", item, word, "--note", why, env=env)
+        assert decided.returncode == 0, decided.stderr
+
+    run = _run(home, sim, "cm3")
+
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    assert "decided by a person" in run.stdout, run.stdout
+    report = _report(home, "cm3")
+    assert report[family]["status"] == "decided_by_person", report[family]
+    assert "shares the family's login" in report[family]["review_note"]
+    assert report[credited]["status"] == "decided_by_person", report[credited]
+    assert "goodwill credit, ticket 4711" in report[credited]["review_note"]
+    credits = _sim_credits(sim)
+    assert family not in credits.customers  # never a customer beside the sibling's
+    assert sum(int(t["amount"]) for t in credits.transactions[customer["id"]]) == -credit - 500  # kept
+    decided_items = {d["item"]: d["decision"] for d in _status(home, "cm3")["decisions"]}
+    assert decided_items == {family: "no-customer", credited: "keep-provider-balance"}
+    others = {
+        a: t
+        for a, t in expected_balances([("cm1", SIZE), ("cm2", SIZE), ("cm3", SIZE)]).items()
+        if a not in (family, credited)
+    }
+    assert_credits_exact(
+        ProviderCredits({a: credits.customers[a] for a in others}, credits.transactions), others
+    )
