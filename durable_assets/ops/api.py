@@ -52,7 +52,7 @@ from durable_assets.ops.http_guard import (
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.settings import ApiSettings
 from durable_assets.ops.sse import SharedFeeds, event_stream, parse_last_event_id
-from durable_assets.ops.status import batch_status, list_batches
+from durable_assets.ops.status import LIST_DEFAULT_LIMIT, batch_status, check_batch_id, list_batches
 from durable_assets.ops.stored_files import BatchFile, read_batch_file
 from durable_assets.settings import variable
 
@@ -113,12 +113,41 @@ async def healthz(_request: Request) -> Response:
     return JSONResponse(openapi.HealthModel(status="ok").model_dump())
 
 
+#: The largest page ``GET /runs?limit=`` serves; ``job list --all`` is the way to everything.
+MAX_PAGE = 1000
+
+
+class BadPageParameter(UsageError):
+    """``GET /runs`` with a ``limit`` or ``before`` that cannot name a page."""
+
+
 async def list_runs(request: Request) -> Response:
     job = request.query_params.get("job")
     if job is not None:
         durable_jobs().get(job)  # an unknown job is a 422 naming the registered ones, not an empty list
-    batches = await run_in_threadpool(list_batches, _instance(request), job=job)
-    return JSONResponse([b.as_json() for b in batches])
+    limit, before = _page_params(request)
+    try:
+        page = await run_in_threadpool(list_batches, _instance(request), job=job, limit=limit, before=before)
+    except UnknownBatchError:
+        return _error(404, "unknown_batch", f"before: no batch {before!r}")
+    headers = {}
+    if page.has_more:  # RFC 8288: where the next page is; the body stays the contract's array
+        query = urlencode(
+            {k: v for k, v in (("job", job), ("limit", limit), ("before", page.batches[-1].id)) if v}
+        )
+        headers["Link"] = f'</runs?{query}>; rel="next"'
+    return JSONResponse([b.as_json() for b in page.batches], headers=headers)
+
+
+def _page_params(request: Request) -> tuple[int, str | None]:
+    """``?limit=`` (1-1000, default 50) and ``?before=`` (a batch ID): a bad one is a 422 naming it."""
+    raw = request.query_params.get("limit", str(LIST_DEFAULT_LIMIT))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise BadPageParameter(f"limit must be an integer from 1 to {MAX_PAGE}, not {raw!r}")
+    before = request.query_params.get("before")
+    if before is not None:
+        check_batch_id(before)
+    return int(raw), before
 
 
 async def get_run(request: Request) -> Response:

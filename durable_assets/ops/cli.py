@@ -127,8 +127,14 @@ def build_parser(default_job: str | None = None) -> argparse.ArgumentParser:
     status.add_argument("--id", required=True, type=_batch_id)
     status.add_argument("--json", action="store_true")
 
-    lst = sub.add_parser("list", help="batches, newest first")
+    lst = sub.add_parser("list", help="batches, newest first (the newest 50 unless told otherwise)")
     lst.add_argument("--job", metavar="NAME", help="only the batches of this durable job")
+    page = lst.add_mutually_exclusive_group()
+    page.add_argument(
+        "--limit", type=_list_limit, default=50, metavar="N", help="at most N batches (default 50)"
+    )
+    page.add_argument("--all", action="store_true", help="every batch (its cost grows with the history)")
+    lst.add_argument("--before", type=_batch_id, metavar="ID", help="only batches older than batch ID")
     lst.add_argument("--json", action="store_true")
 
     jobs = sub.add_parser("jobs", help="the registered durable jobs")
@@ -265,6 +271,10 @@ def _integer(text: str, low: int, high: int) -> int:
 
 def _size(text: str) -> int:
     return _integer(text, 1, MAX_SIZE)
+
+
+def _list_limit(text: str) -> int:
+    return _integer(text, 1, 100_000)
 
 
 def _shards(text: str) -> int:
@@ -856,16 +866,24 @@ def _dispatch(args: argparse.Namespace) -> int:
         }
         return exit_of[backfill_days(instance, days, _say_now, job=args.job)]
     if args.command == "list":
-        batches = status.list_batches(instance, job=args.job)
+        page = status.list_batches(
+            instance, job=args.job, limit=None if args.all else args.limit, before=args.before
+        )
         if args.json:
-            print(json.dumps([b.as_json() for b in batches], indent=2))
+            print(json.dumps([b.as_json() for b in page.batches], indent=2))
         else:
-            for b in batches:
+            for b in page.batches:
                 review = f"  needs review: {b.held_for_review}" if b.needs_review else ""
                 print(
                     f"{b.id:<30} {b.job:<18} {b.status:<10} {b.percent_complete:>5}%  "
                     f"created {b.created_at}  updated {b.updated_at}  runs={len(b.run_ids)}{review}"
                 )
+        if page.has_more:  # on stderr: `--json` stays one JSON document
+            count = f"{page.more} more batches" if page.more else "more batches"
+            print(
+                f"{count}: `job list --before {page.batches[-1].id}` for the next page, or --all",
+                file=sys.stderr,
+            )
         return EXIT_OK
     raise UsageError(f"unknown command {args.command}")
 

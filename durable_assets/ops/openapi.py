@@ -203,11 +203,28 @@ LIST_RUNS: dict[str, Any] = {
             "required": False,
             "description": "only the batches of this durable job (as `job list --job NAME`)",
             "schema": {"type": "string"},
-        }
+        },
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "description": "at most this many batches (as `job list --limit N`); a `Link: <...>; "
+            'rel="next"` header points at the next page when there is one',
+            "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
+        },
+        {
+            "name": "before",
+            "in": "query",
+            "required": False,
+            "description": "only batches older than this batch (as `job list --before ID`); 404 if "
+            "there is no such batch",
+            "schema": {"type": "string", "pattern": BATCH_ID_REGEX},
+        },
     ],
     "responses": {
-        "200": _json({"type": "array", "items": _ref(BatchStatusModel)}, "every batch"),
-        "422": _error("no durable job of that name is registered"),
+        "200": _json({"type": "array", "items": _ref(BatchStatusModel)}, "a page of batches, newest first"),
+        "404": _error("`before` names no batch"),
+        "422": _error("no durable job of that name is registered, or a bad `limit` or `before`"),
     },
 }
 GET_RUN: dict[str, Any] = {

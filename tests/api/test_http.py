@@ -106,11 +106,29 @@ def test_status_is_the_json_of_job_status(served: Served, job_name: str) -> None
     assert got["job"] == job_name and len(got["steps"]) == 7
     listed = httpx.get(f"{served.url}/runs", headers=served.auth, timeout=30).json()
     mine = [b for b in listed if b["id"] == batch_id]
-    assert mine == [{k: v for k, v in expected.items() if k != "steps"}]
+    assert mine == [{k: v for k, v in expected.items() if k not in ("steps", "decisions")}]
     of_job = httpx.get(f"{served.url}/runs", params={"job": job_name}, headers=served.auth, timeout=30)
     assert [b["id"] for b in of_job.json()] == [b["id"] for b in listed if b["job"] == job_name] == [batch_id]
     unknown = httpx.get(f"{served.url}/runs", params={"job": "nope"}, headers=served.auth, timeout=30)
     assert unknown.status_code == 422 and job_name in unknown.json()["message"], unknown.text
+
+
+def test_runs_are_paged_with_a_link_to_the_next_page(served: Served) -> None:
+    with httpx.Client(timeout=30, headers=served.auth) as client:
+        first = client.get(f"{served.url}/runs", params={"limit": 1})
+        assert first.status_code == 200 and len(first.json()) == 1
+        newest = first.json()[0]["id"]
+        assert first.links["next"]["url"] == f"/runs?limit=1&before={newest}", first.headers
+        rest = client.get(f"{served.url}{first.links['next']['url']}")
+        assert rest.status_code == 200 and newest not in [b["id"] for b in rest.json()]
+        assert {newest, *(b["id"] for b in rest.json())} == set(served.batches.values())
+        assert "link" not in rest.headers
+        for bad in ({"limit": "0"}, {"limit": "x"}, {"limit": "1001"}):
+            answer = client.get(f"{served.url}/runs", params=bad)
+            assert answer.status_code == 422, (bad, answer.text)
+            assert answer.json()["error"] == "invalid_request", (bad, answer.text)
+        unknown = client.get(f"{served.url}/runs", params={"before": "no-such-batch"})
+        assert unknown.status_code == 404 and unknown.json()["error"] == "unknown_batch", unknown.text
 
 
 @pytest.mark.parametrize("suffix", ["", "/events", "/cancel"])
