@@ -300,7 +300,10 @@ def test_a_customer_deleted_after_step_3_found_it_holds_its_account_alone() -> N
     )
     a, b = plan.iloc[0], plan.iloc[1]
     assert a["action"] == PlannedAction.HELD_FOR_REVIEW and a["adjustment_cents"] == 0
-    assert "cus_A was deleted at the provider after this batch found it" in a["review_note"]
+    assert (
+        "cus_A, which legacy account A is migrated to, was deleted at the provider after this batch found it"
+        in (a["review_note"])
+    )
     assert b["action"] == PlannedAction.ADJUST
 
 
