@@ -189,7 +189,14 @@ def _customer_answer(customer: Customer) -> dict[str, Any]:
     return {"id": customer.id, s.LEGACY_ACCOUNT_ID: customer.metadata.get(s.LEGACY_ID_METADATA, "")}
 
 
-def _several_customers_note(acct: str, ids: list[str]) -> str:
+def _several_customers_note(acct: str, ids: list[str], recorded: str = "") -> str:
+    """Several customers name the account: a second one made beside the one the migration settled
+    (``recorded``) is a duplicate made at the provider; otherwise a person picks among them."""
+    change = provider_change(
+        acct, recorded, ids, deleted=False, names=acct, when="since the migration last ran"
+    )
+    if recorded in ids and change is not None:
+        return change[1]
     return (
         f"{len(ids)} provider customers name legacy account {acct}: {', '.join(ids)}; keep one (delete or "
         "re-label the others' metadata.legacy_account_id), then run the migration again"
@@ -340,14 +347,20 @@ def provider_customers(
 
     # Several customers already name the account: a person picks one. Held before any claim, so no
     # ledger entry records it and the next batch looks again (after a person kept one, it migrates).
-    notes = {
-        key: _several_customers_note(acct, [c.id for c in index.find(acct)])
-        for key, (acct, _email, _name) in rows.items()
-        if len(index.find(acct)) > 1
-    }
     runner = kit.effect_runner(
         context, perform=create, verify=verify, lookup=lookup, lookup_first=True, provider=payments
     )
+    several = {key: acct for key, (acct, _email, _name) in rows.items() if len(index.find(acct)) > 1}
+    # One of them is the customer an earlier run settled: a second one was made since (duplicated).
+    settled_ids = (
+        {e.key: str((e.result or {}).get("id", "")) for e in runner.ledger.entries(runner.scope, several)}
+        if several
+        else {}
+    )
+    notes = {
+        key: _several_customers_note(acct, [c.id for c in index.find(acct)], settled_ids.get(key, ""))
+        for key, acct in several.items()
+    }
     # No customer names the account exactly, but one nearly does: a person decides whether it is
     # the account's. Held before any claim too, and only for accounts the ledger has never settled
     # (a settled account's customer is checked below, with what the ledger knows of it).
