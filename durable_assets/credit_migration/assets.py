@@ -192,11 +192,12 @@ def _customer_answer(customer: Customer) -> dict[str, Any]:
 def _several_customers_note(acct: str, ids: list[str], recorded: str = "") -> str:
     """Several customers name the account: a second one made beside the one the migration settled
     (``recorded``) is a duplicate made at the provider; otherwise a person picks among them."""
-    change = provider_change(
-        acct, recorded, ids, deleted=False, names=acct, when="since the migration last ran"
-    )
-    if recorded in ids and change is not None:
-        return change[1]
+    if recorded in ids:
+        change = provider_change(
+            acct, recorded, ids, deleted=False, names=acct, when="since the migration last ran"
+        )
+        if change is not None:
+            return change[1]
     return (
         f"{len(ids)} provider customers name legacy account {acct}: {', '.join(ids)}; keep one (delete or "
         "re-label the others' metadata.legacy_account_id), then run the migration again"
@@ -479,8 +480,15 @@ def planned_adjustments(
 ) -> MaterializeResult:
     """Step 4 — each account's target balance against the balance the provider holds now.
 
-    Read-only. The customers list (one request per 100 customers, at most half as many pages as
-    accounts) shows their balances: a customer listed at its target needs nothing more, nor does one
+    Read-only. The provider is read again, not trusted from step 3: customers keep changing while a
+    batch runs (support staff, sign-ups, other tools), and an account whose customer was deleted,
+    joined by a second one, or re-labelled since step 3 found it is held with a note saying so and
+    naming every customer involved (a recorded customer the list no longer shows under its account
+    is read by id to tell which); a held account's note names every customer naming it now. Only
+    that account waits for a person; a resume after a person's fix sees the fix.
+
+    The customers list (one request per 100 customers, the whole provider account, with metadata)
+    shows their balances: a customer listed at its target needs nothing more, nor does one
     listed with no currency (never moved: balance 0, no version). Every other
     one's newest balance transaction is read (one request each): its ``ending_balance`` is the
     balance and its id the balance's version, which keys the adjustment. An account at its target
@@ -597,6 +605,12 @@ def applied_adjustments(
     balance is held for review). The per-batch ceilings are checked before the first request. An
     adjustment held because the provider's answer was not what was asked carries that answer's
     transaction id: the transaction exists, whatever the row's status.
+
+    A customer deleted at the provider after the plan is that account's alone: the provider's 404
+    under the adjustment's key (a key it had applied would be answered with its transaction) holds
+    the row, saying nothing moved. An intent older than the provider's key retention is looked up
+    before it is sent again; if its customer is gone, its transactions went with it, so the row is
+    held saying the outcome is unknown, and nothing is sent.
     """
     adjust = planned_adjustments[planned_adjustments["action"] == PlannedAction.ADJUST]
     enforce_credit_limits(adjust, credit_limits)

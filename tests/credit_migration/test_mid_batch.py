@@ -313,3 +313,44 @@ def test_an_old_unanswered_intent_whose_customer_was_deleted_is_looked_up_then_h
     assert_credits_exact(
         ProviderCredits({a: credits.customers[a] for a in others}, credits.transactions), others
     )
+
+
+@pytest.mark.slow
+def test_a_resume_after_a_persons_fix_reads_the_provider_again(
+    home: Path, sim: ThreadedSimulator, tmp_path: Path
+) -> None:
+    """The worker dies between steps 3 and 4, right after the three changes; a person fixes them
+    before `job resume`. Step 3's committed frame still names the customers it found, but step 4
+    reads the provider again: the duplicated and re-labelled accounts, fixed, migrate in the resume
+    itself; the deleted one, whose replacement only step 3 adopts, is held saying so and naming the
+    replacement, and the next night adopts it. Every balance exact."""
+    worker = Process(
+        [str(Path(".venv/bin/job").resolve()), *_run_args("n1")],
+        _env(home, sim, DURABLE_CRASH_AT="step_start:4:stop", DURABLE_LEASE_TTL_S=3),
+        tmp_path / "n1.out",
+    )
+    wait_until(lambda: not worker.alive() or _frozen(worker.pid), 120, what="the worker to stop at step 4")
+    assert worker.alive(), worker.tail()
+    changed = _change(sim, _credited(("n1",)))
+    worker.sigkill()
+    _fix(sim, changed)
+
+    resumed = job_cli("resume", "--id", "n1", "--wait", env=_env(home, sim, DURABLE_LEASE_TTL_S=3))
+
+    assert resumed.returncode == 4, (resumed.stdout, resumed.stderr)
+    report = _report(home, "n1")
+    acct, ids = changed[Change.DELETED]
+    assert {a for a, r in report.items() if r["status"] == "held_for_review"} == {acct}
+    (replacement,) = ProviderCredits.of_store(_store(sim)).customers[acct]
+    assert SAYS[Change.DELETED] in report[acct]["review_note"]
+    assert ids["customer"] in report[acct]["review_note"] and replacement["id"] in report[acct]["review_note"]
+    others = {a: t for a, t in _targets("n1").items() if a != acct}
+    credits = ProviderCredits.of_store(_store(sim))
+    assert_credits_exact(
+        ProviderCredits({a: credits.customers[a] for a in others}, credits.transactions), others
+    )
+    assert _transactions(sim, ids["customer"]) == 0 and replacement["balance"] == 0
+
+    fixed = _run(home, sim, "n2")
+    assert fixed.returncode == 0, (fixed.stdout, fixed.stderr)
+    assert_credits_exact(ProviderCredits.of_store(_store(sim)), _targets("n1", "n2"))
