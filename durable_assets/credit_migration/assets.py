@@ -9,7 +9,6 @@ and only balances whose target changed move, by exactly the difference.
 
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
 import functools
-import re
 import threading
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
@@ -28,14 +27,18 @@ from durable_assets.credit_migration.keys import (
     customer_key,
     is_adjustment_key,
 )
-from durable_assets.credit_migration.listing import every_customer, some_customers
+from durable_assets.credit_migration.listing import every_customer
 from durable_assets.credit_migration.plan import (
     BALANCE_DTYPES,
     LISTED_DTYPES,
     balances_at_target,
     balances_never_moved,
+    confine_provider_changes,
+    naming_every_customer,
     never_moved,
     plan_adjustments,
+    provider_change,
+    recorded_elsewhere,
 )
 from durable_assets.credit_migration.resources import CreditLimits
 from durable_assets.credit_migration.schema import (
@@ -43,6 +46,7 @@ from durable_assets.credit_migration.schema import (
     AdjustmentOutcome,
     CustomerOutcome,
     PlannedAction,
+    ProviderChange,
     Verification,
 )
 from durable_assets.credit_migration.synthetic import synthetic_accounts
@@ -186,7 +190,15 @@ def _customer_answer(customer: Customer) -> dict[str, Any]:
     return {"id": customer.id, s.LEGACY_ACCOUNT_ID: customer.metadata.get(s.LEGACY_ID_METADATA, "")}
 
 
-def _several_customers_note(acct: str, ids: list[str]) -> str:
+def _several_customers_note(acct: str, ids: list[str], recorded: str = "") -> str:
+    """Several customers name the account: a second one made beside the one the migration settled
+    (``recorded``) is a duplicate made at the provider; otherwise a person picks among them."""
+    if recorded in ids:
+        change = provider_change(
+            acct, recorded, ids, deleted=False, names=acct, when="since the migration last ran"
+        )
+        if change is not None:
+            return change[1]
     return (
         f"{len(ids)} provider customers name legacy account {acct}: {', '.join(ids)}; keep one (delete or "
         "re-label the others' metadata.legacy_account_id), then run the migration again"
@@ -201,53 +213,63 @@ def _near_match_note(acct: str, candidates: list[str]) -> str:
     )
 
 
-def ids_named_in(note: str) -> set[str]:
-    """The words of a review note, as provider ids: an id is named only as a whole word, so a note
-    naming ``cus_12`` does not name ``cus_1``."""
-    return set(re.findall(r"\w+", note))
-
-
-def _naming_every_customer(acct: str, note: str, at_provider: list[Customer]) -> str:
-    """A held account's note, naming every customer the provider holds for the account.
-
-    The report is the provider's truth: a customer naming a held account is in no row's
-    ``customer_id``, so its note is where the report accounts for it. A note replayed from the
-    ledger (a refusal, a mismatch) was written before such a customer may have been made.
-    """
-    ids = [c.id for c in at_provider]
-    if set(ids) <= ids_named_in(note):
-        return note
-    return f"{note}; provider customers naming legacy account {acct} now: {', '.join(ids)}"
-
-
 def _recorded_customer_problem(
     acct: str, recorded: str, at_provider: list[str], retrieve: Callable[[str], Customer]
 ) -> str | None:
     """Why an account's customer, settled by an earlier run, can no longer be migrated to, or None.
 
     The ledger remembers the customer; the provider is the truth about whether it still stands.
-    A customer deleted since, or joined by a second one naming the same account, is a decision for
-    a person: re-creating or choosing one silently could move credit to the wrong customer. Every
-    customer naming the account is named in the note, so the report accounts for each one the
-    provider holds (the ``one_customer_per_account`` check holds it to that).
+    A customer deleted since, joined by a second one naming the same account, or whose metadata a
+    person changed is a decision for a person: re-creating or choosing one silently could move
+    credit to the wrong customer. Every customer naming the account is named in the note, so the
+    report accounts for each one the provider holds (the ``one_customer_per_account`` check holds
+    it to that).
     """
     if at_provider == [recorded]:
         return None
-    if recorded in at_provider:
-        return _several_customers_note(acct, at_provider)
-    customer = retrieve(recorded)
-    others = f"; provider customers naming it now: {', '.join(at_provider)}" if at_provider else ""
-    if customer.deleted:
-        return (
-            f"customer {recorded}, which legacy account {acct} was migrated to, was deleted at the provider"
-            f"{others}; it is not re-created automatically: restore the account's customer (or decide it "
-            "gets none) and run the migration again"
-        )
-    named = customer.metadata.get(s.LEGACY_ID_METADATA, "")
-    return (
-        f"customer {recorded}, which legacy account {acct} was migrated to, now names legacy account "
-        f"{named!r} in its metadata{others}; fix the metadata and run the migration again"
+    deleted, names = False, acct
+    if recorded not in at_provider:
+        customer = retrieve(recorded)
+        deleted, names = customer.deleted, customer.metadata.get(s.LEGACY_ID_METADATA, "")
+    change = provider_change(
+        acct, recorded, at_provider, deleted=deleted, names=names, when="since the migration last ran"
     )
+    return change[1] if change else None
+
+
+def _naming_accounts(live: list[Customer]) -> dict[str, list[str]]:
+    """The live customers' ids by the legacy account their metadata names (newest first)."""
+    at_provider: dict[str, list[str]] = {}
+    for customer in live:
+        legacy = customer.metadata.get(s.LEGACY_ID_METADATA)
+        if legacy and not customer.deleted:
+            at_provider.setdefault(legacy, []).append(customer.id)
+    return at_provider
+
+
+def _read_by_id(payments: PaymentGateway, ids: list[str]) -> dict[str, tuple[bool, str]]:
+    """Each customer as the provider answers its id now: (deleted, the legacy account its metadata
+    names). A 404 (an id the provider no longer knows at all) reads as deleted."""
+    retrieve = _retrieving(payments)
+    out: dict[str, tuple[bool, str]] = {}
+    for customer_id in ids:
+        try:
+            customer = retrieve(customer_id)
+        except kit.ProviderRejectedError as exc:
+            if exc.http_status != HTTPStatus.NOT_FOUND:
+                raise
+            out[customer_id] = (True, "")
+            continue
+        out[customer_id] = (customer.deleted, customer.metadata.get(s.LEGACY_ID_METADATA, ""))
+    return out
+
+
+def _change_figures(changes: Mapping[ProviderChange, int]) -> dict[str, int]:
+    """How many accounts a provider change held, in all and by change (step and check metadata)."""
+    return {
+        "changed_at_provider": sum(changes.values()),
+        **{f"customers_{change.value}": int(changes.get(change, 0)) for change in ProviderChange},
+    }
 
 
 def _retrieving(payments: PaymentGateway) -> Callable[[str], Customer]:
@@ -329,14 +351,20 @@ def provider_customers(
 
     # Several customers already name the account: a person picks one. Held before any claim, so no
     # ledger entry records it and the next batch looks again (after a person kept one, it migrates).
-    notes = {
-        key: _several_customers_note(acct, [c.id for c in index.find(acct)])
-        for key, (acct, _email, _name) in rows.items()
-        if len(index.find(acct)) > 1
-    }
     runner = kit.effect_runner(
         context, perform=create, verify=verify, lookup=lookup, lookup_first=True, provider=payments
     )
+    several = {key: acct for key, (acct, _email, _name) in rows.items() if len(index.find(acct)) > 1}
+    # One of them is the customer an earlier run settled: a second one was made since (duplicated).
+    settled_ids = (
+        {e.key: str((e.result or {}).get("id", "")) for e in runner.ledger.entries(runner.scope, several)}
+        if several
+        else {}
+    )
+    notes = {
+        key: _several_customers_note(acct, [c.id for c in index.find(acct)], settled_ids.get(key, ""))
+        for key, acct in several.items()
+    }
     # No customer names the account exactly, but one nearly does: a person decides whether it is
     # the account's. Held before any claim too, and only for accounts the ledger has never settled
     # (a settled account's customer is checked below, with what the ledger knows of it).
@@ -378,7 +406,9 @@ def provider_customers(
         k: answer for k, (answer, _note) in adopted.items()
     }
     held_notes = {
-        key: _naming_every_customer(acct, notes.get(key, "no provider customer"), index.find(acct))
+        key: naming_every_customer(
+            acct, notes.get(key, "no provider customer"), [c.id for c in index.find(acct)]
+        )
         for key, (acct, _email, _name) in rows.items()
         if key not in ready
     }
@@ -446,8 +476,8 @@ def _with_decided_accounts(
                 "customer_id": "",
                 "idempotency_key": "",
                 "status": CustomerOutcome.DECIDED_BY_PERSON,
-                "review_note": _naming_every_customer(
-                    acct, f"no customer: {no_customer[acct].describe()}", index.find(acct)
+                "review_note": naming_every_customer(
+                    acct, f"no customer: {no_customer[acct].describe()}", [c.id for c in index.find(acct)]
                 ),
             }
             for acct in decided
@@ -497,8 +527,15 @@ def planned_adjustments(
 ) -> MaterializeResult:
     """Step 4 — each account's target balance against the balance the provider holds now.
 
-    Read-only. The customers list (one request per 100 customers, at most half as many pages as
-    accounts) shows their balances: a customer listed at its target needs nothing more, nor does one
+    Read-only. The provider is read again, not trusted from step 3: customers keep changing while a
+    batch runs (support staff, sign-ups, other tools), and an account whose customer was deleted,
+    joined by a second one, or re-labelled since step 3 found it is held with a note saying so and
+    naming every customer involved (a recorded customer the list no longer shows under its account
+    is read by id to tell which); a held account's note names every customer naming it now. Only
+    that account waits for a person; a resume after a person's fix sees the fix.
+
+    The customers list (one request per 100 customers, the whole provider account, with metadata)
+    shows their balances: a customer listed at its target needs nothing more, nor does one
     listed with no currency (never moved: balance 0, no version). Every other
     one's newest balance transaction is read (one request each): its ``ending_balance`` is the
     balance and its id the balance's version, which keys the adjustment. An account at its target
@@ -506,19 +543,23 @@ def planned_adjustments(
     get one adjustment of exactly the difference (rules: ``durable_assets/credit_migration/plan.py``).
     """
     customers = payments.customers
-    ready = provider_customers[provider_customers["status"] == CustomerOutcome.READY]
     runtime.check_may_continue()
+    live = every_customer(payments)
+    now, changes = confine_provider_changes(
+        provider_customers,
+        _naming_accounts(live),
+        _read_by_id(payments, recorded_elsewhere(provider_customers, _naming_accounts(live))),
+        when="after step 3 found it, while this batch ran",
+    )
+    ready = now[now["status"] == CustomerOutcome.READY]
     listed = pd.DataFrame(
-        [
-            {"customer_id": c.id, "balance": c.balance, "balance_currency": c.currency or ""}
-            for c in some_customers(payments, len(ready)).values()
-        ],
+        [{"customer_id": c.id, "balance": c.balance, "balance_currency": c.currency or ""} for c in live],
         columns=list(LISTED_DTYPES),
     )
     settled = pd.concat(
         [
-            balances_at_target(validated_accounts, provider_customers, listed),
-            balances_never_moved(provider_customers, listed),
+            balances_at_target(validated_accounts, now, listed),
+            balances_never_moved(now, listed),
         ],
         ignore_index=True,
     ).drop_duplicates("customer_id")
@@ -538,11 +579,12 @@ def planned_adjustments(
         for item, decision in kit.decisions_for(context, provider=payments).items()
         if decision.decision == AccountDecision.KEEP_PROVIDER_BALANCE
     }
-    plan = plan_adjustments(validated_accounts, provider_customers, balances, kept)
+    plan = plan_adjustments(validated_accounts, now, balances, kept)
     adjust = plan[plan["action"] == PlannedAction.ADJUST]
     return kit.frame_result(
         plan,
         {
+            **_change_figures(changes),
             "adjustments": len(adjust),
             "unchanged": int((plan["action"] == PlannedAction.UNCHANGED).sum()),
             kit.HELD_FOR_REVIEW_KEY: int((plan["action"] == PlannedAction.HELD_FOR_REVIEW).sum()),
@@ -588,8 +630,15 @@ def _transaction_answer(transaction: BalanceTransaction) -> dict[str, Any]:
     }
 
 
+#: A lookup's answer for an intent whose customer was deleted at the provider before the intent's
+#: answer was recorded (its value: the customer's id). Held for review, never sent.
+CUSTOMER_DELETED_ANSWER = "customer_deleted"
+
+
 def verify_adjustment(intent: kit.Intent, answer: Mapping[str, Any]) -> str | None:
     """An answer that is not exactly the transaction we asked for is held for review, never trusted."""
+    if CUSTOMER_DELETED_ANSWER in answer:
+        return f"customer {answer[CUSTOMER_DELETED_ANSWER]} was deleted at the provider"
     fields = (("customer", "customer_id"), ("amount", "amount"), ("currency", "currency"))
     return "; ".join(kit.answer_mismatches(intent.params, answer, fields)) or None
 
@@ -609,6 +658,12 @@ def applied_adjustments(
     balance is held for review). The per-batch ceilings are checked before the first request. An
     adjustment held because the provider's answer was not what was asked carries that answer's
     transaction id: the transaction exists, whatever the row's status.
+
+    A customer deleted at the provider after the plan is that account's alone: the provider's 404
+    under the adjustment's key (a key it had applied would be answered with its transaction) holds
+    the row, saying nothing moved. An intent older than the provider's key retention is looked up
+    before it is sent again; if its customer is gone, its transactions went with it, so the row is
+    held saying the outcome is unknown, and nothing is sent.
     """
     adjust = planned_adjustments[planned_adjustments["action"] == PlannedAction.ADJUST]
     enforce_credit_limits(adjust, credit_limits)
@@ -627,11 +682,19 @@ def applied_adjustments(
         return _transaction_answer(transaction)
 
     def lookup(entry: kit.LedgerEntry) -> Mapping[str, Any] | None:
-        found = [
-            t
-            for t in customers.list_balance_transactions(str(entry.params["customer_id"]))
-            if t.idempotency_key == entry.key
-        ]
+        customer_id = str(entry.params["customer_id"])
+        try:
+            listed = customers.list_balance_transactions(customer_id)
+        except kit.ProviderRejectedError as exc:
+            if (
+                exc.http_status != HTTPStatus.NOT_FOUND
+                or not customers.retrieve_customer(customer_id).deleted
+            ):
+                raise
+            # Deleted since the intent: its transactions are gone with it, so whether the first
+            # request reached it is unknowable, and sending again could only be refused. Held.
+            return {CUSTOMER_DELETED_ANSWER: customer_id}
+        found = [t for t in listed if t.idempotency_key == entry.key]
         return _transaction_answer(found[0]) if len(found) == 1 else None
 
     intents = [
@@ -711,7 +774,10 @@ def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.Ef
             transaction_id = _answered_transaction(review)
             status, note = (
                 AdjustmentOutcome.HELD_FOR_REVIEW,
-                kit.review_note(review, subject_taken=_claimed_note)
+                (
+                    _deleted_note(acct, str(row.customer_id), review)
+                    or kit.review_note(review, subject_taken=_claimed_note)
+                )
                 + (
                     f"; balance transaction {transaction_id} exists at the provider (its answer to this "
                     "adjustment's key) and is not counted as applied: check its customer and amount"
@@ -735,6 +801,35 @@ def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.Ef
             }
         )
     return kit.typed(pd.DataFrame(rows, columns=list(s.APPLIED_DTYPES)), s.APPLIED_DTYPES)
+
+
+def _deleted_note(acct: str, customer_id: str, review: Mapping[str, Any] | None) -> str | None:
+    """The note of an adjustment held because its customer was deleted at the provider after the
+    plan, or None for any other review.
+
+    A 404 answered under the adjustment's own key means the provider never applied that key (a
+    request that had reached it would be answered with its transaction), so nothing moved. A lookup
+    (an intent older than the provider's key retention) that found the customer deleted cannot
+    tell: its transactions went with it, and nothing was sent again.
+    """
+    review = review or {}
+    answer = review.get("provider_answer")
+    if isinstance(answer, Mapping) and CUSTOMER_DELETED_ANSWER in answer:
+        return (
+            f"customer {customer_id}, which legacy account {acct} is migrated to, was deleted at the "
+            "provider before this adjustment's answer was recorded; its balance transactions went with "
+            "it, so whether the adjustment reached it first is unknown, and it was not sent again: make "
+            "the account's customer again at the provider (the next night adopts it and migrates the "
+            "whole credit to it) or leave the account without one"
+        )
+    if review.get("http_status") == HTTPStatus.NOT_FOUND and review.get("code") == "resource_missing":
+        return (
+            f"customer {customer_id}, which legacy account {acct} is migrated to, was deleted at the "
+            "provider after this batch planned its adjustment (the provider answers 404 under the "
+            "adjustment's key); nothing was moved: make the account's customer again at the provider "
+            "(the next night adopts it) or leave the account without one"
+        )
+    return None
 
 
 def _answered_transaction(review: Mapping[str, Any] | None) -> str:
@@ -762,50 +857,75 @@ def verified_balances(
 ) -> MaterializeResult:
     """Step 6 — every migrated account's balance read back from the provider and compared with its target.
 
-    Read-only, from the customers list (one request per 100 customers, at most half as many pages
-    as accounts, read after step 5's last adjustment); a customer the list does not hold (deleted
-    since, or older than the pages read) is retrieved by id, one request each. A balance that is
-    not exactly the target is ``mismatch``; the blocking check ``balances_match_targets`` then
-    stops the batch before its report.
+    Read-only, from the customers list (one request per 100 customers, read after step 5's last
+    adjustment). A balance that is not exactly the target is ``mismatch``. A customer changed at
+    the provider since the plan read it (deleted, joined by a second customer naming the account,
+    or its ``metadata.legacy_account_id`` changed by hand: one request by id tells which) is
+    ``customer_deleted`` / ``customer_duplicated`` / ``customer_relabelled``, with a note naming
+    every customer involved; the report holds each such account alone. A held account's note is
+    brought up to date with every customer naming it now.
     """
-    customers = payments.customers
-    # Held or left as a person decided: nothing of this batch's to read back.
-    not_moved = (AdjustmentOutcome.HELD_FOR_REVIEW, AdjustmentOutcome.DECIDED_BY_PERSON)
-    migrated = applied_adjustments[~applied_adjustments["status"].isin(not_moved)]
-    ids = [str(c) for c in migrated["customer_id"]]
     runtime.check_may_continue()
-    listed = some_customers(payments, len(ids))
-    unlisted = [cid for cid in ids if cid not in listed]
-
-    def balance(customer_id: str) -> Mapping[str, Any]:
-        return {"balance": customers.retrieve_customer(customer_id).balance}
-
-    read = dict(
-        zip(
-            unlisted,
-            _read(context, runtime, payments, balance, unlisted, settled=len(ids) - len(unlisted)),
-            strict=True,
+    live = every_customer(payments)
+    listed = {c.id: c for c in live}
+    at_provider = _naming_accounts(live)
+    applied = kit.typed(applied_adjustments, s.APPLIED_DTYPES)
+    # Held, or left as a person decided: nothing of this batch's to read back.
+    not_moved = (AdjustmentOutcome.HELD_FOR_REVIEW, AdjustmentOutcome.DECIDED_BY_PERSON)
+    held = applied["status"].isin(not_moved)
+    migrated = applied[~held]
+    elsewhere = [
+        str(cus)
+        for acct, cus in zip(migrated[s.LEGACY_ACCOUNT_ID], migrated["customer_id"], strict=True)
+        if str(cus) not in at_provider.get(str(acct), [])
+    ]
+    read_by_id = _read_by_id(payments, elsewhere)
+    retrieve = _retrieving(payments)
+    rows = []
+    for acct, cus, status, note, target in zip(
+        applied[s.LEGACY_ACCOUNT_ID],
+        applied["customer_id"],
+        applied["status"],
+        applied["review_note"],
+        applied["target_cents"],
+        strict=True,
+    ):
+        found = at_provider.get(str(acct), [])
+        if status in not_moved:
+            named = naming_every_customer(str(acct), str(note), found)
+            rows.append((0, Verification.NOT_MIGRATED, named if named != note else ""))
+            continue
+        deleted, names = read_by_id.get(str(cus), (False, str(acct)))
+        change = provider_change(
+            str(acct), str(cus), found, deleted=deleted, names=names, when="after its balance was planned"
         )
-    )
-    answers = [read[cid] if cid in read else {"balance": listed[cid].balance} for cid in ids]
-    out = kit.typed(applied_adjustments, s.APPLIED_DTYPES)
-    out["provider_balance_cents"] = 0
-    out["verification"] = Verification.NOT_MIGRATED.value
-    held = out["status"].isin(not_moved)
-    got = [int(a["balance"]) for a in answers]
-    if got:  # pandas refuses an empty list under an all-False mask: every account may be held
-        out.loc[~held, "provider_balance_cents"] = got
-        matched = out.loc[~held, "target_cents"].to_numpy() == pd.Series(got, dtype="int64").to_numpy()
-        out.loc[~held, "verification"] = [
-            Verification.MATCHED.value if m else Verification.MISMATCH.value for m in matched
-        ]
+        if change is not None:
+            balance = (
+                0
+                if deleted
+                else (listed[str(cus)].balance if str(cus) in listed else retrieve(str(cus)).balance)
+            )
+            rows.append((balance, s.VERIFICATION_OF_CHANGE[change[0]], change[1]))
+            continue
+        balance = listed[str(cus)].balance
+        rows.append((balance, Verification.MATCHED if balance == int(target) else Verification.MISMATCH, ""))
+    out = applied.copy()
+    out["provider_balance_cents"] = pd.Series([r[0] for r in rows], index=out.index, dtype="int64")
+    out["verification"] = pd.Series([r[1].value for r in rows], index=out.index, dtype="str")
+    out["provider_note"] = pd.Series([r[2] for r in rows], index=out.index, dtype="str")
     out = kit.typed(out, s.VERIFIED_DTYPES)
+    changes = {
+        change: int((out["verification"] == verification).sum())
+        for change, verification in s.VERIFICATION_OF_CHANGE.items()
+    }
+    runtime.report(kit.step_progress(context, len(out), len(out)), force=True)
     return kit.frame_result(
         out,
         {
             "matched": int((out["verification"] == Verification.MATCHED).sum()),
             "mismatched": int((out["verification"] == Verification.MISMATCH).sum()),
             "not_migrated": int(held.sum()),
+            **_change_figures(changes),
         },
     )
 
@@ -823,7 +943,7 @@ def migration_report(
     """
     applied = kit.typed(applied_adjustments, s.APPLIED_DTYPES)
     verified = kit.typed(verified_balances, s.VERIFIED_DTYPES)[
-        [s.LEGACY_ACCOUNT_ID, "verification", "provider_balance_cents"]
+        [s.LEGACY_ACCOUNT_ID, "verification", "provider_balance_cents", "provider_note"]
     ]
     accounts = kit.typed(validated_accounts, s.ACCOUNT_DTYPES)[[s.LEGACY_ACCOUNT_ID, "credit_cents"]]
     merged = applied.merge(accounts, on=s.LEGACY_ACCOUNT_ID).merge(verified, on=s.LEGACY_ACCOUNT_ID)
@@ -839,6 +959,22 @@ def migration_report(
             ].itertuples(index=False)
         ]
         merged.loc[missed, "status"] = AdjustmentOutcome.HELD_FOR_REVIEW.value
+    # A customer changed at the provider after the plan (deleted, duplicated, re-labelled), and a held
+    # account's customers named anew: step 6's note says what the provider holds now.
+    changed = merged["provider_note"] != ""
+    if changed.any():
+        merged.loc[changed, "review_note"] = [
+            note
+            + (
+                f"; its adjustment was applied first (balance transaction {txn})"
+                if txn and st == AdjustmentOutcome.APPLIED
+                else ""
+            )
+            for note, txn, st in merged.loc[
+                changed, ["provider_note", "transaction_id", "status"]
+            ].itertuples(index=False)
+        ]
+        merged.loc[changed, "status"] = AdjustmentOutcome.HELD_FOR_REVIEW.value
     report = kit.typed(merged, s.REPORT_DTYPES)
     written = kit.write_report(context, report, "migration_report.csv")
     return kit.frame_result(

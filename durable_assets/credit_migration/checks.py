@@ -26,6 +26,7 @@ listed the customers is named once step 3 runs again).
 # No `from __future__ import annotations`: Dagster reads these annotations at definition time.
 from collections import Counter
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 
 import pandas as pd
@@ -35,26 +36,43 @@ from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.assets import (
     CREDIT_BATCHES,
     applied_adjustments,
-    ids_named_in,
     provider_customers,
     verified_balances,
 )
 from durable_assets.credit_migration.listing import every_customer
+from durable_assets.credit_migration.plan import ids_named_in, provider_change, recorded_elsewhere
 from durable_assets.credit_migration.resources import CreditLimits
-from durable_assets.credit_migration.schema import AdjustmentOutcome, CustomerOutcome, Verification
-from durable_assets.kit import batch_check, check_examples, check_result, paced_map
+from durable_assets.credit_migration.schema import (
+    VERIFICATION_OF_CHANGE,
+    AdjustmentOutcome,
+    CustomerOutcome,
+    ProviderChange,
+    Verification,
+)
+from durable_assets.kit import (
+    ProviderRejectedError,
+    batch_check,
+    check_examples,
+    check_result,
+    paced_map,
+)
 from durable_assets.payments.resources import PaymentGateway
 
 
 @batch_check(asset=provider_customers, partitions_def=CREDIT_BATCHES, blocking=True)
 def one_customer_per_account(provider_customers: pd.DataFrame, payments: PaymentGateway) -> AssetCheckResult:
-    """Exactly one provider customer per migrated legacy account, it is the one we recorded, and no
-    customer naming an account of the batch is missing from the report.
+    """Exactly one provider customer per migrated legacy account, and it is the one we recorded; or,
+    where the provider changed since step 3 listed its customers (a customer deleted, a second one
+    made, one re-labelled by hand, one made for a held account), that change counted.
 
-    Two customers for one account would split its credit (or double it on the next migration). A
-    held account is not migrated, but a customer the provider holds for it and the report does not
-    name (made by hand after step 3 listed the customers) would be found by no one.
-    Every customer of the provider account is listed once, through all pages (each page paced).
+    Two customers for one account would split its credit (or double it on the next migration); but
+    a change made at the provider while the batch runs is one account's, not the batch's: step 4
+    reads the provider again and holds that account with a note saying what happened, naming every
+    customer involved. So such changes are counted here (``changed_at_provider``, and by kind), and
+    the check fails only for what no account can hold: one customer recorded for two accounts, or a
+    recorded customer the provider says still names its account but leaves out of its list.
+    Every customer of the provider account is listed once, through all pages (each page paced), and
+    a recorded customer the list does not show under its account is read by id (one request each).
     """
     listed = every_customer(payments)
     at_provider: dict[str, list[str]] = {}
@@ -63,7 +81,20 @@ def one_customer_per_account(provider_customers: pd.DataFrame, payments: Payment
         if legacy:
             at_provider.setdefault(legacy, []).append(customer.id)
     ready = provider_customers[provider_customers["status"] == CustomerOutcome.READY]
-    problems = customer_problems(provider_customers, at_provider)
+    elsewhere = recorded_elsewhere(provider_customers, at_provider)
+    customers = payments.customers
+    read = paced_map(
+        lambda cid: {"customer": customers.retrieve_customer(cid)},
+        elsewhere,
+        payments.limiter(),
+        payments.backoff(),
+        concurrency=payments.concurrency,
+    )
+    read_by_id = {
+        cid: (bool(a["customer"].deleted), str(a["customer"].metadata.get(s.LEGACY_ID_METADATA, "")))
+        for cid, a in zip(elsewhere, read, strict=True)
+    }
+    problems, changes = customer_changes(provider_customers, at_provider, read_by_id)
     repeated = ready.loc[ready["customer_id"].duplicated(), "customer_id"]
     problems += [f"customer {c} recorded for two accounts" for c in repeated]
     return check_result(
@@ -72,33 +103,60 @@ def one_customer_per_account(provider_customers: pd.DataFrame, payments: Payment
             "accounts_checked": len(ready),
             "held_accounts_checked": len(provider_customers) - len(ready),
             "customers_listed": len(listed),
+            "changed_at_provider": sum(changes.values()),
+            **{f"customers_{kind}": changes.get(kind, 0) for kind in CHANGE_KINDS},
         },
     )
 
 
-def customer_problems(rows: pd.DataFrame, at_provider: Mapping[str, list[str]]) -> list[str]:
-    """Each row of step 3 against the provider's customers naming its account (``at_provider``).
+#: What :func:`customer_changes` counts: the provider changes of :class:`ProviderChange`, and a
+#: customer made by hand for an account held in step 3 (step 4 names it in the account's note).
+CHANGE_KINDS = (*(c.value for c in ProviderChange), "made_for_held")
 
-    A ready row must be exactly its one customer. A held row has no customer to migrate to, so it
-    accounts for the provider's customers in words: each must be named in its ``review_note`` (step
-    3 names there every customer it saw naming the account), as a whole word.
+
+def customer_changes(
+    rows: pd.DataFrame,
+    at_provider: Mapping[str, list[str]],
+    read_by_id: Mapping[str, tuple[bool, str]] | None = None,
+) -> tuple[list[str], Counter[str]]:
+    """Each row of step 3 against the provider's customers naming its account (``at_provider``):
+    the problems no account can hold, and the changes at the provider, counted by kind.
+
+    A ready row must be its one customer, or the provider changed since (see
+    :func:`durable_assets.credit_migration.plan.provider_change`; ``read_by_id``: the recorded
+    customers the list does not show under their account, as (deleted, legacy id named) — a
+    recorded customer that still names its account although the list left it out is a problem: the
+    provider's list cannot be trusted). A held row has no customer we migrate to; a customer the
+    provider holds for it that its note does not name (as a whole word) was made since step 3
+    listed them: counted, and step 4 names it in the note.
     """
     problems: list[str] = []
+    changes: Counter[str] = Counter()
+    read = read_by_id or {}
     for acct, recorded, status, note in zip(
         rows[s.LEGACY_ACCOUNT_ID], rows["customer_id"], rows["status"], rows["review_note"], strict=True
     ):
         found = at_provider.get(str(acct), [])
         if status == CustomerOutcome.READY:
-            if found != [recorded]:
+            if found == [recorded]:
+                continue
+            if str(recorded) not in found and str(recorded) not in read:
                 problems.append(f"{acct}: provider customers {found}, we recorded {recorded}")
+                continue
+            deleted, names = read.get(str(recorded), (False, str(acct)))
+            if str(recorded) not in found and not deleted and names == str(acct):
+                problems.append(
+                    f"{acct}: customer {recorded} names the account but the provider's list of its "
+                    f"customers shows {found}"
+                )
+                continue
+            change = provider_change(str(acct), str(recorded), found, deleted=deleted, names=names, when="")
+            if change is not None:
+                changes[change[0].value] += 1
             continue
         named = ids_named_in(str(note))
-        problems += [
-            f"{acct}: provider customer {c} is not in the report"
-            for c in found
-            if c != recorded and c not in named
-        ]
-    return problems
+        changes["made_for_held"] += sum(1 for c in found if c != recorded and c not in named)
+    return problems, changes
 
 
 @batch_check(asset=applied_adjustments, partitions_def=CREDIT_BATCHES, blocking=True)
@@ -123,7 +181,17 @@ def no_adjustment_applied_twice(
     customers = payments.customers
 
     def probe(row: Mapping[Any, Any]) -> Mapping[str, Any]:
-        listed = customers.list_balance_transactions(str(row["customer_id"]))
+        try:
+            listed = customers.list_balance_transactions(str(row["customer_id"]))
+        except ProviderRejectedError as exc:
+            if (
+                exc.http_status != HTTPStatus.NOT_FOUND
+                or not customers.retrieve_customer(str(row["customer_id"])).deleted
+            ):
+                raise
+            # Deleted at the provider since step 5: its transactions went with it, nothing of it can
+            # be double-counted any more, and step 6 holds the account saying so. Counted.
+            return {"problems": [], "deleted": 1}
         keys = Counter(t.idempotency_key for t in listed)
         problems = [
             f"{row['customer_id']}: key {k} applied {n} times" for k, n in keys.items() if k and n > 1
@@ -152,7 +220,16 @@ def no_adjustment_applied_twice(
     problems = [p for a in answers for p in a["problems"]]
     repeated = applied.loc[applied["idempotency_key"].duplicated(), "idempotency_key"]
     problems += [f"key {k} recorded twice" for k in repeated]
-    return check_result(problems, {"adjustments_checked": len(applied), "unapplied_keys_checked": len(keyed)})
+    deleted = sum(int(a.get("deleted", 0)) for a in answers)
+    return check_result(
+        problems,
+        {
+            "adjustments_checked": len(applied),
+            "unapplied_keys_checked": len(keyed),
+            "changed_at_provider": deleted,
+            "customers_deleted": deleted,
+        },
+    )
 
 
 @batch_check(
@@ -168,6 +245,7 @@ def balances_match_targets(
     problem: the report holds that account for review, and the rest of the batch is not failed for
     it. Mismatched and held accounts are counted here, with examples, for whoever reviews them."""
     mismatched = verified_balances[verified_balances["verification"] == Verification.MISMATCH]
+    changed = [v.value for v in VERIFICATION_OF_CHANGE.values()]
     problems: list[str] = []
     applied = applied_adjustments[applied_adjustments["status"] == AdjustmentOutcome.APPLIED]
     moved = applied.assign(moved=applied["adjustment_cents"].abs()).groupby(s.CURRENCY)["moved"].sum()
@@ -191,6 +269,7 @@ def balances_match_targets(
                 )
             ),
             "matched": int((verified_balances["verification"] == Verification.MATCHED).sum()),
+            "changed_at_provider": int(verified_balances["verification"].isin(changed).sum()),
             "mismatched": len(mismatched),
             "not_migrated": int((verified_balances["verification"] == Verification.NOT_MIGRATED).sum()),
         },

@@ -7,10 +7,10 @@ retried request: a 429 on page 7 repeats page 7. The list is exact (unlike Strip
 a customer missing from it was deleted, made after it was read, or older than the pages read;
 callers then ask for that one customer by id, as they would without the list.
 
-A provider account can hold far more customers than a batch has accounts (a live account with
-a million customers, a batch of fifty); :func:`some_customers` then stops listing after half as
-many pages as the accounts it answers for, so reading a batch's balances never costs more than
-1.5 requests per account, against one per account read one by one.
+Every list is whole (#34): a customer made, deleted or re-labelled while a batch runs is seen only
+by a list of the whole account, and steps 3, 4 and 6 and the customers check each need that to
+hold such an account alone. A provider account with far more customers than a batch has accounts
+(a live account with a million, a batch of fifty) therefore costs its whole list four times a batch.
 
 Pages follow a cursor, so a list is one round trip per 100 customers however fast the provider
 lets us go: 50 pages at 100 ms are 6 s, and a night lists four times. The cursor of each page is
@@ -94,16 +94,3 @@ def _from_known_cursors(payments: PaymentGateway, cursors: tuple[str, ...]) -> l
             if customer.id == cursor:
                 break
     return listed
-
-
-def some_customers(payments: PaymentGateway, accounts: int) -> dict[str, Customer]:
-    """The newest listed customers by id, from at most ``accounts // 2`` pages (none for one
-    account: its own read is cheaper); whoever is not among them is read by id. An account whose
-    last full list fit in those pages is listed whole, all pages at once."""
-    pages = accounts // 2
-    if pages == 0:
-        return {}
-    known = payments.page_cursors(CUSTOMERS)
-    if known and len(known) < pages:
-        return {c.id: c for c in every_customer(payments)}
-    return {c.id: c for c in payments.customers.list_customers(send=_paced(payments), max_pages=pages)}

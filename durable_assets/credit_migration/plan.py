@@ -29,12 +29,14 @@ request each, and gives the balance and its version.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
 from durable_assets.credit_migration import schema as s
-from durable_assets.credit_migration.schema import CustomerOutcome, PlannedAction
+from durable_assets.credit_migration.schema import CustomerOutcome, PlannedAction, ProviderChange
 from durable_assets.kit import typed
 from durable_assets.payments.money import format_cents
 
@@ -70,6 +72,119 @@ def never_moved(customer_id: str) -> dict[str, object]:
         "migrated_by": "",
         "missing": False,
     }
+
+
+def ids_named_in(note: str) -> set[str]:
+    """The words of a review note, as provider ids: an id is named only as a whole word, so a note
+    naming ``cus_12`` does not name ``cus_1``."""
+    return set(re.findall(r"\w+", note))
+
+
+def naming_every_customer(acct: str, note: str, at_provider: Sequence[str]) -> str:
+    """A held account's note, naming every customer (``at_provider``: their ids) the provider holds
+    for the account.
+
+    The report is the provider's truth: a customer naming a held account is in no row's
+    ``customer_id``, so its note is where the report accounts for it. A note replayed from the
+    ledger (a refusal, a mismatch), or written by an earlier step, was written before such a
+    customer may have been made.
+    """
+    ids = list(at_provider)
+    if set(ids) <= ids_named_in(note):
+        return note
+    return f"{note}; provider customers naming legacy account {acct} now: {', '.join(ids)}"
+
+
+def provider_change(
+    acct: str, recorded: str, at_provider: Sequence[str], *, deleted: bool, names: str, when: str
+) -> tuple[ProviderChange, str] | None:
+    """What happened at the provider to the customer an account was found or made with
+    (``recorded``), with the note that says so, or None when it is still the account's one customer.
+
+    ``at_provider``: the live customers naming the account now; ``deleted`` and ``names`` (the
+    legacy id its metadata names now): the recorded customer read by id, when it is not among them.
+    ``when`` says since when ("after step 3 found it"). Each change is a person's decision, never
+    the migration's: moving credit to a customer that is gone, shared or relabelled could give it to
+    the wrong one. The note names every customer involved, so the report accounts for each.
+    """
+    if list(at_provider) == [recorded]:
+        return None
+    if recorded in at_provider:
+        others = [c for c in at_provider if c != recorded]
+        return ProviderChange.DUPLICATED, (
+            f"customer {recorded} of legacy account {acct} was duplicated at the provider {when}: "
+            f"{', '.join(others)} also name{'s' if len(others) == 1 else ''} the account; nothing more is "
+            "moved for it: keep one (delete the others or re-label their metadata.legacy_account_id), "
+            "then run the migration again"
+        )
+    if deleted:
+        return ProviderChange.DELETED, naming_every_customer(
+            acct, _deleted_note(acct, recorded, when), at_provider
+        )
+    note = (
+        f"customer {recorded}'s metadata.legacy_account_id was changed at the provider by hand {when}: "
+        f"it names {names!r}, not {acct!r}; nothing more is moved for it: if it is still this "
+        f"account's customer, set it back to {acct!r} and run the migration again"
+    )
+    return ProviderChange.RELABELLED, naming_every_customer(acct, note, at_provider)
+
+
+def _deleted_note(acct: str, customer: str, when: str) -> str:
+    return (
+        f"customer {customer}, which legacy account {acct} is migrated to, was deleted at the provider "
+        f"{when}; nothing more is moved for it: make the account's customer again at the provider (the "
+        "next night adopts it) or leave the account without one"
+    )
+
+
+def recorded_elsewhere(customers: pd.DataFrame, at_provider: Mapping[str, Sequence[str]]) -> list[str]:
+    """The ready customers (step 3's frame) the provider's list no longer shows under their
+    account: each is read by id to tell a delete from a re-label (one request each, rare)."""
+    ready = customers[customers["status"] == CustomerOutcome.READY]
+    return [
+        str(cus)
+        for acct, cus in zip(ready[s.LEGACY_ACCOUNT_ID], ready["customer_id"], strict=True)
+        if str(cus) not in at_provider.get(str(acct), [])
+    ]
+
+
+def confine_provider_changes(
+    customers: pd.DataFrame,
+    at_provider: Mapping[str, Sequence[str]],
+    read_by_id: Mapping[str, tuple[bool, str]],
+    *,
+    when: str,
+) -> tuple[pd.DataFrame, Counter[ProviderChange]]:
+    """Step 3's frame as the provider stands now: an account whose customer was deleted, duplicated
+    or re-labelled since is held with a note saying so, and every held account's note names every
+    customer naming it now (one made by hand since included); and how many of each change.
+
+    ``read_by_id``: for each customer of :func:`recorded_elsewhere`, (deleted, the legacy id it
+    names now).
+    """
+    out = customers.copy()
+    changes: Counter[ProviderChange] = Counter()
+    statuses, notes = [], []
+    for acct, cus, status, note in zip(
+        out[s.LEGACY_ACCOUNT_ID], out["customer_id"], out["status"], out["review_note"], strict=True
+    ):
+        found = list(at_provider.get(str(acct), []))
+        if status == CustomerOutcome.READY:
+            deleted, names = read_by_id.get(str(cus), (False, str(acct)))
+            change = provider_change(str(acct), str(cus), found, deleted=deleted, names=names, when=when)
+            if change is not None:
+                changes[change[0]] += 1
+                statuses.append(CustomerOutcome.HELD_FOR_REVIEW.value)
+                notes.append(change[1])
+                continue
+            statuses.append(str(status))
+            notes.append(str(note))
+            continue
+        statuses.append(str(status))
+        notes.append(naming_every_customer(str(acct), str(note), found))
+    out["status"] = pd.Series(statuses, index=out.index, dtype="str")
+    out["review_note"] = pd.Series(notes, index=out.index, dtype="str")
+    return typed(out, s.CUSTOMER_DTYPES), changes
 
 
 def target_cents(credit_cents: pd.Series) -> pd.Series:
@@ -115,10 +230,10 @@ def plan_adjustments(
     if missing.any():
         note[missing] = pd.Series(
             [
-                f"customer {cus} was deleted at the provider after this batch found it (it answers "
-                "404); nothing was moved: make the account's customer again at the provider (the next "
-                "night adopts it) or leave the account without one"
-                for cus in merged.loc[missing, "customer_id"]
+                _deleted_note(str(acct), str(cus), "after this batch found it (it answers 404)")
+                for acct, cus in zip(
+                    merged.loc[missing, s.LEGACY_ACCOUNT_ID], merged.loc[missing, "customer_id"], strict=True
+                )
             ],
             index=merged.index[missing],
             dtype="str",
@@ -155,10 +270,11 @@ def plan_adjustments(
     if keep.any():
         note[keep] = pd.Series(
             [
-                f"balance {format_cents(int(cur), str(ccy))} kept at the provider (target "
-                f"{format_cents(int(want), str(ccy))}): {(kept or {})[str(acct)]}"
-                for acct, cur, want, ccy in zip(
+                f"customer {cus}'s balance {format_cents(int(cur), str(ccy))} kept at the provider "
+                f"(target {format_cents(int(want), str(ccy))}): {(kept or {})[str(acct)]}"
+                for acct, cus, cur, want, ccy in zip(
                     merged.loc[keep, s.LEGACY_ACCOUNT_ID],
+                    merged.loc[keep, "customer_id"],
                     current[keep],
                     target[keep],
                     merged.loc[keep, s.CURRENCY],

@@ -94,6 +94,15 @@ _ACCOUNT_TARGET: Final[dict[str, str]] = {
 }
 
 
+class ProviderChange(StrEnum):
+    """What happened at the provider, while a batch ran, to a customer the batch had found or made:
+    each holds its account alone, with a note saying so, while the rest of the batch migrates."""
+
+    DELETED = "deleted"
+    DUPLICATED = "duplicated"  # a second customer now names the account
+    RELABELLED = "relabelled"  # its metadata.legacy_account_id was changed by hand
+
+
 class PlannedAction(StrEnum):
     """What the plan (step 4) does for an account."""
 
@@ -148,6 +157,19 @@ class Verification(StrEnum):
     MATCHED = "matched"
     MISMATCH = "mismatch"
     NOT_MIGRATED = "not_migrated"  # held for review before any balance moved
+    #: The customer changed at the provider after the plan read it (deleted, duplicated, re-labelled):
+    #: its balance is no longer this account's alone to compare, so the account is held with a note.
+    CUSTOMER_DELETED = "customer_deleted"
+    CUSTOMER_DUPLICATED = "customer_duplicated"
+    CUSTOMER_RELABELLED = "customer_relabelled"
+
+
+#: The verification of each provider change seen after the plan (step 6).
+VERIFICATION_OF_CHANGE: Final[dict[ProviderChange, Verification]] = {
+    ProviderChange.DELETED: Verification.CUSTOMER_DELETED,
+    ProviderChange.DUPLICATED: Verification.CUSTOMER_DUPLICATED,
+    ProviderChange.RELABELLED: Verification.CUSTOMER_RELABELLED,
+}
 
 
 #: Step 6 (``verified_balances``).
@@ -155,6 +177,10 @@ VERIFIED_DTYPES: Final[dict[str, str]] = {
     **_ACCOUNT_TARGET,
     "provider_balance_cents": kit.INT64,
     "verification": kit.TEXT,
+    #: What the provider holds for the account now, where step 6 found it changed since the row's
+    #: note was written (a customer deleted, duplicated or re-labelled; one made for a held account);
+    #: "" otherwise. The report's note for the account.
+    "provider_note": kit.TEXT,
 }
 
 #: Step 7 (``migration_report``): one line per valid account, for finance and support.

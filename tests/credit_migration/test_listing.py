@@ -112,13 +112,3 @@ def test_a_changed_account_lists_what_one_cursor_lists(payments: Any, change: st
     assert ids == _one_cursor(payments)
     assert not {c.id for c in deleted} & set(ids)
     assert len(ids) == len(set(ids)) == len(made) - len(deleted) + (5 if change == "made since" else 0)
-
-
-def test_some_customers_lists_a_small_account_whole_at_once(payments: Any) -> None:
-    _make(payments, 7)  # three pages
-    assert len(listing.some_customers(payments, accounts=4)) == 6  # two pages: the newest six
-    listing.every_customer(payments)
-    expected = set(_one_cursor(payments))
-    before = _Counted.pages
-    assert set(listing.some_customers(payments, accounts=6)) == expected
-    assert _Counted.pages - before == 3

@@ -585,11 +585,12 @@ def test_a_balance_changed_between_apply_and_verify_is_held_alone(
     assert (report.drop(index=acct)["status"] != "held_for_review").all()
 
 
-def test_a_customer_deleted_between_apply_and_verify_is_read_by_id_and_held_alone(
+def test_a_customer_deleted_between_apply_and_verify_is_reported_deleted_and_held_alone(
     instance: DagsterInstance, dagster_home: Path
 ) -> None:
-    """Verification reads balances from the customers list; a customer missing from it is still
-    asked for by id (deleted: no balance), and its account alone is held."""
+    """Verification reads balances from the customers list; a customer missing from it is asked for
+    by id, and a deleted one is reported as deleted (never as a balance of 0.00 moved by someone):
+    its account alone is held."""
     applied = _materialize(instance, "c1", steps=STEPS[:5])
     assert applied.success, applied.failures
     provider = _provider(dagster_home)
@@ -599,13 +600,19 @@ def test_a_customer_deleted_between_apply_and_verify_is_read_by_id_and_held_alon
 
     out = _materialize(instance, "c1", steps=_from("verified_balances"))
     assert out.success, out.failures
-    assert out.check_meta("balances_match_targets")["mismatched"] == 1
+    meta = out.check_meta("balances_match_targets")
+    assert meta["mismatched"] == 0 and meta["changed_at_provider"] == 1
     verified = pd.read_pickle(dagster_home / "storage" / "verified_balances" / "c1").set_index(
         s.LEGACY_ACCOUNT_ID
     )
-    assert verified.loc[acct, "verification"] == "mismatch"
-    assert verified.loc[acct, "provider_balance_cents"] == 0  # what the provider answers for it by id
+    assert verified.loc[acct, "verification"] == "customer_deleted"  # not "balance read back is 0.00"
     assert (verified.drop(index=acct)["verification"] == "matched").all()
+    report = pd.read_csv(
+        dagster_home / "batches" / "c1" / "migration_report.csv", keep_default_na=False
+    ).set_index(s.LEGACY_ACCOUNT_ID)
+    note = report.loc[acct, "review_note"]
+    assert report.loc[acct, "status"] == "held_for_review" and "moved outside" not in note
+    assert f"customer {customer['id']}, which legacy account {acct} is migrated to, was deleted" in note
 
 
 def test_a_duplicate_customer_created_behind_our_back_is_held_in_the_next_batch(
@@ -655,11 +662,12 @@ def test_a_second_transaction_under_our_key_fails_the_batch(
 # --- the report accounts for everything the provider holds for the batch (#33 item 4) -----------------
 
 
-def test_a_customer_made_by_hand_for_a_held_account_is_named_or_the_batch_is_blocked(
+def test_a_customer_made_by_hand_for_a_held_account_is_counted_then_named(
     instance: DagsterInstance, dagster_home: Path, tmp_path: Path
 ) -> None:
     """A held account is not migrated, but a customer the provider holds for it is in its row's note;
-    one made after step 3 listed the customers is in no row, and the check names it."""
+    one made after step 3 listed the customers is counted by the check (no longer a failure: it is
+    that account's, #34) and named in the held row by the steps that read the provider again."""
     path = _write(tmp_path / "h.csv", [_row("LEG-1", "10.00"), _row("LEG-2", "5.00")])
     with PaymentStore(str(dagster_home / "payments.db")) as store:
         first, second = (
@@ -675,11 +683,11 @@ def test_a_customer_made_by_hand_for_a_held_account_is_named_or_the_batch_is_blo
             "id"
         ]
     meta = _check_again(instance, dagster_home, one_customer_per_account, "provider_customers", "h1")
-    assert (
-        not meta["passed"]
-        and meta["problems"] == 1
-        and meta["examples"] == [f"LEG-1: provider customer {third} is not in the report"]
-    )
+    assert meta["passed"] and meta["problems"] == 0 and meta["customers_made_for_held"] == 1, meta
+    rest = _materialize(instance, "h1", steps=STEPS[3:])
+    assert rest.success and all(rest.checks.values()), (rest.failures, rest.checks)
+    report = pd.read_csv(dagster_home / "batches" / "h1" / "migration_report.csv", keep_default_na=False)
+    assert third in report.set_index(s.LEGACY_ACCOUNT_ID).loc["LEG-1", "review_note"]
 
     # Step 3 again reads the provider again: the held row names all three, and the check passes.
     again = _materialize(instance, "h1", steps=["provider_customers"])
@@ -781,6 +789,9 @@ def test_a_customer_deleted_between_steps_3_and_4_holds_its_account_alone(
     report = pd.read_csv(dagster_home / "batches" / "g1" / "migration_report.csv", keep_default_na=False)
     rows = report.set_index(s.LEGACY_ACCOUNT_ID)
     assert rows.loc["LEG-1", "status"] == "held_for_review", rows.loc["LEG-1"]
-    assert f"customer {gone['id']} was deleted at the provider" in rows.loc["LEG-1", "review_note"]
+    assert (
+        f"customer {gone['id']}, which legacy account LEG-1 is migrated to, was deleted at the provider"
+        in (rows.loc["LEG-1", "review_note"])
+    )
     assert rows.loc["LEG-2", "status"] == "applied"
     assert _provider(dagster_home).customers["LEG-2"][0]["balance"] == -500

@@ -300,7 +300,10 @@ def test_a_customer_deleted_after_step_3_found_it_holds_its_account_alone() -> N
     )
     a, b = plan.iloc[0], plan.iloc[1]
     assert a["action"] == PlannedAction.HELD_FOR_REVIEW and a["adjustment_cents"] == 0
-    assert "cus_A was deleted at the provider after this batch found it" in a["review_note"]
+    assert (
+        "cus_A, which legacy account A is migrated to, was deleted at the provider after this batch found it"
+        in (a["review_note"])
+    )
     assert b["action"] == PlannedAction.ADJUST
 
 
@@ -390,3 +393,33 @@ def test_an_answer_that_is_not_the_requested_transaction_is_not_trusted() -> Non
     problem = verify_adjustment(intent, {**good, "amount": -125, "currency": "eur"})
     assert problem is not None and "amount -125 != requested -1250" in problem and "currency" in problem
     assert verify_adjustment(intent, {**good, "customer": "cus_2"}) is not None
+
+
+def test_a_persons_decisions_come_before_the_rules_and_move_nothing() -> None:
+    """Kept: a hand-moved balance (rule 4) and an ordinary difference (rule 5) are left as the
+    provider holds them, with both figures; a balance already at its target stays "unchanged".
+    No customer: step 3's decided row is decided in the plan too, with its note."""
+    decided = {
+        **cust("D"),
+        "status": CustomerOutcome.DECIDED_BY_PERSON.value,
+        "review_note": "no customer: ann",
+    }
+    plan = plan_adjustments(
+        accounts(acct("A", 1000), acct("B", 1000), acct("C", 1000), acct("D", 1000)),
+        customers(cust("A"), cust("B"), cust("C"), {**decided, "customer_id": ""}),
+        balances(
+            bal("A", -700, "usd", "txn_hand", left=-1000, left_by="txn_ours"),
+            bal("B", -500, "usd", "txn_b"),
+            bal("C", -1000, "usd", "txn_c"),
+        ),
+        kept={"A": "ann decided keep-provider-balance: goodwill", "B": "bob decided", "C": "cy decided"},
+    )
+    a, b, c, d = (one(plan, x) for x in "ABCD")
+    assert a["action"] == b["action"] == d["action"] == PlannedAction.DECIDED_BY_PERSON
+    assert a["adjustment_cents"] == b["adjustment_cents"] == d["adjustment_cents"] == 0
+    assert a["review_note"] == (
+        "customer cus_A's balance -7.00 USD kept at the provider (target -10.00 USD): "
+        "ann decided keep-provider-balance: goodwill"
+    )
+    assert c["action"] == PlannedAction.UNCHANGED
+    assert d["review_note"] == "no customer: ann"

@@ -14,9 +14,9 @@ import pandas as pd
 
 from durable_assets import kit
 from durable_assets.credit_migration import schema as s
-from durable_assets.credit_migration.assets import _applied_frame, _naming_every_customer
-from durable_assets.credit_migration.checks import customer_problems
-from durable_assets.payments.gateway import Customer
+from durable_assets.credit_migration.assets import _applied_frame
+from durable_assets.credit_migration.checks import customer_changes
+from durable_assets.credit_migration.plan import naming_every_customer
 
 
 def _customers(*rows: tuple[str, str, str, str]) -> pd.DataFrame:
@@ -37,11 +37,8 @@ def _customers(*rows: tuple[str, str, str, str]) -> pd.DataFrame:
     return kit.typed(frame, s.CUSTOMER_DTYPES)
 
 
-def _customer(cid: str, acct: str) -> Customer:
-    return Customer(cid, None, None, 0, None, {s.LEGACY_ID_METADATA: acct})
-
-
-def test_every_customer_naming_a_held_account_must_be_named_in_its_row() -> None:
+def test_a_customer_made_for_a_held_account_since_step_3_is_counted_not_a_problem() -> None:
+    """Step 4 names it in the held row's note (#34: a hand-made customer no longer fails the batch)."""
     rows = _customers(
         ("A", "cus_1", "ready", ""),
         ("B", "", "held_for_review", "2 provider customers name legacy account B: cus_2, cus_3; keep one"),
@@ -54,31 +51,46 @@ def test_every_customer_naming_a_held_account_must_be_named_in_its_row() -> None
         ),
     )
     at_provider = {"A": ["cus_1"], "B": ["cus_2", "cus_3", "cus_33"], "C": ["cus_9"], "D": ["cus_5"]}
-    assert customer_problems(rows, at_provider) == [
-        "B: provider customer cus_33 is not in the report",  # cus_3 named does not name cus_33
-        "C: provider customer cus_9 is not in the report",
-    ]
+    problems, changes = customer_changes(rows, at_provider)
+    assert problems == [] and changes == {"made_for_held": 2}  # cus_3 named does not name cus_33
 
 
-def test_a_ready_account_is_still_exactly_its_one_customer() -> None:
-    rows = _customers(("A", "cus_1", "ready", ""), ("E", "cus_7", "ready", ""))
-    assert customer_problems(rows, {"A": ["cus_1", "cus_8"]}) == [
-        "A: provider customers ['cus_1', 'cus_8'], we recorded cus_1",
-        "E: provider customers [], we recorded cus_7",
+def test_a_ready_account_changed_at_the_provider_is_counted_by_kind() -> None:
+    rows = _customers(
+        ("A", "cus_1", "ready", ""),
+        ("E", "cus_7", "ready", ""),
+        ("F", "cus_8", "ready", ""),
+        ("G", "cus_9", "ready", ""),
+    )
+    read = {"cus_7": (True, ""), "cus_8": (False, "F-old")}
+    problems, changes = customer_changes(rows, {"A": ["cus_1", "cus_2"], "G": ["cus_9"]}, read)
+    assert problems == []
+    assert changes == {"duplicated": 1, "deleted": 1, "relabelled": 1}
+
+
+def test_a_recorded_customer_the_list_leaves_out_is_a_problem() -> None:
+    """Read by id it still names its account, yet the provider's list does not show it: the list
+    cannot be trusted, which is no one account's problem."""
+    rows = _customers(("E", "cus_7", "ready", ""))
+    problems, _ = customer_changes(rows, {}, {"cus_7": (False, "E")})
+    assert problems == [
+        "E: customer cus_7 names the account but the provider's list of its customers shows []"
     ]
+    problems, _ = customer_changes(rows, {})  # not read at all
+    assert problems == ["E: provider customers [], we recorded cus_7"]
 
 
 def test_zero_rows_have_no_problem_whatever_the_provider_holds() -> None:
-    assert customer_problems(_customers(), {"A": ["cus_1"]}) == []
+    assert customer_changes(_customers(), {"A": ["cus_1"]}) == ([], {})
 
 
 def test_a_held_note_from_the_ledger_names_customers_made_since() -> None:
     """A refusal recorded on an earlier night knows nothing of a customer made by hand since."""
     refused = "the provider refused the request: email invalid"
-    note = _naming_every_customer("C", refused, [_customer("cus_9", "C")])
+    note = naming_every_customer("C", refused, ["cus_9"])
     assert note == f"{refused}; provider customers naming legacy account C now: cus_9"
-    assert _naming_every_customer("C", note, [_customer("cus_9", "C")]) == note  # named: unchanged
-    assert _naming_every_customer("C", refused, []) == refused
+    assert naming_every_customer("C", note, ["cus_9"]) == note  # named: unchanged
+    assert naming_every_customer("C", refused, []) == refused
 
 
 def _plan(acct: str, customer_id: str) -> pd.DataFrame:
@@ -135,3 +147,14 @@ def test_a_held_row_without_an_answer_claims_no_transaction() -> None:
     )
     for row in (refused, taken):
         assert row["transaction_id"] == "" and "exists at the provider" not in row["review_note"]
+    assert "was deleted at the provider after this batch planned its adjustment" in refused["review_note"]
+    assert "nothing was moved" in refused["review_note"]
+
+
+def test_an_old_intent_whose_customer_was_deleted_is_held_as_unknown_never_sent() -> None:
+    """A lookup (the intent older than the provider's key retention) found the customer deleted:
+    whether the first request reached it cannot be known any more, and the note says so."""
+    row = _held({"mismatch": "customer cus_1 was deleted", "provider_answer": {"customer_deleted": "cus_1"}})
+    assert row["transaction_id"] == ""
+    assert "was deleted at the provider before this adjustment's answer was recorded" in row["review_note"]
+    assert "not sent again" in row["review_note"]
