@@ -18,9 +18,6 @@ Nth request exactly N-1 were sent: which customers exist and which balances move
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 import signal
 import sqlite3
@@ -32,7 +29,13 @@ from typing import Any
 import pytest
 import stripe
 
-from tests.support.credits import ProviderCredits, Target, assert_credits_exact, expected_balances
+from tests.support.credits import (
+    ProviderCredits,
+    Target,
+    assert_credits_exact,
+    expected_balances,
+    migration_report,
+)
 from tests.support.homes import clean_env, make_home
 from tests.support.polling import wait_until
 from tests.support.processes import Process
@@ -133,23 +136,8 @@ def _transactions(sim: ThreadedSimulator, customer_id: str) -> int:
 
 
 def _relabel(sim: ThreadedSimulator, customer_id: str, legacy_id: str) -> None:
-    """A person edits the customer's metadata at the provider (the simulator has no update route)."""
-    with sqlite3.connect(_store(sim), timeout=30) as conn:
-        conn.execute(
-            "UPDATE customers SET metadata = ? WHERE id = ?",
-            (json.dumps({"legacy_account_id": legacy_id}), customer_id),
-        )
-
-
-def _report(home: Path, batch_id: str) -> dict[str, dict[str, str]]:
-    from tests.crash.helpers import stored_output
-
-    local = home / "batches" / batch_id / "migration_report.csv"
-    data = stored_output(
-        home, str(local) if local.is_file() else f"durable://batches/{batch_id}/migration_report.csv"
-    )
-    assert data, f"no migration report for {batch_id}"
-    return {row["legacy_account_id"]: row for row in csv.DictReader(io.StringIO(data.decode()))}
+    """A person edits the customer's metadata at the provider, as a support tool would (the SDK)."""
+    _client(sim).v1.customers.update(customer_id, params={"metadata": {"legacy_account_id": legacy_id}})
 
 
 def _freeze_at(point: Point, accounts: int) -> str:
@@ -240,7 +228,7 @@ def test_a_provider_change_mid_batch_holds_its_account_alone(
         rc, out = worker.wait(180), (worker.tail(),)
 
     assert rc == 4, out
-    report = _report(home, "n1")
+    report = migration_report(home, "n1")
     for change, (acct, ids) in changed.items():
         row = report[acct]
         assert row["status"] == "held_for_review", (change, row)
@@ -301,7 +289,7 @@ def test_an_old_unanswered_intent_whose_customer_was_deleted_is_looked_up_then_h
     )
 
     assert resumed.returncode == 4, (resumed.stdout, resumed.stderr)
-    row = _report(home, "n1")[acct]
+    row = migration_report(home, "n1")[acct]
     assert row["status"] == "held_for_review" and gone in row["review_note"], row
     assert "before this adjustment's answer was recorded" in row["review_note"], row
     assert _transactions(sim, gone) == 0
@@ -338,7 +326,7 @@ def test_a_resume_after_a_persons_fix_reads_the_provider_again(
     resumed = job_cli("resume", "--id", "n1", "--wait", env=_env(home, sim, DURABLE_LEASE_TTL_S=3))
 
     assert resumed.returncode == 4, (resumed.stdout, resumed.stderr)
-    report = _report(home, "n1")
+    report = migration_report(home, "n1")
     acct, ids = changed[Change.DELETED]
     assert {a for a, r in report.items() if r["status"] == "held_for_review"} == {acct}
     (replacement,) = ProviderCredits.of_store(_store(sim)).customers[acct]

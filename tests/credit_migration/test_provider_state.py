@@ -22,7 +22,12 @@ import pytest
 import stripe
 
 from tests.support.batches import synthetic_candidates
-from tests.support.credits import ProviderCredits, assert_credits_exact, expected_balances
+from tests.support.credits import (
+    ProviderCredits,
+    assert_credits_exact,
+    expected_balances,
+    migration_report,
+)
 from tests.support.homes import clean_env, make_home
 from tests.support.simulator import ThreadedSimulator
 
@@ -110,21 +115,6 @@ def _status(home: Path, batch_id: str) -> dict[str, Any]:
     return dict(json.loads(out.stdout))
 
 
-def _report(home: Path, batch_id: str) -> dict[str, dict[str, str]]:
-    import csv
-    import io
-
-    from tests.crash.helpers import stored_output
-
-    # A SQLite home keeps the report in its folder; a Postgres home in its database (DURABLE_STORAGE=auto).
-    local = home / "batches" / batch_id / "migration_report.csv"
-    data = stored_output(
-        home, str(local) if local.is_file() else f"durable://batches/{batch_id}/migration_report.csv"
-    )
-    assert data, f"no migration report for {batch_id}"
-    return {row["legacy_account_id"]: row for row in csv.DictReader(io.StringIO(data.decode()))}
-
-
 def _sim_credits(sim: ThreadedSimulator) -> ProviderCredits:
     return ProviderCredits.of_store(Path(sim.server.store.path))
 
@@ -145,7 +135,7 @@ def test_a_customer_made_by_hand_is_adopted_and_its_balance_planned_from(
     assert_credits_exact(credits, expected_balances([("cm1", SIZE)]))
     moved = [int(t["amount"]) for t in credits.transactions[existing]]
     assert moved == [-250, -credit + 250] or sorted(moved) == sorted([-250, -credit + 250])
-    assert _report(home, "cm1")[acct]["customer_id"] == existing
+    assert migration_report(home, "cm1")[acct]["customer_id"] == existing
     status = _status(home, "cm1")
     assert status["provider"]["kind"] == "stripe" and status["provider"]["account"].startswith("acct_")
     assert status["provider"]["livemode"] is False
@@ -165,7 +155,7 @@ def test_an_account_with_two_customers_is_held_alone_until_a_person_keeps_one(
 
     assert run.returncode == 4, (run.stdout, run.stderr)
     assert "needs review: 1 item held for a person" in run.stdout
-    note = _report(home, "cm1")[acct]
+    note = migration_report(home, "cm1")[acct]
     assert (
         note["status"] == "held_for_review" and first in note["review_note"] and second in note["review_note"]
     )
@@ -201,7 +191,7 @@ def test_a_customer_deleted_at_the_provider_is_held_never_recreated_and_its_repl
     run = _run(home, sim, "cm2")
 
     assert run.returncode == 4, (run.stdout, run.stderr)
-    row = _report(home, "cm2")[acct]
+    row = migration_report(home, "cm2")[acct]
     assert (
         row["status"] == "held_for_review"
         and "deleted" in row["review_note"]
@@ -215,7 +205,7 @@ def test_a_customer_deleted_at_the_provider_is_held_never_recreated_and_its_repl
     replacement = _hand_made(_client(sim), acct)
     adopted = _run(home, sim, "cm3")
     assert adopted.returncode == 0, (adopted.stdout, adopted.stderr)
-    row = _report(home, "cm3")[acct]
+    row = migration_report(home, "cm3")[acct]
     assert row["status"] != "held_for_review" and row["customer_id"] == replacement, row
     assert f"adopted customer {replacement}" in row["review_note"] and deleted["id"] in row["review_note"]
     assert_credits_exact(_sim_credits(sim), expected_balances([("cm1", SIZE), ("cm2", SIZE), ("cm3", SIZE)]))
@@ -247,7 +237,7 @@ def test_near_matches_are_held_with_the_candidate_named_never_a_second_customer_
     run = _run(home, sim, "cm1")
 
     assert run.returncode == 4, (run.stdout, run.stderr)
-    report = _report(home, "cm1")
+    report = migration_report(home, "cm1")
     for acct, candidate in near.items():
         row = report[acct]
         assert row["status"] == "held_for_review" and candidate in row["review_note"], row
@@ -289,7 +279,7 @@ def test_a_balance_changed_by_hand_between_nights_is_held_with_both_figures_neve
     run = _run(home, sim, "cm2")
 
     assert run.returncode == 4, (run.stdout, run.stderr)
-    row = _report(home, "cm2")[acct]
+    row = migration_report(home, "cm2")[acct]
     assert row["status"] == "held_for_review", row
     note = row["review_note"]
     assert "changed at the provider outside this migration" in note and "has not changed" in note, note
@@ -383,7 +373,7 @@ def test_a_persons_decisions_settle_held_accounts_for_every_later_night(
     email = str(valid.loc[valid["legacy_account_id"] == family, "email"].iloc[0])
     client.v1.customers.create(params={"email": email, "metadata": {"legacy_account_id": "OTHER-9"}})
     assert _run(home, sim, "cm1").returncode == 4
-    assert _report(home, "cm1")[family]["status"] == "held_for_review"
+    assert migration_report(home, "cm1")[family]["status"] == "held_for_review"
 
     credited, currency, credit = next(
         (a, c, cr)
@@ -395,7 +385,7 @@ def test_a_persons_decisions_settle_held_accounts_for_every_later_night(
         customer["id"], params={"amount": -500, "currency": currency}
     )
     assert _run(home, sim, "cm2").returncode == 4
-    assert _report(home, "cm2")[credited]["status"] == "held_for_review"
+    assert migration_report(home, "cm2")[credited]["status"] == "held_for_review"
 
     env = _env(home, sim)
     for item, word, why in [
@@ -409,7 +399,7 @@ def test_a_persons_decisions_settle_held_accounts_for_every_later_night(
 
     assert run.returncode == 0, (run.stdout, run.stderr)
     assert "decided by a person" in run.stdout, run.stdout
-    report = _report(home, "cm3")
+    report = migration_report(home, "cm3")
     assert report[family]["status"] == "decided_by_person", report[family]
     assert "shares the family's login" in report[family]["review_note"]
     assert report[credited]["status"] == "decided_by_person", report[credited]

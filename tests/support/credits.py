@@ -115,3 +115,19 @@ def assert_credits_exact(provider: ProviderCredits, expected: Mapping[str, Targe
         elif transactions and customer["currency"] != target.currency:
             wrong.append(f"{acct}: currency {customer['currency']}, want {target.currency}")
     assert not wrong, f"{len(wrong)} balances wrong, e.g. {wrong[:5]}"
+
+
+def migration_report(home: Path, batch_id: str) -> dict[str, dict[str, str]]:
+    """The batch's migration report by legacy account id, wherever its instance keeps it: a SQLite
+    home in its folder, a Postgres home in its database (``DURABLE_STORAGE=auto``)."""
+    import csv
+    import io
+
+    from tests.crash.helpers import stored_output
+
+    local = home / "batches" / batch_id / "migration_report.csv"
+    data = stored_output(
+        home, str(local) if local.is_file() else f"durable://batches/{batch_id}/migration_report.csv"
+    )
+    assert data, f"no migration report for {batch_id}"
+    return {row["legacy_account_id"]: row for row in csv.DictReader(io.StringIO(data.decode()))}
