@@ -187,3 +187,30 @@ def test_a_schedule_executor_of_celery_on_a_sqlite_instance_is_refused(tmp_path:
     p = job_cli("list", env=clean_env(home, DURABLE_SCHEDULE_EXECUTOR="celery"), cwd=tmp_path)
     assert p.returncode == 2, p.stderr
     assert "DURABLE_SCHEDULE_EXECUTOR=celery" in _one_line(p.stderr)
+
+
+def test_the_resume_of_a_distributed_batch_on_a_sqlite_instance_is_refused(tmp_path: Path) -> None:
+    """A batch that ran on the workers (as a SQLite instance let one before #35) is not resumed there
+    in process or on workers that cannot share the file: exit 2, and its run is left as it was."""
+    from dagster import DagsterRun, DagsterRunStatus
+
+    from durable_assets.kit.modes import ExecutorKind
+    from durable_assets.kit.tags import BATCH_TAG, EXECUTOR_TAG
+    from tests.support.homes import open_instance
+
+    assert job_cli("init-home", "sq", env=clean_env(tmp_path), cwd=tmp_path).returncode == 0
+    home = tmp_path / "sq"
+    instance = open_instance(home)
+    run = DagsterRun(
+        job_name="refund_batch",
+        run_id="0f0f0f0f-0000-4000-8000-000000000001",
+        tags={BATCH_TAG: "dist-1", EXECUTOR_TAG: ExecutorKind.CELERY.value},
+        status=DagsterRunStatus.FAILURE,
+    )
+    instance.add_run(run)
+    p = job_cli("resume", "--id", "dist-1", env=clean_env(home), cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    line = _one_line(p.stderr)
+    assert "batch dist-1 ran with --executor celery" in line and "stores on SQLite" in line, line
+    runs = instance.get_runs()
+    assert [r.run_id for r in runs] == [run.run_id] and runs[0].status == DagsterRunStatus.FAILURE
