@@ -31,6 +31,7 @@ from durable_assets.errors import (
     ExecutorContradictionError,
     InstanceConfigError,
     PostgresUrlContradictionError,
+    UsageError,
 )
 
 LAUNCHER_MODULE, LAUNCHER_CLASS = "durable_assets.kit.launcher", "LeaseAwareRunLauncher"
@@ -57,7 +58,7 @@ nux:
 """
 
 #: What a folder without a dagster.yaml gets; the same parts as ``dagster_home/dagster.yaml``
-#: (tests/test_instance_config.py holds the two together).
+#: (tests/test_location.py holds the two together).
 INSTANCE_YAML = (
     "# Written by durable-assets on first use (durable_assets/ops/instance.py): SQLite storage in this\n"
     "# folder, with the launcher, run monitoring and run retries that let the daemon fail and resume a\n"
@@ -148,7 +149,6 @@ def _has_data(home: Path) -> bool:
 def check_environment_agrees(home: Path, config: dict[str, Any], *, written: bool) -> None:
     """Refuse a shell that names another storage than ``home``'s ``dagster.yaml`` (``written``: the
     file is not there yet, and ``config`` is what the CLI would write)."""
-    from durable_assets.kit.settings import DistributedSettings
     from durable_assets.settings import InstanceSettings
 
     path = home / "dagster.yaml"
@@ -181,13 +181,25 @@ def check_environment_agrees(home: Path, config: dict[str, Any], *, written: boo
             f"{PG_URL_VARIABLE}, or point DAGSTER_HOME at that database's folder "
             f"(`job init-home DIR --postgres-from-env`)"
         )
-    if storage.kind == StorageKind.SQLITE and DistributedSettings.current().schedule_executor == "celery":
+    if storage.kind == StorageKind.SQLITE and _schedule_executor() == "celery":
         raise ExecutorContradictionError(
             f"DURABLE_SCHEDULE_EXECUTOR=celery but {path if not written else home} "
             f"{'stores' if not written else 'would store'} on SQLite, which `job worker`s on other "
             f"hosts cannot share: make a distributed instance with `job init-home DIR --distributed`, "
             f"or unset DURABLE_SCHEDULE_EXECUTOR"
         )
+
+
+def _schedule_executor() -> str | None:
+    """``DURABLE_SCHEDULE_EXECUTOR``, or None while its section is malformed: a reading command
+    (`job status`) does not fail on a distributed knob it never uses; the commands that run batches
+    name the bad variable themselves (cli.check_worker_env)."""
+    from durable_assets.kit.settings import DistributedSettings
+
+    try:
+        return DistributedSettings.current().schedule_executor
+    except UsageError:
+        return None
 
 
 def check_shared_storage(home: Path, what: str, otherwise: str) -> None:
