@@ -212,6 +212,28 @@ class InstanceConfigError(UsageError):
     retries, without which a dead worker's batch is never failed nor resumed by the daemon (exit 2)."""
 
 
+class InstanceContradictionError(InstanceConfigError):
+    """What this shell or command asks for contradicts the instance's ``dagster.yaml``: Dagster would
+    quietly follow the file (a SQLite folder while ``DAGSTER_PG_URL`` names a database, workers that
+    cannot reach a SQLite file), so the batch would live where nobody looks for it (exit 2)."""
+
+
+class PostgresUrlContradictionError(InstanceContradictionError):
+    """``DAGSTER_PG_URL`` is set, but the instance's ``dagster.yaml`` stores on SQLite, or in another
+    Postgres database than the one it names."""
+
+
+class ExecutorContradictionError(InstanceContradictionError):
+    """The distributed executor (``--executor celery``, ``job worker``, a batch that ran on the
+    workers, ``DURABLE_SCHEDULE_EXECUTOR=celery``) on an instance that stores on SQLite, which the
+    workers of other hosts cannot share."""
+
+
+class InstanceFolderExistsError(UsageError):
+    """``job init-home DIR`` would replace a ``dagster.yaml`` that says something else: the folder may
+    be someone's live instance, so it is changed only with ``--force`` (exit 2)."""
+
+
 # --- the machine -----------------------------------------------------------------------------------
 
 

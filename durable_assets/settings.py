@@ -161,8 +161,9 @@ class InstanceSettings(Section):
     dagster_pg_url: str | None = var(
         "DAGSTER_PG_URL",
         None,
-        "with `DAGSTER_HOME=dagster_home/postgres`: Postgres for Dagster *and* our tables "
-        "(read by that instance's `dagster.yaml`)",
+        "Postgres for Dagster *and* our tables, read by an instance whose `dagster.yaml` says so "
+        "(`job init-home DIR --postgres-from-env`, `dagster_home/postgres`); beside one that stores "
+        "elsewhere, every command refuses it (exit 2)",
         unset="—",
         secret=True,
     )

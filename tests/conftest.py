@@ -167,12 +167,18 @@ def durable_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def job_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run the real ``job`` console script in its own process (``timeout``: quiet-machine seconds,
-    scaled by the machine's slowness)."""
+    scaled by the machine's slowness; ``cwd``: where it runs, e.g. a folder outside the repository)."""
     exe = REPO / ".venv" / "bin" / "job"
     cmd = [str(exe)] if exe.exists() else ["job"]
     return subprocess.run(
-        [*cmd, *args], capture_output=True, text=True, env=env, timeout=machine.scaled(timeout), check=False
+        [*cmd, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=machine.scaled(timeout),
+        check=False,
+        cwd=cwd,
     )

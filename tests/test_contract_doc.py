@@ -43,7 +43,7 @@ def _commands_in_doc(text: str) -> list[tuple[str, set[str]]]:
     """(subcommand path, options) of every ``job ...`` in backquotes, e.g. ("provider serve", {...})."""
     found = []
     for usage in re.findall(r"`job ([a-z][^`]*)`", text):
-        words = re.findall(r"[a-z]+", usage.split("[")[0].split("--")[0])
+        words = re.findall(r"[a-z][a-z-]*", usage.split("[")[0].split("--")[0])  # init-home is one word
         options = set(re.findall(r"--[a-z][a-z-]*", usage))
         found.append((" ".join(words), options))
     return found

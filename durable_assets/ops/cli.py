@@ -87,6 +87,28 @@ def build_parser(default_job: str | None = None) -> argparse.ArgumentParser:
         f"(default {DEFAULT_SHARDS})",
     )
 
+    init = sub.add_parser(
+        "init-home", help="write an instance folder's dagster.yaml (SQLite unless told) and say how to use it"
+    )
+    init.add_argument(
+        "dir", metavar="DIR", help="the instance folder, absolute or relative (made if missing)"
+    )
+    where = init.add_mutually_exclusive_group()
+    where.add_argument(
+        "--postgres", metavar="URL", help="store in this Postgres database (written in the file)"
+    )
+    where.add_argument(
+        "--postgres-from-env",
+        action="store_true",
+        help="store in the Postgres database DAGSTER_PG_URL names when the instance is opened",
+    )
+    init.add_argument(
+        "--distributed",
+        action="store_true",
+        help="for `job worker` and `--executor celery` (Postgres; from DAGSTER_PG_URL unless --postgres)",
+    )
+    init.add_argument("--force", action="store_true", help="replace a dagster.yaml that says something else")
+
     worker = sub.add_parser("worker", help="a worker of the distributed executor (a Celery worker)")
     worker.add_argument(
         "--concurrency",
@@ -740,8 +762,40 @@ def check_worker_env() -> None:
     arm()  # a test's malformed DURABLE_CRASH_AT is exit 2 here, not a traceback at its first pass
 
 
+def _init_home(args: argparse.Namespace) -> int:
+    from durable_assets.ops.init_home import HomeKind, describe, init_home
+    from durable_assets.settings import InstanceSettings
+
+    if args.distributed:
+        kind = HomeKind.DISTRIBUTED
+    elif args.postgres or args.postgres_from_env:
+        kind = HomeKind.POSTGRES
+    else:
+        kind = HomeKind.SQLITE
+    result = init_home(args.dir, kind, args.postgres, force=args.force)
+    for line in describe(result, kind, args.postgres, InstanceSettings.current().dagster_pg_url):
+        print(line)
+    return EXIT_OK
+
+
+def _require_shared_storage(args: argparse.Namespace) -> None:
+    """The distributed executor's workers share only the database: never on a SQLite instance."""
+    from durable_assets.ops.instance import check_shared_storage
+    from durable_assets.ops.runner import resolve_dagster_home
+
+    if args.command == "worker":
+        check_shared_storage(
+            resolve_dagster_home()[0], "`job worker`", "run batches without --executor celery"
+        )
+    elif args.command == "run" and args.executor == ExecutorKind.CELERY.value:
+        check_shared_storage(resolve_dagster_home()[0], "--executor celery", "leave --executor celery out")
+
+
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "init-home":
+        return _init_home(args)
     _check_before_instance(args)
+    _require_shared_storage(args)
     if args.command == "provider":
         # The one import of the testing package from the runtime: loaded only to run the simulator.
         from durable_assets_testing.simulator import Faults, build_server

@@ -55,7 +55,7 @@ from durable_assets.kit.tags import (
 from durable_assets.ops.batch_log import batch_output
 from durable_assets.ops.code_changes import reconcile_code_on_resume
 from durable_assets.ops.guardrails import pin_at_run, reconcile_on_resume
-from durable_assets.ops.instance import ensure_instance_config
+from durable_assets.ops.instance import check_shared_storage, ensure_instance_config
 from durable_assets.ops.reexecution import LIVE, batch_tags, from_failure, record_run_success
 from durable_assets.ops.registry import (
     durable_jobs,
@@ -87,9 +87,8 @@ def resolve_dagster_home() -> tuple[Path, str]:
         return ensure_instance_config(home), "DAGSTER_HOME"
     local = Path.cwd() / "dagster_home"
     home, why = (local, "./dagster_home") if local.is_dir() else (Path.home() / ".durable_assets", "default")
-    home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(home.resolve())
-    return ensure_instance_config(home.resolve()), why
+    return ensure_instance_config(home.resolve()), why  # made there, unless the shell contradicts it
 
 
 def distributed_tags(shards: int) -> dict[str, str]:
@@ -183,6 +182,12 @@ def resume_batch(
     runs = batch_runs(instance, batch_id)
     if not runs:
         raise UnknownBatchError(f"no batch {batch_id!r} to resume in {instance.root_directory}")
+    if executor_tags_of_runs(runs).get(EXECUTOR_TAG) == ExecutorKind.CELERY.value:
+        check_shared_storage(
+            Path(instance.root_directory),
+            f"batch {batch_id} ran with --executor celery: its resume",
+            "resume it on the instance it ran on",
+        )
     batch_webhooks.settings()
     db = DurableDatabase.for_instance(instance)
     if runs[-1].status != DagsterRunStatus.SUCCESS:
