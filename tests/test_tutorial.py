@@ -140,3 +140,30 @@ def test_the_five_step_job_is_capped_scheduled_killed_and_resumed_exactly_once(
         ["run", "--job", "greetings", "--id", "greet-3", "--input", "missing.csv"], env, logs, cwd=folder
     )
     assert bad.proc.returncode == EXIT_USAGE, bad.tail()
+
+
+def test_the_five_step_job_reads_its_input_file_on_postgres(
+    tmp_path: Path, folder: Path, pg_database: str
+) -> None:
+    """Section 5's step reads its file through `batch_input`: on a Postgres instance `job run
+    --input` stores the file with the batch (`durable://...`), which a plain `read_csv` of
+    `config.path` could not open (#35: the tutorial failed there with InputFileError)."""
+    guests = tmp_path / "guests.csv"
+    guests.write_text("name\n" + "\n".join(f"guest-{i}" for i in range(12)) + "\n")
+    shop = tmp_path / "shop.db"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    home = make_home(tmp_path / "home", pg_database)
+    env = job_env(
+        home,
+        DURABLE_CODE_LOCATION="greetings",
+        PRINT_SHOP_DB=str(shop),
+        PRINT_SHOP_LATENCY_MS=0,
+        MAX_CARDS_PER_BATCH=500,
+        DAGSTER_PG_URL=pg_database,
+    )
+    run = job(
+        ["run", "--job", "greetings", "--id", "greet-pg", "--input", str(guests)], env, logs, cwd=folder
+    )
+    assert run.proc.returncode == EXIT_OK, run.tail()
+    assert shop_count(shop, "SELECT count(*) FROM cards WHERE key LIKE 'greeting:guest-%'") == 12
