@@ -100,9 +100,3 @@ def decisions_in_force(instance: DagsterInstance, job: str | None) -> list[ItemD
     if job is not None:
         durable_jobs().get(job)  # an unknown --job: exit 2
     return all_decisions(DurableDatabase.for_instance(instance), job)
-
-
-def decisions_of_batch(instance: DagsterInstance, job: str, namespace: str | None) -> list[ItemDecision]:
-    """What a batch's status shows: the decisions in force for its job at its bound account."""
-    found = ItemDecisions(DurableDatabase.for_instance(instance), namespace or DEFAULT_NAMESPACE).of_job(job)
-    return sorted(found.values(), key=lambda d: d.item)
