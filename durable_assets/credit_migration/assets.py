@@ -66,7 +66,6 @@ class LegacyExport(kit.BatchInput):
 
 def _read(
     context: AssetExecutionContext,
-    runtime: kit.BatchRuntime,
     payments: PaymentGateway,
     call: Callable[[str], Mapping[str, Any]],
     ids: list[str],
@@ -76,16 +75,14 @@ def _read(
     """One paced, retried read per ID, at the provider's concurrency, with the step's progress
     (``settled``: accounts the customers list already answered, counted as done)."""
     total = settled + len(ids)
-    runtime.report(kit.step_progress(context, settled, total), force=True)
+    kit.report_progress(context, settled, total)
     answers = kit.paced_map(
         call,
         ids,
         payments.limiter(),
         payments.backoff(),
         concurrency=payments.concurrency,
-        on_done=lambda n: runtime.report(
-            kit.step_progress(context, settled + n, total), force=settled + n == total
-        ),
+        on_done=lambda n: kit.report_progress(context, settled + n, total),
     )
     return answers
 
@@ -567,7 +564,6 @@ def planned_adjustments(
     ids = [str(c) for c in ready["customer_id"] if str(c) not in known]
     answers = _read(
         context,
-        runtime,
         payments,
         functools.partial(_balance_answer, customers),
         ids,
@@ -918,7 +914,7 @@ def verified_balances(
         change: int((out["verification"] == verification).sum())
         for change, verification in s.VERIFICATION_OF_CHANGE.items()
     }
-    runtime.report(kit.step_progress(context, len(out), len(out)), force=True)
+    kit.report_progress(context, len(out), len(out))
     return kit.frame_result(
         out,
         {

@@ -106,7 +106,7 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         durable_step,
         effect_runner,
         frame_result,
-        step_progress,
+        report_progress,
     )
     from durable_assets.kit.summaries import batch_summary_spec, held_for_review_line, rows_line
     from durable_assets.kit.tables import (
@@ -231,11 +231,11 @@ __all__ = [
     "read_text_table",
     "reason_counts",
     "report_file",
+    "report_progress",
     "require_columns",
     "review_note",
     "rows_line",
     "shared_limiter",
-    "step_progress",
     "text_columns",
     "text_dtypes",
     "typed",

@@ -249,6 +249,18 @@ def step_progress(context: AssetExecutionContext, done: int, of: int) -> Progres
     return Progress(1, 1, name, done, of)
 
 
+def report_progress(context: AssetExecutionContext, done: int, of: int) -> None:
+    """Progress of a step that sends no effects (a long read, a listing, a check of every row).
+
+    An effect runner reports its own; any other long step calls this as it goes, and users see
+    ``step n/N <label> done/of`` in ``job status``, the event stream and the UI like any other step's.
+    Reports are throttled as the runner's are; the first (``done == 0``) and the last
+    (``done == of``) always land. A shard reports its own count and the step shows their sum.
+    """
+    runtime = kit_resource(context, "runtime", BatchRuntime)
+    runtime.report(step_progress(context, done, of), force=done in (0, of), shard=_shard(context))
+
+
 def effect_runner(
     context: AssetExecutionContext,
     runtime: BatchRuntime | None = None,

@@ -317,7 +317,7 @@ def reconciled_refunds(
     ]
     read = pd.DataFrame(readings, index=out.index, columns=list(_NOT_REFUNDED))
     out = kit.typed(pd.concat([out, read], axis=1), s.RECONCILED_DTYPES)
-    runtime.report(kit.step_progress(context, int(refunded.sum()), int(refunded.sum())), force=True)
+    kit.report_progress(context, int(refunded.sum()), int(refunded.sum()))
     return kit.frame_result(
         out,
         {
