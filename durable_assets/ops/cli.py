@@ -205,6 +205,26 @@ def build_parser(default_job: str | None = None) -> argparse.ArgumentParser:
         "added to DURABLE_API_CORS_ORIGINS (default: no cross-origin access)",
     )
 
+    location = sub.add_parser(
+        "serve-location",
+        help="a code location's gRPC code server, restarted when it dies (for the webserver and daemon)",
+    )
+    location.add_argument(
+        "--module",
+        metavar="M",
+        help="the location's module (default: DURABLE_CODE_LOCATION, else durable_assets.definitions)",
+    )
+    location.add_argument(
+        "--working-directory", metavar="DIR", help="the folder the module is imported from (default: here)"
+    )
+    location.add_argument(
+        "--location-name", metavar="NAME", help="its name in the workspace (default: the module)"
+    )
+    location.add_argument("--host", type=_host, default="127.0.0.1")
+    location.add_argument(
+        "--port", type=_port, default=4266, help="default 4266; 0 picks a free port (printed at start)"
+    )
+
     provider = sub.add_parser("provider", help="the Stripe-compatible payment simulator")
     psub = provider.add_subparsers(dest="provider_command", required=True, parser_class=_Parser)
     ps = psub.add_parser("serve", help="serve the simulator over HTTP")
@@ -778,6 +798,25 @@ def _init_home(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _serve_location(args: argparse.Namespace) -> int:
+    """Only the instance the code server will serve is resolved here (its dagster.yaml made or
+    checked, as by every command); the location itself is imported by the code server alone."""
+    from durable_assets.ops.runner import resolve_dagster_home
+    from durable_assets.ops.serve_location import location, supervise
+    from durable_assets.settings import InstanceSettings
+
+    module = args.module or InstanceSettings.current().code_location
+    where = location(module, args.working_directory, args.location_name, args.host, args.port)
+    home, why = resolve_dagster_home()
+    print(
+        f"serve-location: instance {home} ({why}); run the webserver and the daemon with DAGSTER_HOME={home}",
+        file=sys.stderr,
+        flush=True,
+    )
+    _collect_garbage_again()
+    return supervise(where)
+
+
 def _require_shared_storage(args: argparse.Namespace) -> None:
     """The distributed executor's workers share only the database: never on a SQLite instance."""
     from durable_assets.ops.instance import check_shared_storage
@@ -794,6 +833,8 @@ def _require_shared_storage(args: argparse.Namespace) -> None:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "init-home":
         return _init_home(args)
+    if args.command == "serve-location":
+        return _serve_location(args)
     _check_before_instance(args)
     _require_shared_storage(args)
     if args.command == "provider":
