@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from .homes import pg_url_of
 from .machine import scaled, slowness
 from .network import free_port
 from .polling import wait_until
-from .processes import REPO, VENV_BIN, Process, kill_tree, stop_tree
+from .processes import JOB, REPO, VENV_BIN, Process, kill_group, kill_tree, stop_tree
 
 _seq = itertools.count(1)
 #: The code location's name in workspace.yaml (and of a CodeServer).
@@ -204,9 +205,12 @@ class CodeServer:
         return self
 
     def _serving(self) -> bool:
+        assert self.proc is not None and self.proc.alive(), f"code server exited\n{self.tail()}"
+        return self._ping()
+
+    def _ping(self) -> bool:
         from dagster._grpc.client import DagsterGrpcClient
 
-        assert self.proc is not None and self.proc.alive(), f"code server exited\n{self.tail()}"
         try:
             DagsterGrpcClient(port=self.port, host="127.0.0.1").ping("")
             return True
@@ -225,6 +229,77 @@ class CodeServer:
 
     def tail(self) -> str:
         return self.proc.tail() if self.proc is not None else "(code server not started)"
+
+
+class SupervisedCodeServer(CodeServer):
+    """The same code server run by `job serve-location` (durable_assets/ops/serve_location.py): the
+    supervisor's child is the server, in a process group of its own with the run workers it launches,
+    so :meth:`kill_host` is still the host's loss, and the supervisor, not the test, brings it back.
+
+    ``pid`` is the server now serving (the newest the supervisor says it started).
+    """
+
+    supervisor: Process | None = None
+
+    def start(self, timeout: float = 120) -> SupervisedCodeServer:
+        """Start the supervisor (once), and wait until its server answers."""
+        if self.supervisor is None:
+            argv = [str(JOB), "serve-location", "--module", self.module, "--location-name", self.location]
+            argv += ["--port", str(self.port)]
+            if self.working_dir is not None:
+                argv += ["--working-directory", str(self.working_dir)]
+            out, err = _logs(self.log_dir, "serve-location")
+            self.supervisor = Process(argv, self.env, out, err, cwd=self.working_dir)
+        wait_until(
+            self._serving, timeout=timeout, interval=0.25, what="the supervised code server", detail=self.tail
+        )
+        return self
+
+    def started_pids(self) -> list[int]:
+        """Every server the supervisor started, oldest first (its stderr's lines)."""
+        text = self.supervisor.stderr if self.supervisor is not None else ""
+        return [int(pid) for pid in re.findall(r"code server started \(pid (\d+)\)", text)]
+
+    @property
+    def pid(self) -> int:
+        pids = self.started_pids()
+        assert pids, f"the supervisor started no code server\n{self.tail()}"
+        return pids[-1]
+
+    def _serving(self) -> bool:
+        assert self.supervisor is not None and self.supervisor.alive(), f"supervisor exited\n{self.tail()}"
+        return bool(self.started_pids()) and self._ping()
+
+    def kill_host(self) -> None:
+        """SIGKILL the server and its run workers at once (one process group); returns once the
+        supervisor has reaped the server (its pid gone), not when it is back."""
+        killed = self.pid
+        os.killpg(killed, signal.SIGKILL)
+        wait_until(
+            lambda: not Path(f"/proc/{killed}").exists(), timeout=30, what=f"code server {killed} reaped"
+        )
+
+    def wait_back(self, killed: int, timeout: float = 120) -> int:
+        """Until the supervisor has started a server other than ``killed`` and it answers; its pid."""
+        wait_until(
+            lambda: self.pid != killed and self._serving(),
+            timeout=timeout,
+            interval=0.1,
+            what="the supervisor to restart the code server",
+            detail=self.tail,
+        )
+        return self.pid
+
+    def stop(self) -> None:
+        """SIGTERM the supervisor (it stops its server), then SIGKILL whatever a failed stop left."""
+        if self.supervisor is not None:
+            pids = self.started_pids()
+            self.supervisor.terminate()
+            for pid in pids:
+                kill_group(pid)
+
+    def tail(self) -> str:
+        return self.supervisor.tail() if self.supervisor is not None else "(supervisor not started)"
 
 
 UI_SH = REPO / "scripts" / "ui.sh"
