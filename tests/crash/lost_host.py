@@ -19,7 +19,7 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunSta
 
 from durable_assets.kit.leases import Lease, owner_pid
 from durable_assets.kit.tags import BATCH_TAG, WORKER_LOST_TAG
-from tests.support.dagster_dev import CodeServer, DagsterDev, LaunchedJob
+from tests.support.dagster_dev import CodeServer, DagsterDev, LaunchedJob, SupervisedCodeServer
 from tests.support.polling import wait_until
 
 from .helpers import InstanceReader, job_env
@@ -151,11 +151,16 @@ class LostHost:
 
         ``while_down`` asserts what must hold while the location is unreachable (e.g. nothing sent).
         """
-        instance, first_run, code = self.reader.instance, self.first_run, self.code
         # Nobody restarts anything until Dagster has dropped its retry.
         dropped = self.wait_retry_dropped()
         while_down()
-        code.start()  # the host is back: its supervisor restarts the code server, nothing else
+        self.code.start()  # the host is back: its supervisor restarts the code server, nothing else
+        return self.finish(dropped)
+
+    def finish(self, dropped_s: float) -> Recovery:
+        """Once the code location is back: until the sensor resumed the batch and it succeeded.
+        ``dropped_s``: the seconds from the kill to the first stage the caller waited for."""
+        instance, first_run = self.reader.instance, self.first_run
         resumed = wait_until(
             lambda: instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": first_run})),
             timeout=150,
@@ -175,7 +180,7 @@ class LostHost:
         )
         lineage = instance.get_runs(RunsFilter(tags={BATCH_TAG: self.batch}))
         return Recovery(
-            dropped_s=dropped,
+            dropped_s=dropped_s,
             resumed_s=resumed_after,
             succeeded_s=time.monotonic() - self.killed_at,
             status=status,
@@ -187,11 +192,12 @@ class LostHost:
 
 
 def postcards_served_by_a_daemon(
-    home: Path, folder: Path, shop: Path, logs: Path, **extra: object
+    home: Path, folder: Path, shop: Path, logs: Path, *, supervised: bool = False, **extra: object
 ) -> tuple[dict[str, str], CodeServer, DagsterDev]:
     """The tutorial's location in ``folder`` served by a code server of its own and `dagster dev`,
     as a user's host runs it: 400 cards at 40 ms, 4 at a time, give ~4 s of sending to kill inside;
-    the automatic resume looks every second, 2 s after a loss. ``extra``: more environment."""
+    the automatic resume looks every second, 2 s after a loss. ``supervised``: the code server is
+    run by `job serve-location`, which restarts it. ``extra``: more environment."""
     env = job_env(
         home,
         lease_ttl_s=2.0,
@@ -202,6 +208,7 @@ def postcards_served_by_a_daemon(
         DURABLE_AUTO_RESUME_INTERVAL_S=1,
         **extra,
     )
-    code = CodeServer(env, logs, module="postcards", working_dir=folder, location="postcards")
+    kind = SupervisedCodeServer if supervised else CodeServer
+    code = kind(env, logs, module="postcards", working_dir=folder, location="postcards")
     dev = DagsterDev(home, env, logs, code_server=code, job=LaunchedJob("postcards", "recipients"))
     return env, code, dev
