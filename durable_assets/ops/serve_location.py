@@ -182,13 +182,14 @@ def supervise(
     """Serve ``where`` until SIGTERM or SIGINT; returns the exit code (143 or 130)."""
     stop = _StopSignal()
     print(where.workspace_yaml(), end="", flush=True)
-    env = {**os.environ, "DURABLE_CODE_LOCATION": where.module}  # the location's commands and sensors
     delay: float | None = None
     restarts = 0
     child: subprocess.Popen[bytes] | None = None
     while not stop.event.is_set():
         started = time.monotonic()
-        child = subprocess.Popen(where.argv(), env=env, cwd=where.working_directory, process_group=0)
+        # Its environment is this one: the same DAGSTER_HOME (resolved by the CLI) and the job's own
+        # variables; a location built by `definitions(...)` names itself DURABLE_CODE_LOCATION.
+        child = subprocess.Popen(where.argv(), cwd=where.working_directory, process_group=0)
         log(f"code server started (pid {child.pid}) on {where.host}:{where.port}")
         while child.poll() is None and not stop.event.wait(POLL_S):
             pass
