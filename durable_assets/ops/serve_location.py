@@ -188,8 +188,11 @@ def supervise(
     while not stop.event.is_set():
         started = time.monotonic()
         # Its environment is this one: the same DAGSTER_HOME (resolved by the CLI) and the job's own
-        # variables; a location built by `definitions(...)` names itself DURABLE_CODE_LOCATION.
-        child = subprocess.Popen(where.argv(), cwd=where.working_directory, process_group=0)
+        # variables; a location built by `definitions(...)` names itself DURABLE_CODE_LOCATION. Its
+        # output (and its run workers': a step's print) goes to stderr: stdout is the workspace file.
+        child = subprocess.Popen(
+            where.argv(), cwd=where.working_directory, process_group=0, stdout=sys.stderr.fileno()
+        )
         log(f"code server started (pid {child.pid}) on {where.host}:{where.port}")
         while child.poll() is None and not stop.event.wait(POLL_S):
             pass

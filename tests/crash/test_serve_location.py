@@ -63,7 +63,7 @@ def test_a_killed_code_server_comes_back_by_itself_and_its_batch_finishes(
             failed_s = host.wait_failed_from_its_lease()
             done = host.finish(failed_s)
         print(
-            f"\ncode server back {back_s:.1f} s after the kill (no command), run failed from its lease at "
+            f"\ncode server back {back_s:.1f} s after the kill (no command), run failed from its lease by "
             f"{failed_s:.1f} s, automatic resume at {done.resumed_s:.1f} s, kill to done "
             f"{done.succeeded_s:.1f} s; {at_kill} of {size} cards at the kill"
         )

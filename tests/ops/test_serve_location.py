@@ -80,6 +80,8 @@ def test_a_stop_signal_stops_the_server_and_its_group_and_exits_128_plus_it(
         assert served.supervisor.wait(timeout=30) == code, served.tail()
         assert not live_in_groups({child}), "the code server's group outlived its supervisor"
         assert f"stopped on {sig.name}" in served.supervisor.stderr
-        assert "load_from:" in served.supervisor.stdout
+        # stdout is the workspace file and nothing else (the server's own output goes to stderr)
+        workspace = yaml.safe_load(served.supervisor.stdout)
+        assert workspace["load_from"][0]["grpc_server"]["port"] == served.port
     finally:
         served.stop()
