@@ -5,6 +5,8 @@ Dagster's run retry cannot reach the code location and drops the retry; nothing 
 code server is back; then the auto-resume sensor re-executes the batch from failure and it succeeds.
 The refund job (tests/crash/test_auto_resume.py) and a user's own job
 (tests/crash/test_user_job_auto_resume.py) assert the same story, so it is told once, here.
+Under `job serve-location` (tests/crash/test_serve_location.py) the code server is back before the
+run is failed, and the story goes from there to the sensor's resume (:meth:`LostHost.finish`).
 """
 
 from __future__ import annotations
