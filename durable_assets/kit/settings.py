@@ -86,6 +86,9 @@ class DistributedSettings(Section):
         ge=1,
         le=100,
     )
+    #: Two: a pool child runs one step, whose effect threads each hold a connection for one short
+    #: statement at a time (docs/scaling.md, "Database connections"); 20 a child was what ran a
+    #: stock max_connections=100 out with 2 workers x 2 children.
     worker_db_pool: int = var(
         "DURABLE_WORKER_DB_POOL",
         2,
