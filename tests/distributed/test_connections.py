@@ -69,9 +69,23 @@ def test_workers_and_their_orchestrator_hold_no_more_connections_than_documented
 
         wait_until(ended, timeout=180, interval=0.05, what="the batch to end", detail=run.tail)
         assert run.proc.returncode == EXIT_OK, run.tail()
-        kept = connections(conn)  # the orchestrator has exited; the workers wait for their next task
+        assert max(seen) <= bound, (max(seen), bound, seen)
+        # The orchestrator has exited; between tasks each child keeps only its few (8 x 4 here, where
+        # the unbounded pools kept 74 for good). A task still ending as the run did (a superseded
+        # re-send on a loaded machine) may hold more for a moment, so this waits for them to settle.
+        kept_bound = WORKERS * CHILDREN * KEPT
+        after: list[int] = []
+
+        def settled() -> bool:
+            after.append(connections(conn))
+            return 0 < after[-1] <= kept_bound
+
+        wait_until(
+            settled,
+            timeout=30,
+            interval=0.1,
+            what=f"the idle workers to keep at most {kept_bound} connections",
+            detail=lambda: f"connections since the run ended: {after[-20:]}",
+        )
     busy = sum(1 for w in cluster.workers if "execute_step" in w.stderr)
     assert busy == WORKERS, [w.tail() for w in cluster.workers]
-    assert max(seen) <= bound, (max(seen), bound, seen)
-    # Between tasks, each child keeps only its few: 8 x 4 here, where the unbounded pools kept 74.
-    assert 0 < kept <= WORKERS * CHILDREN * KEPT, (kept, seen[-20:])
