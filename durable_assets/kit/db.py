@@ -310,8 +310,8 @@ THREADED = ConnectionBounds(pool_size=20, max_overflow=16, dagster_overflow=20)
 def one_task_at_a_time(pool_size: int) -> ConnectionBounds:
     """A `job worker`'s pool child (it runs one step at a time) or a distributed run's orchestrator
     (it runs none): ``pool_size`` of ours kept open, as many again at a moment, and one held per
-    Dagster storage with one more at a moment. Idle, such a process holds ``pool_size`` + 2 (the
-    schedule storage is not used); 20 a child, with :data:`THREADED`, ran 2 workers x 2 children out
+    Dagster storage with one more at a moment. Idle, a child holds ``pool_size`` + 2 (a task does
+    not use the schedule storage); 20 a child, with :data:`THREADED`, ran 2 workers x 2 children out
     of a stock ``max_connections=100``. Its step's effect threads then take turns on our few
     connections: each holds one for a single short statement (the cancel and fence check before a
     request) or a group commit's one transaction, never across a provider request."""
@@ -332,11 +332,6 @@ def bound_connections(bounds: ConnectionBounds) -> None:
         for engine in _engines.values():
             engine.dispose()
         _engines.clear()
-
-
-def connection_bounds() -> ConnectionBounds:
-    """This process's bounds (:func:`bound_connections`; :data:`THREADED` unless told otherwise)."""
-    return _bounds
 
 
 #: Execution option that marks a connection as read-only (see :meth:`DurableDatabase.read`).

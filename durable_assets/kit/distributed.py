@@ -626,8 +626,9 @@ def run_worker(concurrency: int, connections: ConnectionBounds) -> None:
     each worker on a host. Each child holds at most ``connections.most`` database connections (it
     runs one step at a time); the parent, which runs none, closes its own before the pool forks.
     """
-    bound_connections(connections)
     from celery.signals import after_setup_logger
+
+    bound_connections(connections)
 
     @after_setup_logger.connect(weak=False)
     def _quiet_results(logger: Any, **_kwargs: Any) -> None:

@@ -22,6 +22,7 @@ from durable_assets.errors import BatchInterruptedError, DurableError, UsageErro
 from durable_assets.kit.modes import DEFAULT_SHARDS, MAX_SHARDS, ExecutorKind
 
 if TYPE_CHECKING:  # imported where used: `job --help` stays fast
+    from durable_assets.kit.db import ConnectionBounds
     from durable_assets.ops.status_model import BatchStatusModel
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
@@ -436,7 +437,7 @@ def _long_lived(instance: Any) -> Any:
     return instance
 
 
-def _one_task_at_a_time() -> Any:
+def _one_task_at_a_time() -> ConnectionBounds:
     """The database connections of a process that runs one step at a time, or none: a `job worker`'s
     pool children and a distributed run's orchestrator (``DURABLE_WORKER_DB_POOL``, read here only)."""
     from durable_assets.kit.db import one_task_at_a_time
