@@ -37,9 +37,9 @@ def test_defaults_need_no_environment() -> None:
 
 def test_every_variable_is_declared_once() -> None:
     names = [variable(f) for s in SECTIONS for f in s.variables().values()]
-    # 51 documented (DURABLE_SCHEDULE_EXECUTOR and 5 of storage: #24; DURABLE_API_MAX_STALLED_PER_CLIENT:
-    # #34), 2 test hooks
-    assert len(names) == len(set(names)) == 53
+    # 52 documented (DURABLE_SCHEDULE_EXECUTOR and 5 of storage: #24; DURABLE_API_MAX_STALLED_PER_CLIENT:
+    # #34; DURABLE_WORKER_DB_POOL: #35), 2 test hooks
+    assert len(names) == len(set(names)) == 54
     assert set(SECTIONS) == {s for s in Section.registered if s.__module__.startswith("durable_assets.")}
 
 

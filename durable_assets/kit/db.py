@@ -274,15 +274,64 @@ blobs = sa.Table(
     sa.Column("stored_at", sa.Float, nullable=False),
 )
 
-#: Connections an engine keeps open. An effect runner's threads (``DURABLE_CONCURRENCY``, 16 by
-#: default) each hold one at a time, beside the lease heartbeat and the progress writer: a smaller
-#: pool closed the overflow connection after every use and opened a new one for the next (1,155
-#: connects for one 1,000-invoice batch, each with its PRAGMAs or a Postgres handshake).
-_POOL_SIZE = 20
-_POOL_OVERFLOW = 16
+#: Dagster's storages of an instance: run, event log, schedule (each its own engine).
+DAGSTER_STORAGES = 3
 
+
+@dataclasses.dataclass(frozen=True)
+class ConnectionBounds:
+    """How many connections one process may hold to the instance's database, and keeps open.
+
+    Ours: ``pool_size`` kept open once used, ``max_overflow`` more opened at a busy moment and closed
+    when given back. Dagster's (on Postgres, after :func:`hold_connections`): one kept open per
+    storage, ``dagster_overflow`` more at a moment. Every thread holds at most one connection of an
+    engine at a time, except Dagster's event log writing an asset event for the first time in a
+    process (it checks the schema on a second connection): so an overflow of at least 1 there.
+    """
+
+    pool_size: int
+    max_overflow: int
+    dagster_overflow: int
+
+    @property
+    def most(self) -> int:
+        """The most connections the process can hold at once: ours, and Dagster's three storages'."""
+        return self.pool_size + self.max_overflow + DAGSTER_STORAGES * (1 + self.dagster_overflow)
+
+
+#: A process that runs steps itself (`job run`, `job resume` in process, `job serve`). An effect
+#: runner's threads (``DURABLE_CONCURRENCY``, 16 by default) each hold one of ours at a time, beside
+#: the lease heartbeat and the progress writer: a smaller pool closed the overflow connection after
+#: every use and opened a new one for the next (1,155 connects for one 1,000-invoice batch, each with
+#: its PRAGMAs or a Postgres handshake). Dagster's overflow is its webserver's (many request threads).
+THREADED = ConnectionBounds(pool_size=20, max_overflow=16, dagster_overflow=20)
+
+
+def one_task_at_a_time(pool_size: int) -> ConnectionBounds:
+    """A `job worker`'s pool child (it runs one step at a time) or a distributed run's orchestrator
+    (it runs none): ``pool_size`` of ours kept open, as many again at a moment, and one held per
+    Dagster storage with one more at a moment. Idle, a child holds ``pool_size`` + 2 (a task does
+    not use the schedule storage); 20 a child, with :data:`THREADED`, ran 2 workers x 2 children out
+    of a stock ``max_connections=100``. Its step's effect threads then take turns on our few
+    connections: each holds one for a single short statement (the cancel and fence check before a
+    request) or a group commit's one transaction, never across a provider request."""
+    return ConnectionBounds(pool_size=pool_size, max_overflow=pool_size, dagster_overflow=1)
+
+
+_bounds = THREADED
 _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()
+
+
+def bound_connections(bounds: ConnectionBounds) -> None:
+    """This process's connections from now on: engines opened before are closed and forgotten (the
+    next use opens one within ``bounds``); call it before opening anything that keeps them."""
+    global _bounds
+    with _engines_lock:
+        _bounds = bounds
+        for engine in _engines.values():
+            engine.dispose()
+        _engines.clear()
 
 
 #: Execution option that marks a connection as read-only (see :meth:`DurableDatabase.read`).
@@ -320,15 +369,18 @@ def engine_for_url(url: str) -> Engine:
                 engine = sa.create_engine(
                     url,
                     connect_args={"timeout": 60, "check_same_thread": False},
-                    pool_size=_POOL_SIZE,
-                    max_overflow=_POOL_OVERFLOW,
+                    pool_size=_bounds.pool_size,
+                    max_overflow=_bounds.max_overflow,
                 )
                 _configure_sqlite(engine)
             else:
                 # dagster-postgres ships psycopg2; SQLAlchemy 2.1 would otherwise pick psycopg 3.
                 driver_url = url.replace("postgresql://", "postgresql+psycopg2://", 1)
                 engine = sa.create_engine(
-                    driver_url, pool_pre_ping=True, pool_size=_POOL_SIZE, max_overflow=_POOL_OVERFLOW
+                    driver_url,
+                    pool_pre_ping=True,
+                    pool_size=_bounds.pool_size,
+                    max_overflow=_bounds.max_overflow,
                 )
             try:
                 upgrade_to_head(engine)
@@ -355,7 +407,8 @@ def hold_connections(instance: DagsterInstance) -> None:
     check paid a new Postgres connection: 35% of a task's time in a worker profile. A worker and an
     orchestrator live for many statements; Dagster's webserver switches to a held connection for the
     same reason, with the same call (no statement timeout here: a step's queries are short and a
-    timeout would fail a batch, not a page). SQLite storages ignore it.
+    timeout would fail a batch, not a page). SQLite storages ignore it. One connection is kept per
+    storage, and at most ``dagster_overflow`` more opened at once (:func:`bound_connections`).
 
     Such a process also keeps what Dagster's storages learn of the schema (a migration that has run
     stays run): without it, each dynamic-partition check and asset or run read asked the catalog
@@ -363,7 +416,9 @@ def hold_connections(instance: DagsterInstance) -> None:
     """
     from durable_assets.kit.dagster_internals import remember_schema_checks
 
-    instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=20)
+    instance.optimize_for_webserver(
+        statement_timeout=0, pool_recycle=3600, max_overflow=_bounds.dagster_overflow
+    )
     remember_schema_checks(instance)
 
 

@@ -70,7 +70,13 @@ from durable_assets.kit.dagster_internals import (
     serializable_error_info_from_exc_info,
     unpack_value,
 )
-from durable_assets.kit.db import DurableDatabase, hold_connections, now
+from durable_assets.kit.db import (
+    ConnectionBounds,
+    DurableDatabase,
+    bound_connections,
+    hold_connections,
+    now,
+)
 from durable_assets.kit.executor import celery_config_fields
 from durable_assets.kit.interrupts import stop_requested
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
@@ -612,14 +618,17 @@ class DurableCeleryExecutor(Executor):
         flight.sent_at = now()
 
 
-def run_worker(concurrency: int) -> None:
+def run_worker(concurrency: int, connections: ConnectionBounds) -> None:
     """`job worker`: a Celery worker of our app on the configured queue, until it is stopped.
 
     Prefork pool: each step runs in a child process, so one step's crash (or a superseded one's
     exit) takes no other step with it; a unique node name per process, so pings and revokes reach
-    each worker on a host.
+    each worker on a host. Each child holds at most ``connections.most`` database connections (it
+    runs one step at a time); the parent, which runs none, closes its own before the pool forks.
     """
     from celery.signals import after_setup_logger
+
+    bound_connections(connections)
 
     @after_setup_logger.connect(weak=False)
     def _quiet_results(logger: Any, **_kwargs: Any) -> None:

@@ -86,6 +86,19 @@ class DistributedSettings(Section):
         ge=1,
         le=100,
     )
+    #: Two: a pool child runs one step, whose effect threads each hold a connection for one short
+    #: statement at a time (docs/scaling.md, "Database connections"); 20 a child was what ran a
+    #: stock max_connections=100 out with 2 workers x 2 children.
+    worker_db_pool: int = var(
+        "DURABLE_WORKER_DB_POOL",
+        2,
+        "database connections a `job worker` pool child (and a `job run --executor celery` "
+        "orchestrator) keeps open for our tables; it opens as many again at a busy moment. With "
+        "Dagster's storages, at most 2 x this + 6 per child "
+        "([connections](docs/scaling.md#database-connections))",
+        ge=1,
+        le=32,
+    )
 
 
 class StorageSettings(Section):

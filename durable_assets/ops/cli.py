@@ -22,6 +22,7 @@ from durable_assets.errors import BatchInterruptedError, DurableError, UsageErro
 from durable_assets.kit.modes import DEFAULT_SHARDS, MAX_SHARDS, ExecutorKind
 
 if TYPE_CHECKING:  # imported where used: `job --help` stays fast
+    from durable_assets.kit.db import ConnectionBounds
     from durable_assets.ops.status_model import BatchStatusModel
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
@@ -456,6 +457,15 @@ def _long_lived(instance: Any) -> Any:
     return instance
 
 
+def _one_task_at_a_time() -> ConnectionBounds:
+    """The database connections of a process that runs one step at a time, or none: a `job worker`'s
+    pool children and a distributed run's orchestrator (``DURABLE_WORKER_DB_POOL``, read here only)."""
+    from durable_assets.kit.db import one_task_at_a_time
+    from durable_assets.kit.settings import DistributedSettings
+
+    return one_task_at_a_time(DistributedSettings.current().worker_db_pool)
+
+
 def _with_progress(instance: Any, batch_id: str, fn: Callable[[], Any]) -> Any:
     from durable_assets.ops.console import ClosedPipeSafe, user_stream
 
@@ -879,7 +889,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         # The code location, imported once here, before the pool forks: each child inherits it
         # instead of importing it in its first task (~2 s of a batch's critical path per child).
         durable_jobs()
-        run_worker(args.concurrency)
+        run_worker(args.concurrency, _one_task_at_a_time())
         return EXIT_OK
 
     from durable_assets.ops import runner, status
@@ -889,6 +899,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         # A frozen process's SQLite write lock would hang these commands: bounded, named, exit 3.
         wait_for_write_locks(runner.resolve_dagster_home()[0])
+    if args.command == "run" and args.executor == ExecutorKind.CELERY.value:
+        from durable_assets.kit.db import bound_connections
+
+        bound_connections(_one_task_at_a_time())  # it orchestrates: the workers run every step
     instance = _instance(args.verbose)
     if args.command in ("run", "resume", "backfill"):
         _long_lived(instance)
