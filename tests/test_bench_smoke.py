@@ -53,6 +53,7 @@ def test_bench_smoke_scenarios_1_to_3(tmp_path: Path) -> None:
     assert three["steps_reexecuted"] == ["issued_refunds"]
 
 
+@pytest.mark.full  # two minutes of workers that tests/distributed already prove; the harness runs in --full
 def test_bench_smoke_scenario_10_distributed(tmp_path: Path) -> None:
     """Scenario 10 at smoke size: workers, a binding shared limit and the overhead pair all run."""
     from tests.distributed.conftest import broker_available

@@ -30,7 +30,10 @@ from tests.support.tutorial import shop_count, tutorial_folder
 from .helpers import EXIT_OK, INTERRUPTED, instance_reader, job
 from .lost_host import LostHost, postcards_served_by_a_daemon
 
-pytestmark = pytest.mark.slow
+# tests/crash/test_serve_location.py makes the same proof (a user's location loses its code server
+# and worker, the daemon's auto-resume finishes the batch) with the supervisor a user runs; this one,
+# with the code server restarted by hand and Dagster's run retry dropped on the way, runs in --full.
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 POSTCARDS = LaunchedJob("postcards", "recipients")
 CARDS = "SELECT count(*) FROM cards"
