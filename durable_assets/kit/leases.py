@@ -160,9 +160,8 @@ class LeaseStore:
         """
         owner = owner or process_owner()
         with self.db.transaction() as conn:
-            query = sa.select(leases).where(leases.c.batch_id == batch_id)
-            if self.db.is_postgres:
-                query = query.with_for_update()
+            # The row's lock on Postgres; SQLite renders no FOR UPDATE (its BEGIN IMMEDIATE holds the file).
+            query = sa.select(leases).where(leases.c.batch_id == batch_id).with_for_update()
             row = conn.execute(query).first()
             t = self.db.clock(conn)  # under the row's lock: a lease that lapsed while we waited has lapsed
             current = _to_lease(row, t) if row else None

@@ -216,9 +216,8 @@ class SharedBucket:
             # A new bucket is full: as if last drawn from long ago (no clock read before the lock).
             first = {"name": self.name, "tokens": self.capacity, "updated_at": 0.0}
             conn.execute(self.db.insert_ignore(rate_limits).values(**first))
-            query = sa.select(c.tokens, c.updated_at).where(c.name == self.name)
-            if self.db.is_postgres:
-                query = query.with_for_update()
+            # The row's lock on Postgres; SQLite renders no FOR UPDATE (its BEGIN IMMEDIATE holds the file).
+            query = sa.select(c.tokens, c.updated_at).where(c.name == self.name).with_for_update()
             row = conn.execute(query).one()
             # The clock is read under the row's lock and never moves the row back: a time read
             # before waiting for the lock would count an interval another process drew again.

@@ -124,9 +124,8 @@ class ProgressStore:
             "of": 0,
         }
         conn.execute(self.db.insert_ignore(progress).values(**first))
-        query = sa.select(progress).where(progress.c.batch_id == batch_id)
-        if self.db.is_postgres:
-            query = query.with_for_update()
+        # The row's lock on Postgres; SQLite renders no FOR UPDATE (its BEGIN IMMEDIATE holds the file).
+        query = sa.select(progress).where(progress.c.batch_id == batch_id).with_for_update()
         row = conn.execute(query).one()
         if row.run_id != run_id:
             return None

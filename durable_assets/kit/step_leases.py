@@ -53,9 +53,8 @@ class StepLeaseStore:
         """
         c = step_leases.c
         with self.db.transaction() as conn:
-            query = sa.select(step_leases).where(c.run_id == run_id, c.step_key == step_key)
-            if self.db.is_postgres:
-                query = query.with_for_update()
+            # The row's lock on Postgres; SQLite renders no FOR UPDATE (its BEGIN IMMEDIATE holds the file).
+            query = sa.select(step_leases).where(c.run_id == run_id, c.step_key == step_key).with_for_update()
             row = conn.execute(query).first()
             t = self.db.clock(conn)
             values = {

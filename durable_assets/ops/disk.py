@@ -18,6 +18,7 @@ connection at a time then; nothing can write to a full disk meanwhile anyway).
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import sqlite3
@@ -32,6 +33,7 @@ import sqlalchemy as sa
 from durable_assets.errors import DiskFullError, UnknownBatchError
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 #: What SQLite and the OS say when a write found no space: a full disk whatever else is true.
 _FULL_TEXTS = ("database or disk is full", "no space left on device", "[errno 28]")
@@ -193,7 +195,7 @@ def full_disk_ends_batch(
             )
             raise error from exc
         except Exception:  # the error line matters more than its step number
-            pass
+            logger.debug("the step of batch %s is unreadable on the full disk", batch_id, exc_info=True)
         error = batch_disk_full(batch_id, path, step)
         if step is None:  # every step completed: nothing failed, the disk stopped us before it began
             error = DiskFullError(

@@ -19,6 +19,7 @@ handlers (it only does on the main thread), and the main thread keeps ours:
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -29,6 +30,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_assets.errors import BatchInterruptedError
 from durable_assets.kit.interrupts import clear_stop, request_stop, stop_requested
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # the CLI imports this module before it knows it will need a database
     from durable_assets.kit.db import DurableDatabase
@@ -136,8 +139,8 @@ def _hand_on_to_tasks(
             if lease is not None and lease.owner == process_owner() and lease.run_id != PENDING_RUN:
                 request_stop_of_run(db, batch_id, lease.run_id, received)
                 return
-        except Exception:
-            pass
+        except Exception:  # the database busy or away for a moment: the next poll asks again
+            logger.debug("stop of batch %s not committed yet; retrying", batch_id, exc_info=True)
         batch.join(_POLL_S)
 
 

@@ -43,6 +43,11 @@ EXPLANATION: Final = "explanation"
 
 #: Reasons in precedence order; the index is the code used internally.
 _PRECEDENCE: Final[tuple[RefundReason, ...]] = tuple(RefundReason)
+#: Each rule's code, by name: what ``np.select`` picks and the explanations branch on.
+_DUPLICATE: Final = _PRECEDENCE.index(RefundReason.DUPLICATE_CHARGE)
+_AFTER_CANCELLATION: Final = _PRECEDENCE.index(RefundReason.CHARGED_AFTER_CANCELLATION)
+_OVERCHARGE: Final = _PRECEDENCE.index(RefundReason.OVERCHARGE)
+_NO_RULE: Final = -1
 
 _NEEDED_COLUMNS: Final = (
     s.INVOICE_ID,
@@ -132,11 +137,11 @@ def compute_refund_candidates(valid: pd.DataFrame) -> pd.DataFrame:
     # Rule 3.
     overcharged = charged > contracted
 
-    conditions = [is_duplicate, after_cancel, overcharged]
-    reason_code = np.select(conditions, [0, 1, 2], default=-1)
+    conditions = [is_duplicate, after_cancel, overcharged]  # in precedence order: the first true wins
+    reason_code = np.select(conditions, [_DUPLICATE, _AFTER_CANCELLATION, _OVERCHARGE], default=_NO_RULE)
     rule_amount = np.select(conditions, [refundable, charged, charged - contracted], default=0)
     refund = np.minimum(rule_amount, refundable)
-    selected = np.flatnonzero((reason_code >= 0) & (refund > 0))
+    selected = np.flatnonzero((reason_code != _NO_RULE) & (refund > 0))
     if len(selected) == 0:
         return _empty_candidates()
     selected = selected[np.argsort(invoice_rank[selected], kind="stable")]
@@ -151,7 +156,7 @@ def compute_refund_candidates(valid: pd.DataFrame) -> pd.DataFrame:
     refundable_txt = " (refundable " + _money(refundable_sel) + " " + currency + ")"
 
     why = pd.Series([""] * len(selected), dtype="str")
-    dup = codes == 0
+    dup = codes == _DUPLICATE
     if dup.any():
         orig = frame.iloc[original_pos[selected[dup]]].reset_index(drop=True)
         d = sub[dup].reset_index(drop=True)
@@ -167,7 +172,7 @@ def compute_refund_candidates(valid: pd.DataFrame) -> pd.DataFrame:
             + " in "
             + currency[dup].reset_index(drop=True)
         ).to_numpy()
-    canc = codes == 1
+    canc = codes == _AFTER_CANCELLATION
     if canc.any():
         c = sub[canc].reset_index(drop=True)
         why[canc] = (
@@ -176,7 +181,7 @@ def compute_refund_candidates(valid: pd.DataFrame) -> pd.DataFrame:
             + " after the subscription was cancelled "
             + _iso_seconds(c[s.CANCELLED_AT])
         ).to_numpy()
-    over = codes == 2
+    over = codes == _OVERCHARGE
     if over.any():
         o = sub[over].reset_index(drop=True)
         cur = currency[over].reset_index(drop=True)
