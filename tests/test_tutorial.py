@@ -11,20 +11,34 @@ in the page, so the number the page and the README state is measured.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.homes import make_home
-from tests.support.processes import VENV_BIN
+from tests.support.machine import scaled
+from tests.support.polling import wait_until
+from tests.support.processes import VENV_BIN, kill_group
 from tests.support.tutorial import DOC, shop_count, tutorial_folder, tutorial_module
 
-from .crash.helpers import EXIT_FAILED, EXIT_OK, EXIT_USAGE, instance_reader, job, job_env, kill_mid_sending
+from .crash.helpers import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    JobProcess,
+    instance_reader,
+    job,
+    job_env,
+    kill_mid_sending,
+)
 from .crash.helpers import resume_until_accepted as resume_after_kill
 
 SIZE = 120
@@ -192,3 +206,58 @@ def test_the_five_step_job_reads_its_input_file_on_postgres(
     )
     assert run.proc.returncode == EXIT_OK, run.tail()
     assert shop_count(shop, "SELECT count(*) FROM cards WHERE key LIKE 'greeting:guest-%'") == 12
+
+
+@pytest.mark.postgres
+def test_section_6_sends_the_postcards_from_celery_workers_in_the_readers_folder(
+    tmp_path: Path, folder: Path, pg_database: str
+) -> None:
+    """Section 6's commands, in the reader's folder: `job init-home --distributed` makes the
+    instance (an absolute path), a `job worker` started there imports the page's module, and a
+    sharded celery run sends every card once, counted in the shop's file. The page's 20,000 cards
+    are 200 here, in 8 shards as printed; the queue is the test's own on the shared broker."""
+    from tests.distributed.conftest import BROKER_URL, broker_available
+
+    if not broker_available():
+        if os.environ.get("CI"):
+            pytest.fail(f"RabbitMQ is not reachable at {BROKER_URL}; scripts/setup.sh --with-rabbitmq")
+        pytest.skip("RabbitMQ not reachable")
+    instance, shop, logs = tmp_path / "instance", tmp_path / "shop.db", tmp_path / "logs"
+    logs.mkdir()
+    queue = f"postcards_{uuid.uuid4().hex[:10]}"
+    env = job_env(
+        instance,
+        DURABLE_CODE_LOCATION="postcards",
+        PRINT_SHOP_DB=str(shop),
+        PRINT_SHOP_LATENCY_MS=5,
+        DAGSTER_PG_URL=pg_database,
+        DURABLE_BROKER_URL=BROKER_URL,
+        DURABLE_BROKER_QUEUE=queue,
+    )
+    made = job(["init-home", str(instance), "--distributed"], env, logs, timeout=60, cwd=folder)
+    assert made.proc.returncode == EXIT_OK, made.tail()
+    assert f"export DAGSTER_HOME={instance}" in made.stdout + made.stderr
+    worker = JobProcess(["worker", "--concurrency", "4"], env, logs, cwd=folder)
+    try:
+        wait_until(
+            lambda: "ready." in worker.stderr or worker.proc.poll() is not None,
+            timeout=90,
+            interval=0.1,
+            what="the worker to be ready",
+        )
+        assert worker.proc.poll() is None, f"the worker exited\n{worker.tail()}"
+        run = ["run", "--job", "postcards", "--id", "cards-2", "--size", "200", "--executor", "celery"]
+        sent = job([*run, "--shards", "8"], env, logs, timeout=300, cwd=folder)
+        assert sent.proc.returncode == EXIT_OK, sent.tail() + worker.tail()
+    finally:
+        kill_group(worker.pid, signal.SIGKILL)
+        worker.proc.wait(timeout=scaled(30))
+        with contextlib.suppress(Exception):
+            from kombu import Connection
+
+            with Connection(BROKER_URL, connect_timeout=3) as conn:
+                conn.default_channel.queue_delete(queue)
+    cards = "FROM cards WHERE key LIKE 'postcard:cards-2-%'"
+    assert shop_count(shop, f"SELECT count(*) {cards}") == 200
+    assert shop_count(shop, f"SELECT count(DISTINCT recipient) {cards}") == 200
+    assert shop_count(shop, "SELECT count(*) FROM requests WHERE key LIKE 'postcard:cards-2-%'") == 200

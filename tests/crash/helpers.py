@@ -83,7 +83,8 @@ class JobProcess(Process):
         command: list[str] | None = None,
         cwd: Path | None = None,
     ) -> None:
-        stem = log_dir / f"{next(JobProcess._seq):03d}-{'-'.join(args[:3])}"
+        named = "-".join(args[:3]).replace("/", "_")  # an argument may be a path
+        stem = log_dir / f"{next(JobProcess._seq):03d}-{named}"
         self.args = args
         argv = [*(command or [str(JOB)]), *args]
         super().__init__(
