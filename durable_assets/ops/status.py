@@ -218,10 +218,10 @@ def _fold_steps(
                 continue
             if event.step_key not in steps:
                 # A shard of a distributed run counts as its step: started when a shard starts,
-                # failed when one fails; the merged step (same key as the step) completes it.
+                # stopped when one stops; the merged step (same key as the step) completes it.
                 shard_of = steps.get(step_of_shard(event.step_key))
                 if shard_of is not None:
-                    _fold_shard_event(shard_of, kind, record.timestamp, run.run_id)
+                    _fold_shard_event(shard_of, event, record.timestamp, run.run_id)
                 continue
             step = steps[event.step_key]
             if kind == DagsterEventType.STEP_START:
@@ -256,18 +256,30 @@ def _fold_steps(
     return steps
 
 
-def _fold_shard_event(step: _Step, kind: DagsterEventType, at: float, run_id: str) -> None:
+def _fold_shard_event(step: _Step, event: Any, at: float, run_id: str) -> None:
+    """One shard's event, told as its step's: the step a person knows, never the shard asset.
+
+    A shard stopped by a cancel leaves its step skipped, as a step of an unsharded run is; a shard
+    that failed leaves it failed (which a sibling's cancel never turns back into skipped), with the
+    shard's reason. Once a shard of a run stopped, the merge cannot run in that run: a sibling that
+    starts after it neither reopens the step nor counts as another execution.
+    """
+    kind = event.event_type
     if step.status == StepStatus.COMPLETED:
         # The merge ran, so every shard had succeeded: a later shard event is a stale execution's
         # (a frozen worker woken after its shard was sent again), not news about the step.
         return
-    if kind == DagsterEventType.STEP_START and step.status != StepStatus.IN_PROGRESS:
+    stopped = step.status in (StepStatus.FAILED, StepStatus.SKIPPED) and step.run_id == run_id
+    if kind == DagsterEventType.STEP_START and step.status != StepStatus.IN_PROGRESS and not stopped:
         step.executions += 1
         step.status = StepStatus.IN_PROGRESS
         step.started_at, step.finished_at = at, None
         step.run_id = run_id
-    elif kind == DagsterEventType.STEP_FAILURE:
-        step.status, step.finished_at = StepStatus.FAILED, at
+        step.error = None
+    elif kind == DagsterEventType.STEP_FAILURE and step.status != StepStatus.FAILED:
+        step.status = StepStatus.SKIPPED if _stopped_by_cancel(event) else StepStatus.FAILED
+        step.finished_at = at
+        step.error = step_failure_reason(event)
 
 
 def held_for_review(steps: Sequence[Any]) -> int:
