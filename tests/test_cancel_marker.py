@@ -13,13 +13,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from dagster import DagsterEventType, MetadataValue
+from dagster import DagsterEventType, DagsterRunStatus, MetadataValue
 from dagster._core.execution.plan.objects import StepFailureData, UserFailureData
 
 from durable_assets.errors import BatchCanceledError, FencedOutError
 from durable_assets.kit.steps import step_failure
 from durable_assets.kit.tags import CANCELED_KEY
-from durable_assets.ops.status import _fold_shard_event, _Step, _stopped_by_cancel
+from durable_assets.ops.job_shape import JobShape
+from durable_assets.ops.status import _fold_shard_event, _fold_steps, _Step, _stopped_by_cancel
 from durable_assets.ops.status_model import StepStatus
 
 
@@ -99,3 +100,38 @@ def test_the_resumes_first_shard_reopens_the_step() -> None:
         2,
         "r2",
     )
+
+
+class _Log:
+    """An instance's event log as the status fold reads it: ``all_logs(run_id, of_type=...)``."""
+
+    def __init__(self, events: dict[str, list[tuple[str, Any]]]) -> None:
+        self.events = events
+
+    def all_logs(self, run_id: str, of_type: Any = None) -> list[Any]:
+        return [
+            SimpleNamespace(timestamp=float(n), dagster_event=SimpleNamespace(step_key=key, **vars(event)))
+            for n, (key, event) in enumerate(self.events[run_id])
+        ]
+
+
+def test_a_sharded_step_started_once_counts_one_execution() -> None:
+    """Its shards start it and its merge (the step's own key) ends it: one execution per run, as
+    `executions` counts for any step (it read 2 for every sharded step that succeeded)."""
+    step, shard = "provider_customers", "provider_customers__shard_{}_of_2"
+    success = SimpleNamespace(event_type=DagsterEventType.STEP_SUCCESS)
+    shape = JobShape("credit_migration", (step,), {}, {}, (), {})
+    one_run = [(shard.format(0), _START), (shard.format(1), _START)]
+    one_run += [(shard.format(0), success), (shard.format(1), success), (step, _START), (step, success)]
+    runs = [SimpleNamespace(run_id="r1", status=DagsterRunStatus.SUCCESS)]
+    folded = _fold_steps(_Log({"r1": one_run}), runs, shape)[step]  # type: ignore[arg-type]
+    assert (folded.status, folded.executions, folded.started_at) == (StepStatus.COMPLETED, 1, 0.0)
+
+    # Canceled in its first run, finished by a resume that runs its shards again: two.
+    canceled = [(shard.format(0), _START), (shard.format(1), _START), (shard.format(0), _canceled_shard())]
+    runs = [
+        SimpleNamespace(run_id="r1", status=DagsterRunStatus.CANCELED),
+        SimpleNamespace(run_id="r2", status=DagsterRunStatus.SUCCESS),
+    ]
+    folded = _fold_steps(_Log({"r1": canceled, "r2": one_run}), runs, shape)[step]  # type: ignore[arg-type]
+    assert (folded.status, folded.executions, folded.reason) == (StepStatus.COMPLETED, 2, None)

@@ -116,6 +116,7 @@ class _Step:
     output_ref: str | None = None
     input_hash: str | None = None
     run_id: str | None = None  # the run of its latest start
+    sharded_in: str | None = None  # the run whose shards started it (its merge's start is no new one)
     metadata: dict[str, Any] = field(default_factory=dict)  # its latest materialization's, plain values
     error: str | None = None  # why it failed (its own error), while it stays failed
     # The failures of its asset's checks since it last started, by check step key: a blocking
@@ -224,11 +225,15 @@ def _fold_steps(
                     _fold_shard_event(shard_of, event, record.timestamp, run.run_id)
                 continue
             step = steps[event.step_key]
-            if kind == DagsterEventType.STEP_START:
+            merging = step.status == StepStatus.IN_PROGRESS and step.sharded_in == run.run_id
+            if kind == DagsterEventType.STEP_START and merging:
+                step.sharded_in = None  # the merge of the shards that started it: the same execution
+            elif kind == DagsterEventType.STEP_START:
                 step.executions += 1
                 step.status = StepStatus.IN_PROGRESS
                 step.started_at, step.finished_at = record.timestamp, None
                 step.run_id = run.run_id
+                step.sharded_in = None
                 step.error = None
                 step.check_failures.clear()  # its checks run again after it
             elif kind == DagsterEventType.STEP_SUCCESS:
@@ -274,8 +279,9 @@ def _fold_shard_event(step: _Step, event: Any, at: float, run_id: str) -> None:
         step.executions += 1
         step.status = StepStatus.IN_PROGRESS
         step.started_at, step.finished_at = at, None
-        step.run_id = run_id
+        step.run_id = step.sharded_in = run_id
         step.error = None
+        step.check_failures.clear()  # its checks run again after its merge
     elif kind == DagsterEventType.STEP_FAILURE and step.status != StepStatus.FAILED:
         step.status = StepStatus.SKIPPED if _stopped_by_cancel(event) else StepStatus.FAILED
         step.finished_at = at
