@@ -207,6 +207,11 @@ class StepWiringError(UsageError):
     scope): found when the job is defined, so it never runs without cancel, fence or ledger (exit 2)."""
 
 
+class UnsetVariableError(UsageError):
+    """A resource of the code location is configured from an environment variable (``EnvVar``) that
+    this process does not have: named in one line before any step runs (exit 2)."""
+
+
 class InstanceConfigError(UsageError):
     """The Dagster instance's ``dagster.yaml`` lacks the lease-aware launcher, run monitoring or run
     retries, without which a dead worker's batch is never failed nor resumed by the daemon (exit 2)."""

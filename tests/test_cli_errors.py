@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from dagster import ConfigurableResource, asset
 
 from durable_assets.ops import cli
 from tests.support.machine import scaled
@@ -422,3 +423,65 @@ def test_a_relative_dagster_home_is_the_folder_the_shell_means(tmp_path: Path) -
     assert p.returncode in (0, 4), p.stderr
     assert (tmp_path / "here" / "home" / "dagster.yaml").is_file()
     assert (tmp_path / "here" / "home" / "logs" / "rel-1.log").is_file()
+
+
+@pytest.mark.slow
+def test_an_unset_resource_env_var_is_exit_2_naming_it_and_the_id_stays_unused(tmp_path: Path) -> None:
+    """A code location's resource reads ``EnvVar("PRINT_SHOP_DB")`` (docs/your-own-job.md's job, as
+    printed) from a shell that lacks it: one line naming the variable and the resource field, exit 2
+    (was: exit 1, "unexpected DagsterInvalidConfigError" and Dagster's config dump), no batch made;
+    set, the same command runs the same ID."""
+    from tests.crash.helpers import job_env
+    from tests.support.homes import make_home
+    from tests.support.tutorial import tutorial_folder
+
+    folder, home = tutorial_folder(tmp_path), make_home(tmp_path)
+    env = job_env(home, DURABLE_CODE_LOCATION="postcards", PRINT_SHOP_LATENCY_MS="0")
+    assert "PRINT_SHOP_DB" not in env
+    run = job_cli("run", "--id", "no-shop", "--size", "5", env=env, cwd=folder)
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    line = _one_error_line(run.stderr)
+    assert line == (
+        "error: environment variable PRINT_SHOP_DB is not set (resource 'shop' reads it for 'path'); "
+        "set it and run the command again"
+    ), line
+    assert job_cli("status", "--id", "no-shop", env=env, cwd=folder).returncode == 3  # no batch
+    env["PRINT_SHOP_DB"] = str(tmp_path / "shop.db")
+    again = job_cli("run", "--id", "no-shop", "--size", "5", env=env, cwd=folder)
+    assert again.returncode == 0, (again.stdout, again.stderr)
+
+
+class _Shop(ConfigurableResource):
+    path: str
+    latency_ms: int = 0
+
+
+@asset
+def _cards(shop: _Shop) -> int:
+    return 1
+
+
+def test_every_unset_env_var_is_named_with_the_field_that_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dagster's own refusal (the pinned version's words) becomes our one line; any other config
+    error is left as Dagster says it."""
+    from dagster import DagsterInvalidConfigError, EnvVar, materialize
+
+    from durable_assets.ops.runner import unset_variables_error
+
+    for name in ("DA_TEST_SHOP_PATH", "DA_TEST_SHOP_LATENCY"):
+        monkeypatch.delenv(name, raising=False)
+    shop = _Shop(path=EnvVar("DA_TEST_SHOP_PATH"), latency_ms=EnvVar.int("DA_TEST_SHOP_LATENCY"))
+    with pytest.raises(DagsterInvalidConfigError) as refused:
+        materialize([_cards], resources={"shop": shop})
+    named = unset_variables_error(refused.value)
+    assert named is not None and named.exit_code == 2
+    assert str(named) == (
+        "environment variables DA_TEST_SHOP_PATH, DA_TEST_SHOP_LATENCY are not set (DA_TEST_SHOP_PATH: "
+        "resource 'shop' reads it for 'path'; DA_TEST_SHOP_LATENCY: resource 'shop' reads it for "
+        "'latency_ms'); set them and run the command again"
+    )
+    monkeypatch.setenv("DA_TEST_SHOP_PATH", "/tmp/shop.db")
+    monkeypatch.setenv("DA_TEST_SHOP_LATENCY", "soon")  # set, but not an int: not ours to reword
+    with pytest.raises(DagsterInvalidConfigError) as invalid:
+        materialize([_cards], resources={"shop": shop})
+    assert unset_variables_error(invalid.value) is None

@@ -100,6 +100,15 @@ BUSY_FOR_S = 1.0
 LEASE_POLL_S = 1.0
 #: RabbitMQ's heartbeat: a frozen worker's connection is closed (and its task redelivered) after ~2x this.
 BROKER_HEARTBEAT_S = 10
+#: The broker deletes an orchestrator's reply queue (the rpc backend's, where tasks' answers wait)
+#: this long after its last use (``x-expires``, from Celery's ``result_expires``). Its auto-delete
+#: never fires: the loop reads answers with ``basic_get`` and never consumes the queue, so before
+#: this every orchestrator, ended or SIGKILLed, left its queue (and any answers in it) for an hour.
+#: A live orchestrator uses it every tick while an answer is due, and each send declares it again;
+#: one that has not looked for a minute (4x the 15 s run lease) has lost its batch to `job resume`.
+#: A worker declares one too whenever a revoke reaches it (Celery reads the revoked task's state
+#: through the backend); it goes the same way.
+REPLY_QUEUE_EXPIRES_S = 60
 
 
 class TaskOutcome(enum.StrEnum):
@@ -112,9 +121,19 @@ class TaskOutcome(enum.StrEnum):
 # --- the Celery app and its task -------------------------------------------------------------
 
 
+class _DurableCelery(Celery):
+    """Celery whose reply queues are named after the deployment's queue: ``<queue>.reply.<oid>``,
+    so a person listing the broker's queues (or a test) sees whose each one is."""
+
+    @property
+    def thread_oid(self) -> str:
+        # The rpc backend's reply queue and every sent task's ``reply_to`` (one per thread).
+        return f"{self.conf.task_default_queue}.reply.{super().thread_oid}"
+
+
 def make_app(broker_url: str, queue: str) -> Celery:
     """Our Celery app: one queue, late acks, redelivery of the tasks of a lost worker."""
-    app = Celery("durable_assets", broker=broker_url, backend="rpc://")
+    app = _DurableCelery("durable_assets", broker=broker_url, backend="rpc://")
     app.conf.update(
         task_queues=[Queue(queue, routing_key=queue)],
         task_default_queue=queue,
@@ -128,7 +147,7 @@ def make_app(broker_url: str, queue: str) -> Celery:
         # A worker that lost the broker gives its running tasks up: the broker redelivers them, and
         # the step lease makes the redelivered copy the current execution.
         worker_cancel_long_running_tasks_on_connection_loss=True,
-        result_expires=3600,
+        result_expires=REPLY_QUEUE_EXPIRES_S,
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],

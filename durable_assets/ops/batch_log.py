@@ -16,6 +16,7 @@ from typing import Any
 
 from dagster import AssetCheckSeverity, DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun
 
+from durable_assets.kit.shard_names import step_of_shard
 from durable_assets.ops.console import output_to
 
 #: Dagster's wrappers around the error that says why: skipped when looking for the reason.
@@ -64,6 +65,7 @@ def failure_reason(instance: DagsterInstance, run: DagsterRun) -> tuple[str | No
 
     A step failed by a blocking asset check is reported as the check's asset step, with the check's
     name, severity and failing items: Dagster's own message stops at a newline before the names.
+    A shard of a distributed run (``<step>__shard_k_of_N``) is reported as its step.
     """
     step, reason = None, ""
     checks: dict[str, list[Any]] = {}  # check step key -> its failed blocking evaluations
@@ -86,8 +88,9 @@ def failure_reason(instance: DagsterInstance, run: DagsterRun) -> tuple[str | No
             failed = checks.get(event.step_key or "")
             if failed:
                 step, reason = failed[0].asset_key.path[-1], describe_failed_checks(failed)
-            else:
-                step, reason = event.step_key, step_failure_reason(event)
+            else:  # a shard of a distributed run is told as its step, the one a person knows
+                step = step_of_shard(event.step_key) if event.step_key else None
+                reason = step_failure_reason(event)
         elif event.event_type == DagsterEventType.RUN_FAILURE and not reason:
             error = getattr(event.event_specific_data, "error", None)
             reason = _error_reason(error) if error else (record.message or "")

@@ -9,6 +9,7 @@ both proceed, and it heartbeats until the run ends.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from typing import Any
 
 from dagster import (
     DagsterInstance,
+    DagsterInvalidConfigError,
     DagsterRun,
     DagsterRunStatus,
     execute_job,
@@ -27,6 +29,7 @@ from durable_assets.errors import (
     LeaseHeldError,
     ProviderAccountMismatchError,
     UnknownBatchError,
+    UnsetVariableError,
 )
 from durable_assets.kit.account_bindings import AccountBindings, mismatch_message
 from durable_assets.kit.accounts import ProviderAccount
@@ -111,6 +114,53 @@ def _holding_lease(instance: DagsterInstance, batch_id: str) -> Iterator[LeaseSt
         heartbeat.stop(release=True)
 
 
+#: Dagster's words for a resource's ``EnvVar`` whose variable is unset (dagster/_config/source.py),
+#: and the config path its error names (``root:resources:<key>:config:<field>``): the only place
+#: either is said. tests/test_cli_errors.py runs the pinned Dagster through both.
+_UNSET_VARIABLE = re.compile(r'environment variable "(?P<name>[^"]+)" which is not set')
+_CONFIG_PATH = re.compile(r"at path (?P<path>\S+)")
+
+
+def unset_variables_error(exc: DagsterInvalidConfigError) -> UnsetVariableError | None:
+    """The one line for a run refused because resources read environment variables that are not
+    set: each variable, and the resource field that reads it. None for any other config error."""
+    found: dict[str, str] = {}
+    for error in exc.errors:
+        message = str(getattr(error, "message", ""))
+        unset = _UNSET_VARIABLE.search(message)
+        if unset is None:
+            return None  # Dagster's own message says what else is wrong
+        path = _CONFIG_PATH.search(message)
+        parts = path.group("path").split(":") if path else []
+        if parts[1:2] == ["resources"] and parts[3:4] == ["config"] and len(parts) > 4:
+            where = f"resource {parts[2]!r} reads it for {'.'.join(parts[4:])!r}"
+        else:
+            where = f"{':'.join(parts[1:]) or 'the run config'} reads it"
+        found.setdefault(unset.group("name"), where)
+    if not found:
+        return None
+    if len(found) == 1:
+        [(name, where)] = found.items()
+        said = f"environment variable {name} is not set ({where})"
+    else:
+        whys = "; ".join(f"{name}: {where}" for name, where in found.items())
+        said = f"environment variables {', '.join(found)} are not set ({whys})"
+    return UnsetVariableError(f"{said}; set {'it' if len(found) == 1 else 'them'} and run the command again")
+
+
+@contextmanager
+def _unset_variables_named() -> Iterator[None]:
+    """A run Dagster refuses before it starts because an ``EnvVar`` is unset: a usage error naming
+    the variable (exit 2), not Dagster's config dump."""
+    try:
+        yield
+    except DagsterInvalidConfigError as exc:
+        named = unset_variables_error(exc)
+        if named is None:
+            raise
+        raise named from exc
+
+
 def start_batch(
     instance: DagsterInstance,
     batch_id: str,
@@ -144,7 +194,7 @@ def start_batch(
         config = durable.run_config(store_input(instance, batch_id, input_path), size)
         distributed = executor == ExecutorKind.CELERY
         tags = {**batch_tags(batch_id), **(distributed_tags(shards) if distributed else {})}
-        with batch_output(instance, batch_id, "run"):
+        with batch_output(instance, batch_id, "run"), _unset_variables_named():
             result = execute_job(
                 reconstructable_job(durable, shards if distributed else None),
                 instance,
@@ -255,7 +305,7 @@ def resume_batch(
             tags = {**batch_tags(batch_id), **executor_tags_of_runs(runs)}
             job = reconstructable_job(job_of_runs(runs), shards_of_runs(runs))
             parent = instance.get_run_by_id(newest.run_id) or newest  # as failed just now, if it was live
-            with batch_output(instance, batch_id, "resume"):
+            with batch_output(instance, batch_id, "resume"), _unset_variables_named():
                 result = execute_job(
                     job,
                     instance,

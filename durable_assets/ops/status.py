@@ -116,6 +116,7 @@ class _Step:
     output_ref: str | None = None
     input_hash: str | None = None
     run_id: str | None = None  # the run of its latest start
+    sharded_in: str | None = None  # the run whose shards started it (its merge's start is no new one)
     metadata: dict[str, Any] = field(default_factory=dict)  # its latest materialization's, plain values
     error: str | None = None  # why it failed (its own error), while it stays failed
     # The failures of its asset's checks since it last started, by check step key: a blocking
@@ -218,17 +219,21 @@ def _fold_steps(
                 continue
             if event.step_key not in steps:
                 # A shard of a distributed run counts as its step: started when a shard starts,
-                # failed when one fails; the merged step (same key as the step) completes it.
+                # stopped when one stops; the merged step (same key as the step) completes it.
                 shard_of = steps.get(step_of_shard(event.step_key))
                 if shard_of is not None:
-                    _fold_shard_event(shard_of, kind, record.timestamp, run.run_id)
+                    _fold_shard_event(shard_of, event, record.timestamp, run.run_id)
                 continue
             step = steps[event.step_key]
-            if kind == DagsterEventType.STEP_START:
+            merging = step.status == StepStatus.IN_PROGRESS and step.sharded_in == run.run_id
+            if kind == DagsterEventType.STEP_START and merging:
+                step.sharded_in = None  # the merge of the shards that started it: the same execution
+            elif kind == DagsterEventType.STEP_START:
                 step.executions += 1
                 step.status = StepStatus.IN_PROGRESS
                 step.started_at, step.finished_at = record.timestamp, None
                 step.run_id = run.run_id
+                step.sharded_in = None
                 step.error = None
                 step.check_failures.clear()  # its checks run again after it
             elif kind == DagsterEventType.STEP_SUCCESS:
@@ -256,18 +261,31 @@ def _fold_steps(
     return steps
 
 
-def _fold_shard_event(step: _Step, kind: DagsterEventType, at: float, run_id: str) -> None:
+def _fold_shard_event(step: _Step, event: Any, at: float, run_id: str) -> None:
+    """One shard's event, told as its step's: the step a person knows, never the shard asset.
+
+    A shard stopped by a cancel leaves its step skipped, as a step of an unsharded run is; a shard
+    that failed leaves it failed (which a sibling's cancel never turns back into skipped), with the
+    shard's reason. Once a shard of a run stopped, the merge cannot run in that run: a sibling that
+    starts after it neither reopens the step nor counts as another execution.
+    """
+    kind = event.event_type
     if step.status == StepStatus.COMPLETED:
         # The merge ran, so every shard had succeeded: a later shard event is a stale execution's
         # (a frozen worker woken after its shard was sent again), not news about the step.
         return
-    if kind == DagsterEventType.STEP_START and step.status != StepStatus.IN_PROGRESS:
+    stopped = step.status in (StepStatus.FAILED, StepStatus.SKIPPED) and step.run_id == run_id
+    if kind == DagsterEventType.STEP_START and step.status != StepStatus.IN_PROGRESS and not stopped:
         step.executions += 1
         step.status = StepStatus.IN_PROGRESS
         step.started_at, step.finished_at = at, None
-        step.run_id = run_id
-    elif kind == DagsterEventType.STEP_FAILURE:
-        step.status, step.finished_at = StepStatus.FAILED, at
+        step.run_id = step.sharded_in = run_id
+        step.error = None
+        step.check_failures.clear()  # its checks run again after its merge
+    elif kind == DagsterEventType.STEP_FAILURE and step.status != StepStatus.FAILED:
+        step.status = StepStatus.SKIPPED if _stopped_by_cancel(event) else StepStatus.FAILED
+        step.finished_at = at
+        step.error = step_failure_reason(event)
 
 
 def held_for_review(steps: Sequence[Any]) -> int:

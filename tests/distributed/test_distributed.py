@@ -50,6 +50,8 @@ def test_a_credit_migration_runs_sharded_on_two_workers(cluster: Cluster, reader
     assert status["status"] == "succeeded", status
     assert [s["step_name"] for s in status["steps"]] == list(CREDIT_STEPS)
     assert [s["status"] for s in status["steps"]] == ["completed"] * len(CREDIT_STEPS), status["steps"]
+    # A sharded step started once: its shards' start, not its merge's again.
+    assert [s["executions"] for s in status["steps"]] == [1] * len(CREDIT_STEPS), status["steps"]
     expected = expected_balances([(batch, size)])
     stats = cluster.sim.quiet()
     assert stats["customers_created"] == len(expected)

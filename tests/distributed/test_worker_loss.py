@@ -14,6 +14,7 @@ seeded by ``DURABLE_CRASH_SEED``.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -41,6 +42,8 @@ KILLS_PER_BATCH = int(os.environ.get("DURABLE_DIST_KILLS_PER_BATCH", "4"))
 KILLS_WANTED = min(10, KILL_BATCHES * KILLS_PER_BATCH)
 SEED = int(os.environ.get("DURABLE_CRASH_SEED", "20261201"))
 SIZE = 150
+#: The credit migration's steps a distributed run splits into shards (its mutating steps).
+SHARDED_STEPS = ("provider_customers", "applied_adjustments")
 #: A slower provider and fewer requests in flight per task, so a shard lasts seconds, not 100 ms.
 SLOW = {"DURABLE_CONCURRENCY": 2}
 
@@ -268,11 +271,38 @@ def test_cancel_reaches_the_tasks(cluster: Cluster, reader: InstanceReader) -> N
     after = effects(cluster)
     # At most the requests already in flight when the cancel committed: 2 workers x 2 tasks x 2.
     assert after - at_cancel <= 8, (at_cancel, after)
-    status = status_of(cluster, batch_id)
-    assert status["status"] in ("canceled", "failed"), status
+    assert_canceled_at_a_sharded_step(cluster, batch_id, run)
     ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
     assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
     assert_exact(cluster, [(batch_id, SIZE)])
+
+
+def assert_canceled_at_a_sharded_step(cluster: Cluster, batch_id: str, run: JobProcess) -> None:
+    """The canceled batch reads as an unsharded one does: the step it stopped at is skipped (not
+    failed), named as the step with the cancel as its reason, in the JSON, the human status and
+    `job run`'s last line; no shard asset (``<step>__shard_k_of_N``) is named anywhere."""
+    status = status_of(cluster, batch_id)
+    assert status["status"] == "canceled", status
+    states = [(s["step_name"], s["status"]) for s in status["steps"]]
+    stopped = [n for n, s in enumerate(status["steps"], 1) if s["status"] == "skipped"]
+    assert len(stopped) == 1, states
+    n = stopped[0]
+    step = status["steps"][n - 1]
+    assert step["step_name"] in SHARDED_STEPS, states
+    assert [st for _name, st in states[: n - 1]] == ["completed"] * (n - 1), states
+    assert [st for _name, st in states[n:]] == ["pending"] * (len(states) - n), states
+    assert step["error"].startswith("BatchCanceledError: "), step
+    assert status["progress"]["label"].startswith("Canceled: "), status["progress"]
+    human = cluster.job(["status", "--id", batch_id])
+    assert f"{n}. {step['step_name']}" in human.stdout and "why: BatchCanceledError" in human.stdout, (
+        human.tail()
+    )
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: batch {batch_id} canceled at step {n} ({step['step_name']}): "), (
+        run.tail()
+    )
+    for text in (json.dumps(status), human.stdout, last):
+        assert "__shard_" not in text, text
 
 
 def test_ctrl_c_of_the_orchestrator_stops_the_tasks_on_the_workers(
