@@ -193,24 +193,40 @@ class LostHost:
         )
 
 
+#: The tutorial's modules as a daemon launches them: the job and the op whose ``size`` sets a batch.
+TUTORIAL_JOBS = {
+    "postcards": LaunchedJob("postcards", "recipients"),
+    "greetings": LaunchedJob("greetings", "guests"),
+}
+
+
 def postcards_served_by_a_daemon(
-    home: Path, folder: Path, shop: Path, logs: Path, *, supervised: bool = False, **extra: object
+    home: Path,
+    folder: Path,
+    shop: Path,
+    logs: Path,
+    *,
+    supervised: bool = False,
+    module: str = "postcards",
+    **extra: object,
 ) -> tuple[dict[str, str], CodeServer, DagsterDev]:
     """The tutorial's location in ``folder`` served by a code server of its own and `dagster dev`,
     as a user's host runs it: 400 cards at 40 ms, 4 at a time, give ~4 s of sending to kill inside;
     the automatic resume looks every second, 2 s after a loss. ``supervised``: the code server is
-    run by `job serve-location`, which restarts it. ``extra``: more environment."""
+    run by `job serve-location`, which restarts it. ``module``: the page's two-step ``postcards``
+    or five-step ``greetings``. ``extra``: more environment."""
     env = job_env(
         home,
         lease_ttl_s=2.0,
-        DURABLE_CODE_LOCATION="postcards",
+        DURABLE_CODE_LOCATION=module,
         PRINT_SHOP_DB=str(shop),
         PRINT_SHOP_LATENCY_MS=40,
+        MAX_CARDS_PER_BATCH=1000,
         DURABLE_AUTO_RESUME_AFTER_S=2,
         DURABLE_AUTO_RESUME_INTERVAL_S=1,
         **extra,
     )
     kind = SupervisedCodeServer if supervised else CodeServer
-    code = kind(env, logs, module="postcards", working_dir=folder, location="postcards")
-    dev = DagsterDev(home, env, logs, code_server=code, job=LaunchedJob("postcards", "recipients"))
+    code = kind(env, logs, module=module, working_dir=folder, location=module)
+    dev = DagsterDev(home, env, logs, code_server=code, job=TUTORIAL_JOBS[module])
     return env, code, dev
