@@ -25,7 +25,6 @@ import pytest
 
 from tests.support.homes import make_home
 from tests.support.machine import scaled
-from tests.support.polling import wait_until
 from tests.support.processes import VENV_BIN, kill_group
 from tests.support.tutorial import DOC, shop_count, tutorial_folder, tutorial_module
 
@@ -218,7 +217,7 @@ def test_section_6_sends_the_cards_from_celery_workers_in_the_readers_folder(
     sharded celery run sends every card once, counted in the shop's file. The page's 20,000 cards
     are 200 here, in 8 shards as printed; the queue is the test's own on the shared broker. The
     five-step job runs the same way (a tenth of its made-up guests have no name and are held)."""
-    from tests.distributed.conftest import BROKER_URL, broker_available
+    from tests.distributed.conftest import BROKER_URL, broker_available, wait_until_ready
 
     if not broker_available():
         if os.environ.get("CI"):
@@ -242,13 +241,7 @@ def test_section_6_sends_the_cards_from_celery_workers_in_the_readers_folder(
     assert f"export DAGSTER_HOME={instance}" in made.stdout + made.stderr
     worker = JobProcess(["worker", "--concurrency", "4"], env, logs, cwd=folder)
     try:
-        wait_until(
-            lambda: "ready." in worker.stderr or worker.proc.poll() is not None,
-            timeout=90,
-            interval=0.1,
-            what="the worker to be ready",
-        )
-        assert worker.proc.poll() is None, f"the worker exited\n{worker.tail()}"
+        wait_until_ready(worker)
         run = ["run", "--job", location, "--id", "cards-2", "--size", "200", "--executor", "celery"]
         sent = job([*run, "--shards", "8"], env, logs, timeout=300, cwd=folder)
         assert sent.proc.returncode == EXIT_OK, sent.tail() + worker.tail()

@@ -37,6 +37,18 @@ def broker_available() -> bool:
     return network.broker_available(BROKER_URL)
 
 
+def wait_until_ready(worker: JobProcess) -> JobProcess:
+    """Until a `job worker` consumes its queue (Celery's "ready." line); one that exits fails here."""
+    wait_until(
+        lambda: "ready." in worker.stderr or worker.proc.poll() is not None,
+        timeout=90,
+        interval=0.1,
+        what="the worker to be ready",
+    )
+    assert worker.proc.poll() is None, f"the worker exited\n{worker.tail()}"
+    return worker
+
+
 @dataclass
 class Cluster:
     """One test's distributed deployment: instance, queue, provider, workers."""
@@ -65,14 +77,7 @@ class Cluster:
         """A `job worker`, once it consumes the queue."""
         p = JobProcess(["worker", "--concurrency", str(concurrency)], self.env(**extra), self.logs)
         self.workers.append(p)
-        wait_until(
-            lambda: "ready." in p.stderr or p.proc.poll() is not None,
-            timeout=90,
-            interval=0.1,
-            what="the worker to be ready",
-        )
-        assert p.proc.poll() is None, f"the worker exited\n{p.tail()}"
-        return p
+        return wait_until_ready(p)
 
     def live_workers(self) -> list[JobProcess]:
         return [w for w in self.workers if w.proc.poll() is None]
