@@ -17,9 +17,11 @@ from tests.support.machine import scaled
 
 pytestmark = pytest.mark.postgres
 
-RATE = 200.0
+#: Low enough that four processes on a loaded 2-core machine can always spend it (at 200/s a CI run
+#: under load reached only 459 of 600): the test is about the bucket, not the machine's speed.
+RATE = 60.0
 PROCESSES = 4
-DURATION_S = 3.0
+DURATION_S = 4.0
 
 
 def _spend(url: str, ready: Any, go: Any, out: Any) -> None:
