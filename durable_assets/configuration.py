@@ -12,7 +12,7 @@ in the package imports it.
 from __future__ import annotations
 
 from durable_assets.credit_migration.settings import CreditMigrationSettings
-from durable_assets.kit.settings import CrashHooks, DistributedSettings, KitSettings, StorageSettings
+from durable_assets.kit.runtime import CrashHooks, DistributedSettings, KitSettings, StorageSettings
 from durable_assets.ops.settings import (
     ApiSettings,
     AutoResumeSettings,

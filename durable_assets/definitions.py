@@ -15,7 +15,7 @@ from durable_assets.credit_migration.job import credit_migration
 from durable_assets.credit_migration.resources import CreditLimits
 from durable_assets.credit_migration.settings import CreditMigrationSettings
 from durable_assets.kit import DurableJobs
-from durable_assets.kit.settings import KitSettings
+from durable_assets.kit.runtime import KitSettings
 from durable_assets.location import definitions
 from durable_assets.payments.resources import PaymentGateway, resolve_provider_account
 from durable_assets.payments.settings import PaymentSettings

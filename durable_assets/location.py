@@ -24,7 +24,7 @@ from typing import Any
 from dagster import Definitions
 
 from durable_assets.kit import DurableJobs
-from durable_assets.kit.settings import DistributedSettings, KitSettings, StorageSettings
+from durable_assets.kit.runtime import DistributedSettings, KitSettings, StorageSettings
 from durable_assets.ops.auto_resume import auto_resume_sensor
 from durable_assets.ops.registry import CODE_LOCATION_ENV
 from durable_assets.ops.retention import retention as retention_job

@@ -9,11 +9,17 @@ too. The rules:
   each layer and pipeline declares its own section on top of it.
 - ``kit`` imports only the kit, ``durable_assets.errors``, ``durable_assets.settings`` and
   third-party code: it is the library users build on.
-- ``ops`` (CLI, HTTP API, webhooks, metrics, retention) imports the kit and the provider adapter,
-  never a pipeline: it finds jobs through the registry, so it serves any registered job.
-- a pipeline imports the kit only through its public API (``from durable_assets.kit import X``
-  with ``X`` in ``__all__``), never ``ops``, and never another pipeline.
-- ``payments`` (the provider: store, embedded, gateway) imports neither ops nor a pipeline.
+- the kit has two declared faces: the author face ``durable_assets.kit`` (at most 30 names, with
+  the named modules ``kit.tables``, ``kit.reports`` and ``kit.errors``) and the runtime face
+  ``durable_assets.kit.runtime``. Every other kit module is private to the kit.
+- ``ops`` (CLI, HTTP API, webhooks, metrics, retention) imports the kit through its two faces and
+  the provider adapter, never a pipeline: it finds jobs through the registry, so it serves any
+  registered job.
+- a pipeline imports the kit only through its author face (``from durable_assets.kit import X``
+  with ``X`` in ``__all__``, or a named module's ``__all__``), never ``ops``, and never another
+  pipeline.
+- ``payments`` (the provider: store, embedded, gateway) imports the kit through its two faces and
+  neither ops nor a pipeline.
 - ``durable_assets_testing`` (development tools: the HTTP simulator) sits outside the runtime: it
   may import the provider and the errors, and nothing under ``durable_assets`` imports it but
   ``job provider serve``, lazily, inside the function that runs that command.
@@ -30,10 +36,14 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import durable_assets.kit
+import durable_assets.kit.reports
+import durable_assets.kit.runtime
+import durable_assets.kit.tables
 from tests.support.machine import scaled
 
 PACKAGE = Path(durable_assets.kit.__file__).parent.parent
@@ -152,51 +162,103 @@ def test_the_kit_reads_the_environment_only_where_listed() -> None:
     assert readers == _KIT_ENVIRONMENT_READERS
 
 
-@pytest.mark.parametrize("pipeline", [p for p in PIPELINES if (PACKAGE / p).is_dir()])
-def test_a_pipeline_uses_only_the_kits_public_api(pipeline: str) -> None:
+#: The author face's named modules: ``from durable_assets.kit import tables`` or ``kit.tables.X``.
+AUTHOR_MODULES = {"tables": durable_assets.kit.tables, "reports": durable_assets.kit.reports}
+FACES = (durable_assets.kit, durable_assets.kit.runtime)
+
+
+def _kit_misuse(path: Path, *, runtime: bool) -> list[str]:
+    """What ``path`` takes from the kit outside its faces: ``from durable_assets.kit[.tables |
+    .reports | .runtime] import X`` with X not offered there, any other kit module, or ``kit.X``
+    (and ``kit.tables.X``) read as an attribute. ``runtime``: whether the runtime face is allowed."""
     public = set(durable_assets.kit.__all__)
     wrong = []
+    for module, names in _imports(path):
+        offered = public if module == "durable_assets.kit" else None
+        if runtime and module == "durable_assets.kit.runtime":
+            offered = set(durable_assets.kit.runtime.__all__)
+        if module.removeprefix("durable_assets.kit.") in AUTHOR_MODULES:
+            offered = set(AUTHOR_MODULES[module.removeprefix("durable_assets.kit.")].__all__)
+        if _layer_of(module) == "kit" and (offered is None or not set(names) <= offered):
+            wrong.append(f"{module} {sorted(set(names) - (offered or set())) or '(a private module)'}")
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id == "kit" and node.attr not in public:
+            wrong.append(f"kit.{node.attr}")
+        inner = node.value
+        if isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id == "kit":
+            named = AUTHOR_MODULES.get(inner.attr)
+            if named is not None and node.attr not in named.__all__:
+                wrong.append(f"kit.{inner.attr}.{node.attr}")
+    return [f"{path.relative_to(PACKAGE.parent)}: {w}" for w in wrong]
+
+
+@pytest.mark.parametrize("pipeline", [p for p in PIPELINES if (PACKAGE / p).is_dir()])
+def test_a_pipeline_uses_only_the_kits_author_face(pipeline: str) -> None:
+    wrong = [w for path in _modules(pipeline) for w in _kit_misuse(path, runtime=False)]
     for path in _modules(pipeline):
-        for module, names in _imports(path):
-            where = f"{path.relative_to(PACKAGE.parent)}: {module}"
-            layer = _layer_of(module)
-            if layer == "kit" and (module != "durable_assets.kit" or not set(names) <= public):
-                wrong.append(f"{where} {sorted(set(names) - public) or '(a private module)'}")
-            elif layer not in ("kit", "payments", "settings", "errors", pipeline):
-                wrong.append(where)
         wrong.extend(
-            f"{path.relative_to(PACKAGE.parent)}: kit.{name}"
-            for name in _kit_attributes(path)
-            if name not in public
+            f"{path.relative_to(PACKAGE.parent)}: {module}"
+            for module, _names in _imports(path)
+            if _layer_of(module) not in ("kit", "payments", "settings", "errors", pipeline)
         )
     assert wrong == []
 
 
-def _kit_attributes(path: Path) -> set[str]:
-    """The names a module reads as ``kit.X`` after ``from durable_assets import kit``."""
-    tree = ast.parse(path.read_text(), str(path))
-    return {
-        node.attr
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "kit"
-    }
+def test_the_author_face_is_at_most_30_names() -> None:
+    """Issue #36: a job author learns one short list; tables and reports are named modules."""
+    names = len(durable_assets.kit.__all__)
+    assert names <= 30, durable_assets.kit.__all__
+    readme = " ".join((PACKAGE.parent / "README.md").read_text().split())
+    page = " ".join((PACKAGE.parent / "docs" / "your-own-job.md").read_text().split())
+    assert f"`durable_assets.kit` ({names} names" in readme and f"author face is {names} names" in page
 
 
-def test_the_public_api_is_importable_and_documented() -> None:
-    for name in durable_assets.kit.__all__:
-        value = getattr(durable_assets.kit, name)
-        if callable(value) and not isinstance(value, str):
-            assert (value.__doc__ or "").strip(), f"durable_assets.kit.{name} has no docstring"
+@pytest.mark.parametrize("layer", ["ops", "payments", "location", "definitions"])
+def test_the_operations_layer_and_the_provider_reach_the_kit_only_through_its_two_faces(layer: str) -> None:
+    """What ``ops/`` and ``payments/`` may rely on is declared in ``kit/runtime.py`` (and the author
+    face); a kit module they reached directly could change under them without anyone noticing."""
+    assert _modules(layer)
+    assert [w for path in _modules(layer) for w in _kit_misuse(path, runtime=True)] == []
 
 
-def test_the_kits_lazy_names_are_exactly_its_public_api() -> None:
-    """The kit imports its names on first use (kit/__init__.py): every name in ``__all__`` has a
-    source in the ``TYPE_CHECKING`` imports and nothing else is exported that way."""
-    sources = durable_assets.kit._sources()
-    assert set(sources) == set(durable_assets.kit.__all__)
-    assert "Nope" not in dir(durable_assets.kit)
+def test_each_face_is_importable_and_documented() -> None:
+    for face in (*FACES, *AUTHOR_MODULES.values()):
+        for name in face.__all__:
+            value = getattr(face, name)
+            ours = (getattr(value, "__module__", None) or "").startswith("durable_assets.")
+            if callable(value) and not isinstance(value, str) and ours:  # Dagster documents its own
+                assert (value.__doc__ or "").strip(), f"{face.__name__}.{name} has no docstring"
+
+
+def _declared_imports(face: ModuleType) -> set[tuple[str, str]]:
+    """(module, name) of the face's ``TYPE_CHECKING`` imports: what mypy and readers see."""
+    tree = ast.parse(Path(str(face.__file__)).read_text())
+    guard = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    found = set()
+    for node in ast.walk(guard):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.update((node.module, alias.name) for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("face", FACES, ids=lambda f: f.__name__)
+def test_a_faces_lazy_names_are_what_it_declares(face: ModuleType) -> None:
+    """Each face imports its names on first use (kit/_lazy.py) from its ``_SOURCES`` table: that
+    table and the ``TYPE_CHECKING`` imports readers see name the same things, and nothing else
+    is exported that way."""
+    table = {(module, name) for module, names in face._SOURCES.items() for name in names}
+    for name, module in getattr(face, "_MODULES", {}).items():
+        parent, _, leaf = module.rpartition(".")
+        table.add((parent, leaf))
+        assert name == leaf
+    assert _declared_imports(face) == table
+    assert set(face.__all__) == {name for _module, name in table}
+    assert "Nope" not in dir(face)
     with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
-        durable_assets.kit.Nope  # noqa: B018
+        face.Nope  # noqa: B018
 
 
 def test_a_usage_error_imports_neither_dagster_nor_pandas() -> None:
@@ -222,22 +284,23 @@ def test_a_usage_error_imports_neither_dagster_nor_pandas() -> None:
 _LOADED_BY_DAGSTER = {"launcher", "compute_logs"}
 
 
-def test_every_kit_module_serves_a_job_author() -> None:
-    """Operator infrastructure lives in ``ops/``: a kit module used only by the operations layer
-    (or by nobody) belongs there, so a job author can read the kit as what is theirs."""
+def test_every_kit_module_is_reached_through_a_face() -> None:
+    """A kit module no face offers and no kit module imports serves nobody: it is dead, or
+    operator infrastructure that belongs in ``ops/``."""
     used: set[str] = set()
-    for layer in ("kit", *PIPELINES):
-        for path in _modules(layer):
-            for module, names in _imports(path):
-                if module.startswith("durable_assets.kit."):
-                    used.add(module.split(".")[2])
-                elif module == "durable_assets.kit":
-                    used.update(names)
-            used.update(_kit_attributes(path))
+    for face in FACES:
+        used.update(m.split(".")[2] for m in face._SOURCES if m.startswith("durable_assets.kit."))
+    used.update(m.split(".")[-1] for m in durable_assets.kit._MODULES.values())
+    for path in _modules("kit"):
+        for module, names in _imports(path):
+            if module.startswith("durable_assets.kit."):
+                used.add(module.split(".")[2])
+            elif module == "durable_assets.kit":
+                used.update(names)
     kit = PACKAGE / "kit"
-    modules = {p.stem for p in kit.glob("*.py") if p.stem != "__init__"}
+    modules = {p.stem for p in kit.glob("*.py") if p.stem not in ("__init__", "runtime", "_lazy")}
     unused = sorted(modules - used - _LOADED_BY_DAGSTER)
-    assert unused == [], f"kit modules no job author reaches (move them to ops/): {unused}"
+    assert unused == [], f"kit modules no face reaches (move them to ops/ or offer them): {unused}"
 
 
 def _testing_imports(path: Path) -> list[tuple[str, str]]:

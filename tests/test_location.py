@@ -13,8 +13,9 @@ import yaml
 from dagster import Definitions, DynamicPartitionsDefinition, asset
 
 from durable_assets.errors import StepWiringError
-from durable_assets.kit import BatchRuntime, DurableJob, DurableJobs, IdempotencyLedger, durable_asset
+from durable_assets.kit import BatchRuntime, DurableJob, DurableJobs, durable_asset
 from durable_assets.kit.pacing import Backoff
+from durable_assets.kit.resources import IdempotencyLedger
 from durable_assets.location import definitions
 from durable_assets.ops.instance import INSTANCE_YAML, missing_parts
 from durable_assets.payments.resources import PaymentGateway

@@ -113,7 +113,7 @@ def validated_accounts(context: AssetExecutionContext, legacy_accounts: pd.DataF
     return kit.frame_result(
         result.valid,
         {
-            **kit.write_quarantine(context, result.quarantined),
+            **kit.reports.write_quarantine(context, result.quarantined),
             "credit_by_currency_cents": MetadataValue.json({str(k): int(v) for k, v in credit.items()}),
         },
     )
@@ -252,7 +252,7 @@ def _read_by_id(payments: PaymentGateway, ids: list[str]) -> dict[str, tuple[boo
     for customer_id in ids:
         try:
             customer = retrieve(customer_id)
-        except kit.ProviderRejectedError as exc:
+        except kit.errors.ProviderRejectedError as exc:
             if exc.http_status != HTTPStatus.NOT_FOUND:
                 raise
             out[customer_id] = (True, "")
@@ -409,7 +409,7 @@ def provider_customers(
         for key, (acct, _email, _name) in rows.items()
         if key not in ready
     }
-    out = kit.typed(
+    out = kit.tables.typed(
         pd.DataFrame(
             [
                 {
@@ -438,7 +438,7 @@ def provider_customers(
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
             "adopted": report.looked_up,
-            kit.HELD_FOR_REVIEW_KEY: held,
+            kit.reports.HELD_FOR_REVIEW_KEY: held,
         },
     )
 
@@ -481,7 +481,7 @@ def _with_decided_accounts(
         ],
         columns=list(s.CUSTOMER_DTYPES),
     )
-    return kit.typed(pd.concat([out, rows], ignore_index=True), s.CUSTOMER_DTYPES)
+    return kit.tables.typed(pd.concat([out, rows], ignore_index=True), s.CUSTOMER_DTYPES)
 
 
 def _balance_answer(customers: CustomerGateway, customer_id: str) -> dict[str, Any]:
@@ -491,7 +491,7 @@ def _balance_answer(customers: CustomerGateway, customer_id: str) -> dict[str, A
     answer: dict[str, Any] = never_moved(customer_id)
     try:
         latest = customers.latest_balance_transaction(customer_id)
-    except kit.ProviderRejectedError as exc:
+    except kit.errors.ProviderRejectedError as exc:
         if exc.http_status != HTTPStatus.NOT_FOUND:
             raise
         # Deleted at the provider after step 3 found it: this account's problem, not the batch's.
@@ -583,7 +583,7 @@ def planned_adjustments(
             **_change_figures(changes),
             "adjustments": len(adjust),
             "unchanged": int((plan["action"] == PlannedAction.UNCHANGED).sum()),
-            kit.HELD_FOR_REVIEW_KEY: int((plan["action"] == PlannedAction.HELD_FOR_REVIEW).sum()),
+            kit.reports.HELD_FOR_REVIEW_KEY: int((plan["action"] == PlannedAction.HELD_FOR_REVIEW).sum()),
             "decided_by_person": int((plan["action"] == PlannedAction.DECIDED_BY_PERSON).sum()),
             "balances_read_one_by_one": len(ids),
             "adjustment_by_currency_cents": MetadataValue.json(_by_currency(adjust, "adjustment_cents")),
@@ -681,7 +681,7 @@ def applied_adjustments(
         customer_id = str(entry.params["customer_id"])
         try:
             listed = customers.list_balance_transactions(customer_id)
-        except kit.ProviderRejectedError as exc:
+        except kit.errors.ProviderRejectedError as exc:
             if (
                 exc.http_status != HTTPStatus.NOT_FOUND
                 or not customers.retrieve_customer(customer_id).deleted
@@ -737,7 +737,7 @@ def _adjustment_figures(frame: pd.DataFrame) -> dict[str, Any]:
     return {
         "adjustments_applied": len(applied),
         "unchanged": int((frame["status"] == AdjustmentOutcome.UNCHANGED).sum()),
-        kit.HELD_FOR_REVIEW_KEY: int((frame["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
+        kit.reports.HELD_FOR_REVIEW_KEY: int((frame["status"] == AdjustmentOutcome.HELD_FOR_REVIEW).sum()),
         "decided_by_person": int((frame["status"] == AdjustmentOutcome.DECIDED_BY_PERSON).sum()),
         "applied_by_currency_cents": MetadataValue.json(_by_currency(applied, "adjustment_cents")),
     }
@@ -796,7 +796,7 @@ def _applied_frame(plan: pd.DataFrame, intents: list[kit.Intent], report: kit.Ef
                 "review_note": note,
             }
         )
-    return kit.typed(pd.DataFrame(rows, columns=list(s.APPLIED_DTYPES)), s.APPLIED_DTYPES)
+    return kit.tables.typed(pd.DataFrame(rows, columns=list(s.APPLIED_DTYPES)), s.APPLIED_DTYPES)
 
 
 def _deleted_note(acct: str, customer_id: str, review: Mapping[str, Any] | None) -> str | None:
@@ -865,7 +865,7 @@ def verified_balances(
     live = every_customer(payments)
     listed = {c.id: c for c in live}
     at_provider = _naming_accounts(live)
-    applied = kit.typed(applied_adjustments, s.APPLIED_DTYPES)
+    applied = kit.tables.typed(applied_adjustments, s.APPLIED_DTYPES)
     # Held, or left as a person decided: nothing of this batch's to read back.
     not_moved = (AdjustmentOutcome.HELD_FOR_REVIEW, AdjustmentOutcome.DECIDED_BY_PERSON)
     held = applied["status"].isin(not_moved)
@@ -909,7 +909,7 @@ def verified_balances(
     out["provider_balance_cents"] = pd.Series([r[0] for r in rows], index=out.index, dtype="int64")
     out["verification"] = pd.Series([r[1].value for r in rows], index=out.index, dtype="str")
     out["provider_note"] = pd.Series([r[2] for r in rows], index=out.index, dtype="str")
-    out = kit.typed(out, s.VERIFIED_DTYPES)
+    out = kit.tables.typed(out, s.VERIFIED_DTYPES)
     changes = {
         change: int((out["verification"] == verification).sum())
         for change, verification in s.VERIFICATION_OF_CHANGE.items()
@@ -937,11 +937,11 @@ def migration_report(
 
     Written as CSV with spreadsheet formulas neutralised (names and emails come from outside).
     """
-    applied = kit.typed(applied_adjustments, s.APPLIED_DTYPES)
-    verified = kit.typed(verified_balances, s.VERIFIED_DTYPES)[
+    applied = kit.tables.typed(applied_adjustments, s.APPLIED_DTYPES)
+    verified = kit.tables.typed(verified_balances, s.VERIFIED_DTYPES)[
         [s.LEGACY_ACCOUNT_ID, "verification", "provider_balance_cents", "provider_note"]
     ]
-    accounts = kit.typed(validated_accounts, s.ACCOUNT_DTYPES)[[s.LEGACY_ACCOUNT_ID, "credit_cents"]]
+    accounts = kit.tables.typed(validated_accounts, s.ACCOUNT_DTYPES)[[s.LEGACY_ACCOUNT_ID, "credit_cents"]]
     merged = applied.merge(accounts, on=s.LEGACY_ACCOUNT_ID).merge(verified, on=s.LEGACY_ACCOUNT_ID)
     # A balance that missed its target is that account's problem: held, the rest of the batch stands.
     missed = merged["verification"] == Verification.MISMATCH
@@ -971,8 +971,8 @@ def migration_report(
             ].itertuples(index=False)
         ]
         merged.loc[changed, "status"] = AdjustmentOutcome.HELD_FOR_REVIEW.value
-    report = kit.typed(merged, s.REPORT_DTYPES)
-    written = kit.write_report(context, report, "migration_report.csv")
+    report = kit.tables.typed(merged, s.REPORT_DTYPES)
+    written = kit.reports.write_report(context, report, "migration_report.csv")
     return kit.frame_result(
         report,
         {

@@ -49,13 +49,9 @@ from durable_assets.credit_migration.schema import (
     ProviderChange,
     Verification,
 )
-from durable_assets.kit import (
-    ProviderRejectedError,
-    batch_check,
-    check_examples,
-    check_result,
-    paced_map,
-)
+from durable_assets.errors import ProviderRejectedError
+from durable_assets.kit import paced_map
+from durable_assets.kit.reports import batch_check, check_examples, check_result
 from durable_assets.payments.resources import PaymentGateway
 
 

@@ -37,7 +37,7 @@ import pandas as pd
 
 from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.schema import CustomerOutcome, PlannedAction, ProviderChange
-from durable_assets.kit import typed
+from durable_assets.kit.tables import typed
 from durable_assets.payments.money import format_cents
 
 #: Columns of the balances read by the plan step (one row per ready customer).

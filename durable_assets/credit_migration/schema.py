@@ -39,8 +39,8 @@ MAX_EMAIL_LENGTH: Final = store.MAX_EMAIL_LENGTH
 MAX_BALANCE_CENTS: Final = store.MAX_AMOUNT
 
 ACCEPTED_CURRENCIES: Final = money.ACCEPTED_CURRENCIES
-ROW_NUMBER: Final = kit.ROW_NUMBER
-REASONS: Final = kit.REASONS
+ROW_NUMBER: Final = kit.tables.ROW_NUMBER
+REASONS: Final = kit.tables.REASONS
 
 #: Where a provider customer records the legacy account it was migrated from (its business identity).
 LEGACY_ID_METADATA: Final = "legacy_account_id"
@@ -64,10 +64,10 @@ class QuarantineReason(StrEnum):
 
 #: The valid accounts (step 2): typed, normalised, in source order.
 ACCOUNT_DTYPES: Final[dict[str, str]] = {
-    ROW_NUMBER: kit.INT64,
-    **kit.text_dtypes(LEGACY_ACCOUNT_ID, EMAIL, NAME, CURRENCY),
-    "credit_cents": kit.INT64,
-    UPDATED_AT: kit.UTC_TIMESTAMP,
+    ROW_NUMBER: kit.tables.INT64,
+    **kit.tables.text_dtypes(LEGACY_ACCOUNT_ID, EMAIL, NAME, CURRENCY),
+    "credit_cents": kit.tables.INT64,
+    UPDATED_AT: kit.tables.UTC_TIMESTAMP,
 }
 
 # --- the later steps' frames ----------------------------------------------------------------------
@@ -82,15 +82,15 @@ class CustomerOutcome(StrEnum):
 
 
 #: Step 3 (``provider_customers``): one row per valid account.
-CUSTOMER_DTYPES: Final[dict[str, str]] = kit.text_dtypes(
+CUSTOMER_DTYPES: Final[dict[str, str]] = kit.tables.text_dtypes(
     LEGACY_ACCOUNT_ID, "customer_id", "idempotency_key", "status", "review_note"
 )
 
 
 #: The first columns of every later frame of an account (steps 4 to 6): whose, where, and its target.
 _ACCOUNT_TARGET: Final[dict[str, str]] = {
-    **kit.text_dtypes(LEGACY_ACCOUNT_ID, "customer_id", CURRENCY),
-    "target_cents": kit.INT64,
+    **kit.tables.text_dtypes(LEGACY_ACCOUNT_ID, "customer_id", CURRENCY),
+    "target_cents": kit.tables.INT64,
 }
 
 
@@ -127,10 +127,10 @@ class AccountDecision(StrEnum):
 #: adjustment is keyed by it, so it applies at most once to the balance it was computed from.
 PLAN_DTYPES: Final[dict[str, str]] = {
     **_ACCOUNT_TARGET,
-    "current_cents": kit.INT64,
-    "balance_version": kit.TEXT,
-    "adjustment_cents": kit.INT64,
-    **kit.text_dtypes("action", "review_note"),
+    "current_cents": kit.tables.INT64,
+    "balance_version": kit.tables.TEXT,
+    "adjustment_cents": kit.tables.INT64,
+    **kit.tables.text_dtypes("action", "review_note"),
 }
 
 
@@ -146,8 +146,8 @@ class AdjustmentOutcome(StrEnum):
 #: Step 5 (``applied_adjustments``): one row per planned account.
 APPLIED_DTYPES: Final[dict[str, str]] = {
     **_ACCOUNT_TARGET,
-    "adjustment_cents": kit.INT64,
-    **kit.text_dtypes("idempotency_key", "transaction_id", "status", "review_note"),
+    "adjustment_cents": kit.tables.INT64,
+    **kit.tables.text_dtypes("idempotency_key", "transaction_id", "status", "review_note"),
 }
 
 
@@ -175,19 +175,19 @@ VERIFICATION_OF_CHANGE: Final[dict[ProviderChange, Verification]] = {
 #: Step 6 (``verified_balances``).
 VERIFIED_DTYPES: Final[dict[str, str]] = {
     **_ACCOUNT_TARGET,
-    "provider_balance_cents": kit.INT64,
-    "verification": kit.TEXT,
+    "provider_balance_cents": kit.tables.INT64,
+    "verification": kit.tables.TEXT,
     #: What the provider holds for the account now, where step 6 found it changed since the row's
     #: note was written (a customer deleted, duplicated or re-labelled; one made for a held account);
     #: "" otherwise. The report's note for the account.
-    "provider_note": kit.TEXT,
+    "provider_note": kit.tables.TEXT,
 }
 
 #: Step 7 (``migration_report``): one line per valid account, for finance and support.
 REPORT_DTYPES: Final[dict[str, str]] = {
-    **kit.text_dtypes(LEGACY_ACCOUNT_ID, "customer_id", CURRENCY),
-    "credit_cents": kit.INT64,
-    "target_cents": kit.INT64,
-    "adjustment_cents": kit.INT64,
-    **kit.text_dtypes("transaction_id", "status", "verification", "review_note"),
+    **kit.tables.text_dtypes(LEGACY_ACCOUNT_ID, "customer_id", CURRENCY),
+    "credit_cents": kit.tables.INT64,
+    "target_cents": kit.tables.INT64,
+    "adjustment_cents": kit.tables.INT64,
+    **kit.tables.text_dtypes("transaction_id", "status", "verification", "review_note"),
 }

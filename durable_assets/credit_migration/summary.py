@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from durable_assets.kit import SummaryLine, batch_summary_spec, held_for_review_line
+from durable_assets.kit.reports import SummaryLine, batch_summary_spec, held_for_review_line
 
 CREDIT_SUMMARY = batch_summary_spec(
     read=("accounts read", "legacy_accounts"),

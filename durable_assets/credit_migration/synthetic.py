@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from durable_assets.credit_migration import schema as s
-from durable_assets.kit import UsageError
+from durable_assets.errors import UsageError
 from durable_assets.payments.money import money_text
 
 #: Share of rows broken on purpose (exactly ``round(size * MALFORMED_SHARE)`` of them).

@@ -19,7 +19,7 @@ from durable_assets.credit_migration.schema import QuarantineReason as R
 from durable_assets.payments.money import parse_money_column
 
 
-class AccountValidation(kit.Validated):
+class AccountValidation(kit.tables.Validated):
     """``valid``: :data:`schema.ACCOUNT_DTYPES`, in source order. ``quarantined``: the raw rows as
     given plus ``row_number`` and ``reasons``."""
 
@@ -27,7 +27,7 @@ class AccountValidation(kit.Validated):
 def read_legacy_file(path: str | PathLike[str]) -> pd.DataFrame:
     """The export as stripped strings; a file no row of which can be trusted is an
     :class:`InputFileError` naming the file (and the line, for a misaligned CSV row)."""
-    return kit.read_text_table(path, columns=s.INPUT_COLUMNS, required=s.REQUIRED_COLUMNS)
+    return kit.tables.read_text_table(path, columns=s.INPUT_COLUMNS, required=s.REQUIRED_COLUMNS)
 
 
 def validate_accounts(raw: pd.DataFrame) -> AccountValidation:
@@ -39,25 +39,27 @@ def validate_accounts(raw: pd.DataFrame) -> AccountValidation:
     within the provider's balance limit; ``updated_at`` ISO 8601; no U+FFFD or control character
     in any field.
     """
-    col = kit.text_columns(raw, s.INPUT_COLUMNS, required=s.REQUIRED_COLUMNS, what="legacy account frame")
-    checks = kit.RowChecks(len(raw))
+    col = kit.tables.text_columns(
+        raw, s.INPUT_COLUMNS, required=s.REQUIRED_COLUMNS, what="legacy account frame"
+    )
+    checks = kit.tables.RowChecks(len(raw))
 
     legacy_id = col[s.LEGACY_ACCOUNT_ID]
-    empty_id = kit.as_mask(legacy_id == "")
+    empty_id = kit.tables.as_mask(legacy_id == "")
     checks.add(R.EMPTY_LEGACY_ACCOUNT_ID, empty_id)
-    checks.add(R.LEGACY_ACCOUNT_ID_TOO_LONG, kit.as_mask(legacy_id.str.len() > s.MAX_LEGACY_ID_LENGTH))
+    checks.add(R.LEGACY_ACCOUNT_ID_TOO_LONG, kit.tables.as_mask(legacy_id.str.len() > s.MAX_LEGACY_ID_LENGTH))
     checks.add(
         R.DUPLICATE_LEGACY_ACCOUNT_ID, legacy_id.duplicated(keep=False).to_numpy(dtype=bool) & ~empty_id
     )
     email = col[s.EMAIL]
     checks.add(
         R.INVALID_EMAIL,
-        ~kit.as_mask(email.str.fullmatch(kit.EMAIL_PATTERN))
-        | kit.as_mask(email.str.len() > s.MAX_EMAIL_LENGTH),
+        ~kit.tables.as_mask(email.str.fullmatch(kit.tables.EMAIL_PATTERN))
+        | kit.tables.as_mask(email.str.len() > s.MAX_EMAIL_LENGTH),
     )
-    checks.add(R.NAME_TOO_LONG, kit.as_mask(col[s.NAME].str.len() > s.MAX_NAME_LENGTH))
+    checks.add(R.NAME_TOO_LONG, kit.tables.as_mask(col[s.NAME].str.len() > s.MAX_NAME_LENGTH))
     currency = col[s.CURRENCY].str.lower()
-    checks.add(R.UNKNOWN_CURRENCY, ~kit.as_mask(currency.isin(s.ACCEPTED_CURRENCIES)))
+    checks.add(R.UNKNOWN_CURRENCY, ~kit.tables.as_mask(currency.isin(s.ACCEPTED_CURRENCIES)))
 
     credit = parse_money_column(col[s.CREDIT_BALANCE])
     checks.add(R.NON_NUMERIC_CREDIT, credit.non_numeric)
@@ -66,7 +68,7 @@ def validate_accounts(raw: pd.DataFrame) -> AccountValidation:
 
     updated_at = pd.to_datetime(col[s.UPDATED_AT], format="ISO8601", utc=True, errors="coerce")
     checks.add(R.INVALID_TIMESTAMP, updated_at.isna().to_numpy(dtype=bool))
-    checks.add(R.BAD_ENCODING, kit.bad_encoding(raw))
+    checks.add(R.BAD_ENCODING, kit.tables.bad_encoding(raw))
 
     valid = checks.valid_rows(
         {

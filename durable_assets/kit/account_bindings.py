@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 
 def mismatch_message(batch_id: str, bound: ProviderAccount, configured: ProviderAccount) -> str:
+    """Why a batch cannot continue against another provider account, and what to set to continue it."""
     return (
         f"batch {batch_id} was started against {bound.describe()}, but the configured provider is "
         f"{configured.describe()}; its idempotency keys and provider IDs belong to the first account. "

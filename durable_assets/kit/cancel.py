@@ -15,6 +15,8 @@ from durable_assets.kit.db import DurableDatabase, cancel_requests, now
 
 
 class CancelStore:
+    """Cancel requests by batch: the CLI and API write one, a running batch reads it and stops."""
+
     def __init__(self, db: DurableDatabase) -> None:
         self.db = db
 

@@ -142,6 +142,9 @@ class Lease:
 
 
 class LeaseStore:
+    """Run leases by batch: one live holder per batch, renewed by its heartbeat, read on the
+    database's clock so a host with a wrong clock can neither steal nor stretch one."""
+
     def __init__(self, db: DurableDatabase, ttl_s: float = DEFAULT_LEASE_TTL_S) -> None:
         self.db = db
         self.ttl_s = ttl_s

@@ -71,6 +71,8 @@ class ShardOf:
 
 
 class ProgressStore:
+    """Each step's done/of by batch, written as it works and read by `job status`, the API and the UI."""
+
     def __init__(self, db: DurableDatabase) -> None:
         self.db = db
 

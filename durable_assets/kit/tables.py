@@ -1,4 +1,7 @@
-"""A batch's input table read as text, and the row checks every input shares.
+"""A batch's input table read as text, the row checks every input shares, and typed frames.
+
+Part of the author face (``from durable_assets.kit import tables``): everything a job's first
+steps need to turn a file into a typed frame of valid rows and a quarantine with reasons.
 
 Why text: every pipeline's first steps split rows into *valid* and *quarantined*, and a row can
 only be quarantined with a reason if reading it never failed. So files are read with every cell a
@@ -25,6 +28,28 @@ import numpy as np
 import pandas as pd
 
 from durable_assets.errors import InputFileError
+from durable_assets.kit.frames import BOOL, INT64, TEXT, UTC_TIMESTAMP, text_dtypes, typed
+
+__all__ = [
+    "BOOL",
+    "EMAIL_PATTERN",
+    "INT64",
+    "REASONS",
+    "ROW_NUMBER",
+    "TEXT",
+    "UTC_TIMESTAMP",
+    "RowChecks",
+    "Validated",
+    "as_mask",
+    "bad_encoding",
+    "clean_strings",
+    "read_text_table",
+    "reason_counts",
+    "require_columns",
+    "text_columns",
+    "text_dtypes",
+    "typed",
+]
 
 CSV_SUFFIXES: Final = frozenset({".csv"})
 PARQUET_SUFFIXES: Final = frozenset({".parquet", ".pq"})

@@ -48,12 +48,7 @@ from dagster import (
 
 from durable_assets.errors import LeaseHeldError
 from durable_assets.kit import DurableJob, DurableJobs
-from durable_assets.kit.cancel import CancelStore
-from durable_assets.kit.code_versions import refusal
-from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.leases import PENDING_RUN, LeaseStore, acquire_unless_live_run, process_owner
-from durable_assets.kit.resources import run_ended
-from durable_assets.kit.tags import (
+from durable_assets.kit.runtime import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
     AUTO_RESUME_OF_TAG,
@@ -62,6 +57,7 @@ from durable_assets.kit.tags import (
     BATCH_TAG,
     FAILURE_REASON_TAG,
     PARENT_RUN_ID_TAG,
+    PENDING_RUN,
     RESUME_RETRY_TAG,
     RETRY_NUMBER_TAG,
     ROOT_RUN_ID_TAG,
@@ -69,6 +65,14 @@ from durable_assets.kit.tags import (
     SHARDS_TAG,
     WILL_RETRY_TAG,
     WORKER_LOST_TAG,
+    CancelStore,
+    DurableDatabase,
+    LeaseStore,
+    acquire_unless_live_run,
+    now,
+    process_owner,
+    refusal,
+    run_ended,
     worker_lost_reason,
 )
 from durable_assets.ops.code_changes import changes_only_a_person_may_cross

@@ -16,7 +16,7 @@ from typing import Any
 
 from dagster import AssetCheckSeverity, DagsterEvent, DagsterEventType, DagsterInstance, DagsterRun
 
-from durable_assets.kit.shard_names import step_of_shard
+from durable_assets.kit.runtime import step_of_shard
 from durable_assets.ops.console import output_to
 
 #: Dagster's wrappers around the error that says why: skipped when looking for the reason.

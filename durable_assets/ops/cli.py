@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from durable_assets.errors import BatchInterruptedError, DurableError, UsageError
-from durable_assets.kit.modes import DEFAULT_SHARDS, MAX_SHARDS, ExecutorKind
+from durable_assets.kit.runtime import DEFAULT_SHARDS, MAX_SHARDS, ExecutorKind
 
 if TYPE_CHECKING:  # imported where used: `job --help` stays fast
-    from durable_assets.kit.db import ConnectionBounds
+    from durable_assets.kit.runtime import ConnectionBounds
     from durable_assets.ops.status_model import BatchStatusModel
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT = 0, 1, 2, 3
@@ -416,7 +416,7 @@ def _instance(verbose: bool) -> Any:
         fcntl.flock(lock, fcntl.LOCK_EX)
         instance = _open_instance(home)
         _ = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
-        from durable_assets.kit.db import DurableDatabase
+        from durable_assets.kit.runtime import DurableDatabase
 
         DurableDatabase.for_instance(instance)
     _collect_garbage_again()
@@ -451,7 +451,7 @@ def _long_lived(instance: Any) -> Any:
     """A command that runs a batch or serves requests makes thousands of storage calls: on Postgres
     it holds a connection per storage instead of opening one per call (see ``hold_connections``).
     Never the worker's parent process: its pool children fork from it and open their own."""
-    from durable_assets.kit.db import hold_connections
+    from durable_assets.kit.runtime import hold_connections
 
     hold_connections(instance)
     return instance
@@ -460,8 +460,7 @@ def _long_lived(instance: Any) -> Any:
 def _one_task_at_a_time() -> ConnectionBounds:
     """The database connections of a process that runs one step at a time, or none: a `job worker`'s
     pool children and a distributed run's orchestrator (``DURABLE_WORKER_DB_POOL``, read here only)."""
-    from durable_assets.kit.db import one_task_at_a_time
-    from durable_assets.kit.settings import DistributedSettings
+    from durable_assets.kit.runtime import DistributedSettings, one_task_at_a_time
 
     return one_task_at_a_time(DistributedSettings.current().worker_db_pool)
 
@@ -782,7 +781,7 @@ def check_worker_env() -> None:
     """A malformed variable fails here, naming it and what it accepts, not as a traceback from the
     step (or the import) that reads it: every variable is checked, whichever command reads it
     (each layer's sections, then the code location's, whose pipelines declare their own)."""
-    from durable_assets.kit.crashpoints import arm
+    from durable_assets.kit.runtime import arm
     from durable_assets.ops.registry import durable_jobs
     from durable_assets.settings import check_environment
 
@@ -882,7 +881,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "jobs":
         return _print_jobs(args.json)
     if args.command == "worker":
-        from durable_assets.kit.distributed import run_worker
+        from durable_assets.kit.runtime import run_worker
         from durable_assets.ops.registry import durable_jobs
 
         _instance(args.verbose)  # DAGSTER_HOME resolved and checked, as for every command
@@ -900,7 +899,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         # A frozen process's SQLite write lock would hang these commands: bounded, named, exit 3.
         wait_for_write_locks(runner.resolve_dagster_home()[0])
     if args.command == "run" and args.executor == ExecutorKind.CELERY.value:
-        from durable_assets.kit.db import bound_connections
+        from durable_assets.kit.runtime import bound_connections
 
         bound_connections(_one_task_at_a_time())  # it orchestrates: the workers run every step
     instance = _instance(args.verbose)

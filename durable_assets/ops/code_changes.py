@@ -17,15 +17,15 @@ from dagster import DagsterRun
 
 from durable_assets.errors import CodeChangedError
 from durable_assets.kit import DurableJob
-from durable_assets.kit.code_versions import (
+from durable_assets.kit.runtime import (
     CodeChange,
     CodePins,
+    DurableDatabase,
     StepCode,
     code_changes,
     effects_recorded,
     refusal,
 )
-from durable_assets.kit.db import DurableDatabase
 from durable_assets.ops.status_model import CodeModel
 
 ACCEPT_OPTION = "--accept-code-change"

@@ -12,10 +12,14 @@ from dataclasses import dataclass
 from dagster import DagsterInstance
 
 from durable_assets.errors import UsageError
-from durable_assets.kit.accounts import DEFAULT_NAMESPACE
-from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.decisions import ItemDecision, ItemDecisions, all_decisions, who_decides
-from durable_assets.kit.job import DurableJob
+from durable_assets.kit import DurableJob, ItemDecision
+from durable_assets.kit.runtime import (
+    DEFAULT_NAMESPACE,
+    DurableDatabase,
+    ItemDecisions,
+    all_decisions,
+    who_decides,
+)
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.runner import configured_account
 

@@ -142,7 +142,7 @@ def read_without_wal_index() -> None:
         return
     sa.event.listen(sa.engine.Engine, "do_connect", _connect_for_reading)
     _reading_on = True
-    from durable_assets.kit.db import dispose_engines
+    from durable_assets.kit.runtime import dispose_engines
 
     dispose_engines()
 

@@ -17,7 +17,7 @@ from typing import Any
 from dagster import DagsterEventType, DagsterInstance
 
 from durable_assets.errors import UnknownBatchError
-from durable_assets.kit.progress import Progress, progress_from_event
+from durable_assets.kit.runtime import Progress, progress_from_event
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.runlog import LineageFeed, LineageRecord, encode_id, run_end_id
 from durable_assets.ops.sse import ServerSentEvent

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from durable_assets.kit import DurableJob, Guardrails
-from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.guardrails import (
+from durable_assets.kit.runtime import (
+    DurableDatabase,
     GuardrailPin,
     PinnedGuardrails,
     guardrail_variables,

@@ -194,7 +194,7 @@ def _schedule_executor() -> str | None:
     """``DURABLE_SCHEDULE_EXECUTOR``, or None while its section is malformed: a reading command
     (`job status`) does not fail on a distributed knob it never uses; the commands that run batches
     name the bad variable themselves (cli.check_worker_env)."""
-    from durable_assets.kit.settings import DistributedSettings
+    from durable_assets.kit.runtime import DistributedSettings
 
     try:
         return DistributedSettings.current().schedule_executor

@@ -29,12 +29,12 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_assets.errors import BatchInterruptedError
-from durable_assets.kit.interrupts import clear_stop, request_stop, stop_requested
+from durable_assets.kit.runtime import clear_stop, request_stop, stop_requested
 
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # the CLI imports this module before it knows it will need a database
-    from durable_assets.kit.db import DurableDatabase
+    from durable_assets.kit.runtime import DurableDatabase
 
 T = TypeVar("T")
 
@@ -127,8 +127,7 @@ def _hand_on_to_tasks(
     second signal. The run may not exist yet when the signal comes (its lease still says
     ``pending``): then it is retried until it does, or until the batch has ended.
     """
-    from durable_assets.kit.db import DurableDatabase
-    from durable_assets.kit.leases import PENDING_RUN, LeaseStore, process_owner
+    from durable_assets.kit.runtime import PENDING_RUN, DurableDatabase, LeaseStore, process_owner
     from durable_assets.ops.runner import lease_ttl_s
 
     db = DurableDatabase.for_instance(instance)
@@ -150,7 +149,7 @@ def request_stop_of_run(db: DurableDatabase, batch_id: str, run_id: str, signum:
     The row names the run, not only the batch, so the resume's run never sees it; retention deletes
     it with the batch's other rows.
     """
-    from durable_assets.kit.db import now, stop_requests
+    from durable_assets.kit.runtime import now, stop_requests
 
     with db.transaction() as conn:
         conn.execute(
@@ -200,9 +199,7 @@ def _fail_own_run(instance: Any, batch_id: str, received: signal.Signals) -> Non
     """Mark this process's live run of the batch failed and release its lease, as `job resume` would
     for a dead worker, so the resume need not wait for the lease to lapse. Only ours: a run or
     lease another process holds is left alone."""
-    from durable_assets.kit.db import DurableDatabase
-    from durable_assets.kit.leases import LeaseStore, process_owner
-    from durable_assets.kit.tags import MAX_RETRIES_TAG
+    from durable_assets.kit.runtime import MAX_RETRIES_TAG, DurableDatabase, LeaseStore, process_owner
     from durable_assets.ops.reexecution import LIVE
     from durable_assets.ops.runner import lease_ttl_s
     from durable_assets.ops.status import batch_runs

@@ -18,8 +18,14 @@ from typing import Any
 
 from dagster import DagsterInstance, DagsterRun
 
-from durable_assets.kit.code_versions import StepCode, versions_from_metadata
-from durable_assets.kit.tags import CODE_VERSIONS_KEY, FILES_KEY, GUARDRAIL_VARIABLES_KEY, STEPS_KEY
+from durable_assets.kit.runtime import (
+    CODE_VERSIONS_KEY,
+    FILES_KEY,
+    GUARDRAIL_VARIABLES_KEY,
+    STEPS_KEY,
+    StepCode,
+    versions_from_metadata,
+)
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,7 @@ def _from_snapshots(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> Jo
 
 
 def _from_location(runs: Sequence[DagsterRun]) -> JobShape:
-    from durable_assets.kit.guardrails import guardrail_variables
+    from durable_assets.kit.runtime import guardrail_variables
     from durable_assets.ops.guardrails import job_guardrails
     from durable_assets.ops.registry import job_of_runs
 

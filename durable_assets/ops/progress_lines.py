@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol, TextIO
 
-from durable_assets.kit.progress import Progress
+from durable_assets.kit.runtime import Progress
 from durable_assets.ops.status_model import ProgressModel
 
 

@@ -21,7 +21,7 @@ from dagster import (
     ReexecutionOptions,
 )
 
-from durable_assets.kit.tags import (
+from durable_assets.kit.runtime import (
     BATCH_TAG,
     PARENT_RUN_ID_TAG,
     PARTITION_TAG,
@@ -76,7 +76,7 @@ def steps_from_failure(
     longer has is dropped; a step the whole job gained, which never ran for this batch, runs now (its
     inputs are the committed outputs of the parent lineage or of steps re-executed with it).
     """
-    from durable_assets.kit.dagster_internals import KnownExecutionState, create_execution_plan
+    from durable_assets.kit.runtime import KnownExecutionState, create_execution_plan
 
     step_keys, known_state = KnownExecutionState.build_resume_retry_reexecution(instance, parent_run=parent)
     snapshot = instance.get_execution_plan_snapshot(parent.execution_plan_snapshot_id)  # type: ignore[arg-type]
@@ -115,7 +115,7 @@ def create_from_failure_run(
     ``ValueError`` when there is nothing to re-execute.
     """
     # Internal, as in Dagster's own run-retry path: the public API executes instead of creating.
-    from durable_assets.kit.dagster_internals import create_execution_plan
+    from durable_assets.kit.runtime import create_execution_plan
 
     if parent.remote_job_origin is None or parent.job_code_origin is None:
         raise ValueError(f"run {parent.run_id} was not launched from a code location; use `job resume`")

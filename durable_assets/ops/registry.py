@@ -19,10 +19,8 @@ from functools import cache
 from dagster import DagsterRun, JobDefinition, build_reconstructable_job
 
 from durable_assets.errors import UnknownJobError, UsageError
-from durable_assets.kit import BATCH_TAG, DurableJob, DurableJobs
-from durable_assets.kit.dagster_internals import ReconstructableJob
-from durable_assets.kit.modes import ExecutorKind
-from durable_assets.kit.tags import EXECUTOR_TAG, SHARDS_TAG
+from durable_assets.kit import DurableJob, DurableJobs
+from durable_assets.kit.runtime import BATCH_TAG, EXECUTOR_TAG, SHARDS_TAG, ExecutorKind, ReconstructableJob
 from durable_assets.settings import InstanceSettings
 
 CODE_LOCATION_ENV = "DURABLE_CODE_LOCATION"

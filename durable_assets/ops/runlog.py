@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRun, EventLogRecord
 
-from durable_assets.kit.dagster_internals import EventLogCursor
+from durable_assets.kit.runtime import EventLogCursor
 
 #: Storage ids per run before the next run's ids begin. 10**12 keeps every id below 2**53, so
 #: JavaScript clients read them exactly, for lineages of up to 9,000 runs.

@@ -31,29 +31,31 @@ from durable_assets.errors import (
     UnknownBatchError,
     UnsetVariableError,
 )
-from durable_assets.kit.account_bindings import AccountBindings, mismatch_message
-from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.kit.cancel import CancelStore
-from durable_assets.kit.crashpoints import CrashPoint, crash_point
-from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.leases import (
-    PENDING_RUN,
-    Heartbeat,
-    LeaseStore,
-    acquire_unless_live_run,
-    process_owner,
-)
-from durable_assets.kit.modes import DEFAULT_SHARDS, ExecutorKind
-from durable_assets.kit.resources import run_ended
-from durable_assets.kit.settings import KitSettings
-from durable_assets.kit.tags import (
+from durable_assets.kit.runtime import (
     BATCH_TAG,
+    DEFAULT_SHARDS,
     EXECUTOR_TAG,
     MAX_RETRIES_TAG,
+    PENDING_RUN,
     SHARDS_TAG,
     WORKER_LOST_CANCELED,
     WORKER_LOST_LEASE_EXPIRED,
     WORKER_LOST_TAG,
+    AccountBindings,
+    CancelStore,
+    CrashPoint,
+    DurableDatabase,
+    ExecutorKind,
+    Heartbeat,
+    KitSettings,
+    LeaseStore,
+    ProviderAccount,
+    acquire_unless_live_run,
+    crash_point,
+    mismatch_message,
+    now,
+    process_owner,
+    run_ended,
 )
 from durable_assets.ops.batch_log import batch_output
 from durable_assets.ops.code_changes import reconcile_code_on_resume

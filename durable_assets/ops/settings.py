@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Literal, Self
 
 from durable_assets.errors import UsageError
-from durable_assets.kit.settings import DEFAULT_LEASE_TTL_S, KitSettings
+from durable_assets.kit.runtime import DEFAULT_LEASE_TTL_S, KitSettings
 from durable_assets.settings import Section, var
 
 

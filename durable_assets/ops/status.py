@@ -17,25 +17,30 @@ from typing import Any
 from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
 from durable_assets.errors import InvalidBatchIdError, UnknownBatchError
-from durable_assets.kit.account_bindings import AccountBindings
-from durable_assets.kit.accounts import DEFAULT_NAMESPACE
-from durable_assets.kit.cancel import CancelStore
-from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.decisions import ItemDecisions
-from durable_assets.kit.leases import Lease, LeaseStore, holder_is_gone, owner_pid
-from durable_assets.kit.progress import Progress, ProgressStore
-from durable_assets.kit.settings import KitSettings
-from durable_assets.kit.shard_names import step_of_shard
-from durable_assets.kit.tags import (
+from durable_assets.kit.runtime import (
     AUTO_RESUME_ATTEMPT_TAG,
     AUTO_RESUME_MAX_TAG,
     AUTO_RESUME_OF_TAG,
     BATCH_TAG,
     CANCELED_KEY,
+    DEFAULT_NAMESPACE,
     HELD_FOR_REVIEW_KEY,
     INPUT_DATA_VERSION_TAG_PREFIX,
     WORKER_LOST_CANCELED,
     WORKER_LOST_TAG,
+    AccountBindings,
+    CancelStore,
+    DurableDatabase,
+    ItemDecisions,
+    KitSettings,
+    Lease,
+    LeaseStore,
+    Progress,
+    ProgressStore,
+    holder_is_gone,
+    now,
+    owner_pid,
+    step_of_shard,
 )
 from durable_assets.ops.batch_log import blocks, describe_failed_checks, step_failure_reason
 from durable_assets.ops.code_changes import code_model

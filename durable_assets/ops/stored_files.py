@@ -16,8 +16,7 @@ from pathlib import Path
 from dagster import DagsterInstance
 
 from durable_assets.errors import StorageError
-from durable_assets.kit.settings import StorageSettings
-from durable_assets.kit.storage import BatchKeys, StorageConfig, batch_storage, read_uri
+from durable_assets.kit.runtime import BatchKeys, StorageConfig, StorageSettings, batch_storage, read_uri
 
 
 def storage_config() -> StorageConfig:

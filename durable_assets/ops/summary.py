@@ -14,9 +14,7 @@ from typing import Any
 
 from dagster import DagsterInstance, DagsterRun
 
-from durable_assets.kit import SummarySpec
-from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.ledger import Ledger
+from durable_assets.kit.runtime import DurableDatabase, Ledger, SummarySpec
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.status import batch_runs, batch_status, held_for_review, step_metadata
 from durable_assets.ops.status_model import BatchStatus, ProviderModel, StepStatus

@@ -49,7 +49,7 @@ from durable_assets.errors import (
     TransientProviderError,
     UsageError,
 )
-from durable_assets.kit.accounts import ProviderAccount
+from durable_assets.kit.runtime import ProviderAccount
 from durable_assets.payments.store import JsonObject, PaymentStore, StripeApiError
 
 #: Metadata keys the gateways own; callers may not set them to something else.

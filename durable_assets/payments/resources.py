@@ -18,19 +18,18 @@ from durable_assets.errors import (
     ProviderResponseMismatchError,
     ProviderUnavailableError,
 )
-from durable_assets.kit.accounts import ProviderAccount
-from durable_assets.kit.db import DurableDatabase
-from durable_assets.kit.modes import ExecutorKind
-from durable_assets.kit.pacing import (
+from durable_assets.kit import call_with_retries, shared_limiter
+from durable_assets.kit.runtime import (
+    EXECUTOR_TAG,
     Backoff,
+    DurableDatabase,
+    ExecutorKind,
+    KitSettings,
     ListCursors,
+    ProviderAccount,
     RateLimiter,
     account_limiter,
-    call_with_retries,
-    shared_limiter,
 )
-from durable_assets.kit.settings import KitSettings
-from durable_assets.kit.tags import EXECUTOR_TAG
 from durable_assets.payments.gateway import (
     CustomerGateway,
     EmbeddedGateway,

@@ -31,7 +31,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from durable_assets.errors import UsageError
-from durable_assets.kit.sqlite_wal import enable_wal
+from durable_assets.kit import enable_wal
 from durable_assets.payments.group_write import GroupWriter
 from durable_assets.payments.migrations import STORE_SCHEMA
 from durable_assets.payments.stripe_currencies import SUPPORTED as SUPPORTED_CURRENCIES

@@ -98,7 +98,7 @@ def validated_invoices(context: AssetExecutionContext, invoices: pd.DataFrame) -
     No refund is ever computed from a quarantined row.
     """
     result = validate_invoices(invoices)
-    return kit.frame_result(result.valid, kit.write_quarantine(context, result.quarantined))
+    return kit.frame_result(result.valid, kit.reports.write_quarantine(context, result.quarantined))
 
 
 @step(label="Computing refund candidates", group_name="policy", retry_policy=None)
@@ -213,7 +213,7 @@ def issued_refunds(
         {
             "refunds_issued": len(refunded),
             "refunded_cents": int(refunded["amount_cents"].sum()),
-            kit.HELD_FOR_REVIEW_KEY: int((out["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
+            kit.reports.HELD_FOR_REVIEW_KEY: int((out["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
             "already_refunded_for_charge": report.subject_taken,
             "requests_sent": report.sent,
             "reused_from_ledger": report.replayed,
@@ -250,7 +250,7 @@ def _outcome_frame(intents: list[kit.Intent], report: kit.EffectReport) -> pd.Da
                 "review_note": "" if done else _review_note(i, report.review.get(i.key)),
             }
         )
-    return kit.typed(pd.DataFrame(rows, columns=list(s.OUTCOME_DTYPES)), s.OUTCOME_DTYPES)
+    return kit.tables.typed(pd.DataFrame(rows, columns=list(s.OUTCOME_DTYPES)), s.OUTCOME_DTYPES)
 
 
 def _review_note(intent: kit.Intent, review: Mapping[str, Any] | None) -> str:
@@ -283,7 +283,7 @@ def reconciled_refunds(
     provider holds a refund reads ``refunded_at_provider`` with those refunds' ids, never
     ``not_refunded`` (after a crash and a deploy, or another invoice's refund of the same charge).
     """
-    out = kit.typed(issued_refunds, s.OUTCOME_DTYPES)
+    out = kit.tables.typed(issued_refunds, s.OUTCOME_DTYPES)
     refunded = out["status"] == s.RefundOutcome.REFUNDED
     held = (out["status"] == s.RefundOutcome.HELD_FOR_REVIEW) & (out[s.CHARGE_ID] != "")
     charges = list(dict.fromkeys(str(c) for c in out.loc[refunded | held, s.CHARGE_ID]))
@@ -292,7 +292,7 @@ def reconciled_refunds(
     def listing(charge_id: str) -> dict[str, Any]:
         try:
             return {"refunds": payments.gateway.list_charge_refunds(charge_id)}
-        except kit.ProviderRejectedError as exc:
+        except kit.errors.ProviderRejectedError as exc:
             # A held row's charge the provider does not know (the reason it was held) has no refunds
             # there; a refunded row's must exist, and its absence fails closed.
             if charge_id in ours or exc.http_status != 404:
@@ -316,7 +316,7 @@ def reconciled_refunds(
         for row, done in zip(out.to_dict("records"), refunded, strict=True)
     ]
     read = pd.DataFrame(readings, index=out.index, columns=list(_NOT_REFUNDED))
-    out = kit.typed(pd.concat([out, read], axis=1), s.RECONCILED_DTYPES)
+    out = kit.tables.typed(pd.concat([out, read], axis=1), s.RECONCILED_DTYPES)
     kit.report_progress(context, int(refunded.sum()), int(refunded.sum()))
     return kit.frame_result(
         out,
@@ -423,7 +423,7 @@ def customer_notices(
         context, perform=send, concurrency=payments.concurrency, backoff=payments.backoff()
     )
     report = runner.run(intents)
-    out = kit.typed(
+    out = kit.tables.typed(
         pd.DataFrame(
             {
                 s.INVOICE_ID: [i.params["invoice_id"] for i in intents],
@@ -448,14 +448,14 @@ def batch_report(
 
     Written as CSV with spreadsheet formulas neutralised (invoice fields come from outside).
     """
-    notices = kit.typed(customer_notices, s.NOTICE_DTYPES)
-    report = kit.typed(reconciled_refunds, s.REPORTED_DTYPES).merge(
+    notices = kit.tables.typed(customer_notices, s.NOTICE_DTYPES)
+    report = kit.tables.typed(reconciled_refunds, s.REPORTED_DTYPES).merge(
         notices[[s.INVOICE_ID, "sent"]].rename(columns={"sent": "notice_sent"}),
         on=s.INVOICE_ID,
         how="left",
     )
     report["notice_sent"] = report["notice_sent"].fillna(False).astype(bool)
-    written = kit.write_report(context, report, "refund_report.csv")
+    written = kit.reports.write_report(context, report, "refund_report.csv")
     refunded = report[report["status"] == s.RefundOutcome.REFUNDED]
     totals = refunded.groupby(s.CURRENCY)["amount_cents"].sum()
     return kit.frame_result(
@@ -464,7 +464,7 @@ def batch_report(
             **written,
             "valid_invoices": len(validated_invoices),
             "refunds": len(refunded),
-            kit.HELD_FOR_REVIEW_KEY: int((report["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
+            kit.reports.HELD_FOR_REVIEW_KEY: int((report["status"] == s.RefundOutcome.HELD_FOR_REVIEW).sum()),
             "notices_sent": int(report["notice_sent"].sum()),
             "refunded_by_currency_cents": MetadataValue.json({str(k): int(v) for k, v in totals.items()}),
         },

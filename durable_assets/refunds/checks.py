@@ -15,7 +15,8 @@ from typing import Any
 import pandas as pd
 from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue
 
-from durable_assets.kit import HELD_FOR_REVIEW_KEY, batch_check, check_examples, typed
+from durable_assets.kit.reports import HELD_FOR_REVIEW_KEY, batch_check, check_examples
+from durable_assets.kit.tables import typed
 from durable_assets.refunds import schema as s
 from durable_assets.refunds.assets import BATCHES, issued_refunds, reconciled_refunds
 from durable_assets.refunds.resources import RefundLimits

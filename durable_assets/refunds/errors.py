@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from durable_assets.kit import GuardrailError
+from durable_assets.errors import GuardrailError
 
 
 class RefundCeilingExceededError(GuardrailError):

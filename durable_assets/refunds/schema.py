@@ -74,24 +74,24 @@ CENTS_PER_UNIT: Final = money.CENTS_PER_UNIT
 
 #: 1-based data row in the source and the quarantined rows' reason codes: the kit's names, shared by
 #: every pipeline's quarantine file.
-ROW_NUMBER: Final = kit.ROW_NUMBER
-REASONS: Final = kit.REASONS
+ROW_NUMBER: Final = kit.tables.ROW_NUMBER
+REASONS: Final = kit.tables.REASONS
 
 #: Who and what an invoice is: the first text columns of the valid frame and of the candidates.
-_INVOICE_IDENTITY: Final[dict[str, str]] = kit.text_dtypes(
+_INVOICE_IDENTITY: Final[dict[str, str]] = kit.tables.text_dtypes(
     INVOICE_ID, CUSTOMER_ID, CUSTOMER_EMAIL, CHARGE_ID, CURRENCY
 )
 
 #: Pandas dtype of every column of the valid frame, in column order (the kit's dtype names).
 VALID_DTYPES: Final[dict[str, str]] = {
-    ROW_NUMBER: kit.INT64,
+    ROW_NUMBER: kit.tables.INT64,
     **_INVOICE_IDENTITY,
-    AMOUNT_CHARGED_CENTS: kit.INT64,
-    CONTRACTED_CENTS: kit.INT64,
-    ALREADY_REFUNDED_CENTS: kit.INT64,
-    SERVICE_PERIOD: kit.TEXT,
-    CHARGED_AT: kit.UTC_TIMESTAMP,
-    CANCELLED_AT: kit.UTC_TIMESTAMP,
+    AMOUNT_CHARGED_CENTS: kit.tables.INT64,
+    CONTRACTED_CENTS: kit.tables.INT64,
+    ALREADY_REFUNDED_CENTS: kit.tables.INT64,
+    SERVICE_PERIOD: kit.tables.TEXT,
+    CHARGED_AT: kit.tables.UTC_TIMESTAMP,
+    CANCELLED_AT: kit.tables.UTC_TIMESTAMP,
 }
 VALID_COLUMNS: Final[tuple[str, ...]] = tuple(VALID_DTYPES)
 
@@ -155,10 +155,10 @@ class RefundReason(StrEnum):
 #: Columns and dtypes of the refund-candidates frame (``policy.compute_refund_candidates``).
 CANDIDATE_DTYPES: Final[dict[str, str]] = {
     **_INVOICE_IDENTITY,
-    "reason": kit.TEXT,
-    "refund_cents": kit.INT64,
-    "refundable_cents": kit.INT64,
-    "explanation": kit.TEXT,
+    "reason": kit.tables.TEXT,
+    "refund_cents": kit.tables.INT64,
+    "refundable_cents": kit.tables.INT64,
+    "explanation": kit.tables.TEXT,
 }
 CANDIDATE_COLUMNS: Final[tuple[str, ...]] = tuple(CANDIDATE_DTYPES)
 
@@ -177,23 +177,23 @@ class RefundOutcome(StrEnum):
 
 #: One row per refund candidate after step 4 (``issued_refunds``).
 OUTCOME_DTYPES: Final[dict[str, str]] = {
-    **kit.text_dtypes(INVOICE_ID, CHARGE_ID, "idempotency_key", "provider_id"),
-    "amount_cents": kit.INT64,
-    **kit.text_dtypes(CURRENCY, "reason", "status", "review_note"),
+    **kit.tables.text_dtypes(INVOICE_ID, CHARGE_ID, "idempotency_key", "provider_id"),
+    "amount_cents": kit.tables.INT64,
+    **kit.tables.text_dtypes(CURRENCY, "reason", "status", "review_note"),
 }
 
 #: Step 5 (``reconciled_refunds``) adds what the provider says about each refund.
-REPORTED_DTYPES: Final[dict[str, str]] = {**OUTCOME_DTYPES, "reconciliation": kit.TEXT}
+REPORTED_DTYPES: Final[dict[str, str]] = {**OUTCOME_DTYPES, "reconciliation": kit.tables.TEXT}
 
 #: What step 5's one listing of each refunded charge found besides our refund, kept so the blocking
 #: duplicate check reads it from the frame instead of listing every charge again: how many refunds
 #: of the charge carry our idempotency key and which (``", "``-joined ids), and how many are for our
 #: reason and which. Zero and empty for rows that were not refunded.
 PROVIDER_LISTING_DTYPES: Final[dict[str, str]] = {
-    "provider_refunds_with_key": kit.INT64,
-    "provider_ids_with_key": kit.TEXT,
-    "provider_refunds_for_reason": kit.INT64,
-    "provider_ids_for_reason": kit.TEXT,
+    "provider_refunds_with_key": kit.tables.INT64,
+    "provider_ids_with_key": kit.tables.TEXT,
+    "provider_refunds_for_reason": kit.tables.INT64,
+    "provider_ids_for_reason": kit.tables.TEXT,
 }
 
 #: The stored frame of step 5; the batch report keeps only :data:`REPORTED_DTYPES` of it.
@@ -201,6 +201,6 @@ RECONCILED_DTYPES: Final[dict[str, str]] = {**REPORTED_DTYPES, **PROVIDER_LISTIN
 
 #: One row per customer notice of step 6 (``customer_notices``).
 NOTICE_DTYPES: Final[dict[str, str]] = {
-    **kit.text_dtypes(INVOICE_ID, "recipient", "message_id"),
-    "sent": kit.BOOL,
+    **kit.tables.text_dtypes(INVOICE_ID, "recipient", "message_id"),
+    "sent": kit.tables.BOOL,
 }

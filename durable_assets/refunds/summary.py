@@ -7,7 +7,7 @@ the last one that did wins (a re-run step or the report repeats an earlier figur
 
 from __future__ import annotations
 
-from durable_assets.kit import SummaryLine, batch_summary_spec, held_for_review_line, rows_line
+from durable_assets.kit.reports import SummaryLine, batch_summary_spec, held_for_review_line, rows_line
 
 REFUND_SUMMARY = batch_summary_spec(
     read=("records read", "invoices"),

@@ -39,7 +39,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from durable_assets.kit import UsageError
+from durable_assets.errors import UsageError
 from durable_assets.payments.money import money_text
 from durable_assets.refunds import schema as s
 

@@ -11,8 +11,8 @@ either — an operator has to see it, fix the source and re-run. Hence the invar
 
 Money is parsed exactly into integer cents by :mod:`durable_assets.payments.money` (``Decimal``, never
 ``float``, once per distinct amount string); reading the file and collecting the reasons are the
-kit's (:func:`durable_assets.kit.read_text_table`, :class:`durable_assets.kit.RowChecks`). Everything
-else is vectorised pandas / Arrow string kernels.
+kit's (:func:`durable_assets.kit.tables.read_text_table`, :class:`durable_assets.kit.tables.RowChecks`).
+Everything else is vectorised pandas / Arrow string kernels.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ __all__ = [
 _SERVICE_PERIOD_PATTERN: Final = r"[0-9]{4}-(?:0[1-9]|1[0-2])"
 
 
-class ValidationResult(kit.Validated):
+class ValidationResult(kit.tables.Validated):
     """The two halves of a validated invoice frame.
 
     ``valid`` has exactly the columns of :data:`schema.VALID_DTYPES` (``row_number``, the string
@@ -56,10 +56,10 @@ def read_invoice_file(path: str | PathLike[str]) -> pd.DataFrame:
 
     Every column is read as text because typing is :func:`validate_invoices`' job: it can quarantine
     a bad *row*, whereas a type error here could only reject the whole file (see
-    :func:`durable_assets.kit.read_text_table` for what rejects a file: an unreadable one, a
+    :func:`durable_assets.kit.tables.read_text_table` for what rejects a file: an unreadable one, a
     misaligned CSV row, a duplicated or missing required column).
     """
-    return kit.read_text_table(path, columns=s.INPUT_COLUMNS, required=s.REQUIRED_COLUMNS)
+    return kit.tables.read_text_table(path, columns=s.INPUT_COLUMNS, required=s.REQUIRED_COLUMNS)
 
 
 # --- validation -----------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ def validate_invoices(raw: pd.DataFrame, *, require_charge_id: bool = True) -> V
     Raises :class:`InputFileError` if a required column is missing (the file-reading path names the
     file; this is the guard for frames built in code).
     """
-    col = kit.text_columns(
+    col = kit.tables.text_columns(
         raw,
         s.INPUT_COLUMNS,
         required=s.REQUIRED_COLUMNS,
@@ -92,25 +92,25 @@ def validate_invoices(raw: pd.DataFrame, *, require_charge_id: bool = True) -> V
         defaults=s.OPTIONAL_COLUMN_DEFAULTS,
     )
     n = len(raw)
-    checks = kit.RowChecks(n)
+    checks = kit.tables.RowChecks(n)
     add = checks.add
 
     invoice_id = col[s.INVOICE_ID]
-    empty_id = kit.as_mask(invoice_id == "")
+    empty_id = kit.tables.as_mask(invoice_id == "")
     add(R.EMPTY_INVOICE_ID, empty_id)
     add(R.DUPLICATE_INVOICE_ID, invoice_id.duplicated(keep=False).to_numpy(dtype=bool) & ~empty_id)
-    add(R.MISSING_CUSTOMER_ID, kit.as_mask(col[s.CUSTOMER_ID] == ""))
-    add(R.INVALID_EMAIL, ~kit.as_mask(col[s.CUSTOMER_EMAIL].str.fullmatch(kit.EMAIL_PATTERN)))
+    add(R.MISSING_CUSTOMER_ID, kit.tables.as_mask(col[s.CUSTOMER_ID] == ""))
+    add(R.INVALID_EMAIL, ~kit.tables.as_mask(col[s.CUSTOMER_EMAIL].str.fullmatch(kit.tables.EMAIL_PATTERN)))
     if require_charge_id:
-        add(R.MISSING_CHARGE_ID, kit.as_mask(col[s.CHARGE_ID] == ""))
+        add(R.MISSING_CHARGE_ID, kit.tables.as_mask(col[s.CHARGE_ID] == ""))
     else:
         add(R.MISSING_CHARGE_ID, np.zeros(n, dtype=bool))
     # A charge pays one invoice. Rows that name the same charge contradict each other, and every
     # refund is a refund *of the charge*: refunding per row would pay one charge back several times.
     charge_id = col[s.CHARGE_ID]
-    add(R.SHARED_CHARGE_ID, kit.as_mask(charge_id.duplicated(keep=False) & (charge_id != "")))
+    add(R.SHARED_CHARGE_ID, kit.tables.as_mask(charge_id.duplicated(keep=False) & (charge_id != "")))
     currency = col[s.CURRENCY].str.lower()
-    add(R.UNKNOWN_CURRENCY, ~kit.as_mask(currency.isin(s.ACCEPTED_CURRENCIES)))
+    add(R.UNKNOWN_CURRENCY, ~kit.tables.as_mask(currency.isin(s.ACCEPTED_CURRENCIES)))
 
     money = {
         name: parse_money_column(col[name], empty_means_zero=name in s.OPTIONAL_COLUMN_DEFAULTS)
@@ -130,16 +130,19 @@ def validate_invoices(raw: pd.DataFrame, *, require_charge_id: bool = True) -> V
     for name, empty_allowed in s.TIMESTAMP_COLUMNS.items():
         text = col[name]
         parsed_ts = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
-        empty = kit.as_mask(text == "")
+        empty = kit.tables.as_mask(text == "")
         bad = parsed_ts.isna().to_numpy(dtype=bool) & ~(empty & empty_allowed)
         add(s.reason_for_column(R.INVALID_TIMESTAMP, name), bad)
         timestamps[name] = parsed_ts
 
     period = col[s.SERVICE_PERIOD]
-    empty_period = kit.as_mask(period == "")
+    empty_period = kit.tables.as_mask(period == "")
     add(R.MISSING_SERVICE_PERIOD, empty_period)
-    add(R.INVALID_SERVICE_PERIOD, ~empty_period & ~kit.as_mask(period.str.fullmatch(_SERVICE_PERIOD_PATTERN)))
-    add(R.BAD_ENCODING, kit.bad_encoding(raw))
+    add(
+        R.INVALID_SERVICE_PERIOD,
+        ~empty_period & ~kit.tables.as_mask(period.str.fullmatch(_SERVICE_PERIOD_PATTERN)),
+    )
+    add(R.BAD_ENCODING, kit.tables.bad_encoding(raw))
 
     valid = checks.valid_rows(
         {

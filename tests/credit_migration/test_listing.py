@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from durable_assets.credit_migration import listing
-from durable_assets.kit import Backoff, RateLimiter
+from durable_assets.kit.pacing import Backoff, RateLimiter
 from durable_assets.payments.gateway import Customer, EmbeddedGateway
 
 

@@ -21,7 +21,8 @@ from durable_assets.credit_migration.plan import (
 )
 from durable_assets.credit_migration.resources import CreditLimits
 from durable_assets.credit_migration.schema import CustomerOutcome, PlannedAction
-from durable_assets.kit import GuardrailError, Intent
+from durable_assets.errors import GuardrailError
+from durable_assets.kit import Intent
 
 
 def acct(legacy_id: str, credit_cents: int, currency: str = "usd") -> dict[str, Any]:

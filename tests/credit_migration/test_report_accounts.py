@@ -34,7 +34,7 @@ def _customers(*rows: tuple[str, str, str, str]) -> pd.DataFrame:
         ],
         columns=list(s.CUSTOMER_DTYPES),
     )
-    return kit.typed(frame, s.CUSTOMER_DTYPES)
+    return kit.tables.typed(frame, s.CUSTOMER_DTYPES)
 
 
 def test_a_customer_made_for_a_held_account_since_step_3_is_counted_not_a_problem() -> None:
@@ -110,7 +110,7 @@ def _plan(acct: str, customer_id: str) -> pd.DataFrame:
         ],
         columns=list(s.PLAN_DTYPES),
     )
-    return kit.typed(frame, s.PLAN_DTYPES)
+    return kit.tables.typed(frame, s.PLAN_DTYPES)
 
 
 def _held(review: dict[str, Any]) -> dict[Hashable, Any]:

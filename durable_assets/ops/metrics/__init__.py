@@ -16,9 +16,15 @@ import sqlalchemy as sa
 from dagster import DagsterInstance, DagsterRun
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from durable_assets.kit.db import DurableDatabase, cancel_requests
-from durable_assets.kit.ledger import FINISHED, REVIEW
-from durable_assets.kit.tags import BATCH_TAG, HELD_FOR_REVIEW_KEY, worker_lost_reason
+from durable_assets.kit.runtime import (
+    BATCH_TAG,
+    FINISHED,
+    HELD_FOR_REVIEW_KEY,
+    REVIEW,
+    DurableDatabase,
+    cancel_requests,
+    worker_lost_reason,
+)
 from durable_assets.ops.code_changes import code_model
 from durable_assets.ops.job_shape import stored_code_versions
 from durable_assets.ops.metrics.digests import RunDigest, RunDigests, histogram, ledger_counts, render

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from durable_assets.kit.db import DurableDatabase, idempotency
+from durable_assets.kit.runtime import DurableDatabase, idempotency
 
 #: Step durations span a 20 ms validation to an hour-long refund step.
 STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)

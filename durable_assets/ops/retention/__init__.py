@@ -23,8 +23,7 @@ from dagster import (
     op,
 )
 
-from durable_assets.kit.storage import S3_SCHEME, S3Storage, StorageKind, batch_storage
-from durable_assets.kit.tags import BATCH_TAG
+from durable_assets.kit.runtime import BATCH_TAG, S3_SCHEME, S3Storage, StorageKind, batch_storage
 from durable_assets.ops.registry import durable_jobs
 from durable_assets.ops.retention.pruning import PruneReport, RetentionPolicy, prune
 from durable_assets.ops.retention.stored_data import StoredData

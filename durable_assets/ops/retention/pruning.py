@@ -24,7 +24,7 @@ Crash safety rests on three rules:
    resume cannot add a run between archive and delete.
 
 Rows are deleted from Dagster's own tables only on the Dagster release whose storage layout was
-verified (``kit.dagster_internals.is_verified_version``); on any other, the same steps in the same
+verified (``is_verified_version``); on any other, the same steps in the same
 order go through the public API (``delete_events``, ``delete_dynamic_partition``,
 ``instance.delete_run``), one run at a time: slower, and on SQLite each run's emptied shard file
 stays behind, but nothing depends on a table Dagster may have changed.
@@ -59,24 +59,32 @@ from durable_assets.errors import (
     StorageError,
     UsageError,
 )
-from durable_assets.kit import dagster_internals
-from durable_assets.kit import db as kit_db
-from durable_assets.kit.crashpoints import CrashPoint, crash_point
-from durable_assets.kit.dagster_internals import (
+from durable_assets.kit.runtime import (
+    INSTALLED_DAGSTER_VERSION,
+    STARTED,
+    VERIFIED_DAGSTER_VERSION,
     AssetEventTagsTable,
+    BatchStorage,
     ConcurrencySlotsTable,
+    CrashPoint,
+    DurableDatabase,
     DynamicPartitionsTable,
+    Lease,
+    LeaseStore,
     PendingStepsTable,
+    Purged,
     RunsTable,
     RunTagsTable,
     SqlEventLogStorage,
     SqlEventLogStorageTable,
     SqlRunStorage,
+    crash_point,
+    effect_subjects,
+    idempotency,
+    is_verified_version,
+    now,
 )
-from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.leases import Lease, LeaseStore
-from durable_assets.kit.ledger import STARTED
-from durable_assets.kit.storage import BatchStorage, Purged
+from durable_assets.kit.runtime import metadata as kit_tables
 from durable_assets.ops.settings import RetentionSettings
 from durable_assets.ops.status_model import BatchStatus
 
@@ -205,7 +213,7 @@ class PruneReport:
 def _bulk_event_log(instance: DagsterInstance) -> SqlEventLogStorage | None:
     """Dagster's SQL event log if its tables may be read and written directly, else None."""
     storage = instance.event_log_storage
-    if isinstance(storage, SqlEventLogStorage) and dagster_internals.is_verified_version():
+    if isinstance(storage, SqlEventLogStorage) and is_verified_version():
         return storage
     return None
 
@@ -213,7 +221,7 @@ def _bulk_event_log(instance: DagsterInstance) -> SqlEventLogStorage | None:
 def _bulk_run_storage(instance: DagsterInstance) -> SqlRunStorage | None:
     """Dagster's SQL run storage if its tables may be written directly, else None."""
     storage = instance.run_storage
-    if isinstance(storage, SqlRunStorage) and dagster_internals.is_verified_version():
+    if isinstance(storage, SqlRunStorage) and is_verified_version():
         return storage
     return None
 
@@ -524,7 +532,7 @@ def _delete_own_rows(db: DurableDatabase, batch_ids: Sequence[str]) -> None:
 
     The idempotency ledger has no batch column on purpose: keys outlive runs.
     """
-    tables = [t for t in kit_db.metadata.sorted_tables if "batch_id" in t.c]
+    tables = [t for t in kit_tables.sorted_tables if "batch_id" in t.c]
     for chunk in _chunks(batch_ids, _IN_CLAUSE):
         with db.transaction() as conn:
             for table in reversed(tables):  # children before parents, should FKs appear
@@ -553,16 +561,16 @@ def prune_ledger(db: DurableDatabase, days: float, at: float, dry_run: bool = Fa
     with no recorded result) are kept: forgetting them could let a new request repeat an effect.
     """
     cutoff = at - days * DAY_S
-    c = kit_db.idempotency.c
+    c = idempotency.c
     where = sa.and_(c.created_at < cutoff, c.updated_at < cutoff, c.recovery_point != STARTED)
     with db.transaction() as conn:
         if dry_run:
             return int(conn.execute(sa.select(sa.func.count()).where(where)).scalar_one())
-        deleted = int(conn.execute(kit_db.idempotency.delete().where(where)).rowcount)
+        deleted = int(conn.execute(idempotency.delete().where(where)).rowcount)
         # A subject is held exactly as long as the key that claimed it.
-        s = kit_db.effect_subjects.c
+        s = effect_subjects.c
         holder_kept = sa.exists().where(c.account == s.account, c.scope == s.scope, c.key == s.key)
-        conn.execute(kit_db.effect_subjects.delete().where(s.created_at < cutoff, ~holder_kept))
+        conn.execute(effect_subjects.delete().where(s.created_at < cutoff, ~holder_kept))
         return deleted
 
 
@@ -752,12 +760,12 @@ def prune(
         return report
 
     archive_dir.mkdir(parents=True, exist_ok=True)
-    if not dagster_internals.is_verified_version():
+    if not is_verified_version():
         _log.warning(
             "Dagster %s is not %s, whose tables retention's bulk delete was verified with: "
             "deleting run by run through the public API (slower; SQLite shard files stay)",
-            dagster_internals.INSTALLED_DAGSTER_VERSION,
-            dagster_internals.VERIFIED_DAGSTER_VERSION,
+            INSTALLED_DAGSTER_VERSION,
+            VERIFIED_DAGSTER_VERSION,
         )
     leases = LeaseStore(db, ttl_s=RETENTION_LEASE_TTL_S)
     with _exclusive(archive_dir):

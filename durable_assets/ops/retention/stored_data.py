@@ -30,8 +30,7 @@ from dagster import DagsterInstance
 
 from durable_assets.errors import StorageError
 from durable_assets.kit import DurableJobs
-from durable_assets.kit.io_manager import OUTPUTS_PREFIX
-from durable_assets.kit.storage import BatchKeys, BatchStorage, LocalStorage, Purged
+from durable_assets.kit.runtime import OUTPUTS_PREFIX, BatchKeys, BatchStorage, LocalStorage, Purged
 from durable_assets.ops.batch_log import log_path
 from durable_assets.ops.retention.pruning import Lineage, asset_paths_named
 

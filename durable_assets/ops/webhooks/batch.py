@@ -47,9 +47,14 @@ from dagster import (
 )
 
 from durable_assets.kit import DurableJobs
-from durable_assets.kit.db import DurableDatabase, now
-from durable_assets.kit.leases import LeaseStore
-from durable_assets.kit.tags import AUTO_RESUMED_BY_TAG, BATCH_TAG, worker_lost_reason
+from durable_assets.kit.runtime import (
+    AUTO_RESUMED_BY_TAG,
+    BATCH_TAG,
+    DurableDatabase,
+    LeaseStore,
+    now,
+    worker_lost_reason,
+)
 from durable_assets.ops.code_changes import changes_only_a_person_may_cross
 from durable_assets.ops.settings import AutoResumeSettings, WebhookVariables
 from durable_assets.ops.status import batch_runs, batch_status, steps_to_run

@@ -38,8 +38,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from durable_assets.errors import UsageError, WebhookConfigError, WebhookVerificationError
-from durable_assets.kit.crashpoints import CrashPoint, crash_point
-from durable_assets.kit.db import DurableDatabase, from_row, now, webhook_outbox
+from durable_assets.kit.runtime import CrashPoint, DurableDatabase, crash_point, from_row, now, webhook_outbox
 from durable_assets.ops.settings import WebhookVariables
 
 SECRET_PREFIX = "whsec_"
