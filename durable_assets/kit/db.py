@@ -480,27 +480,37 @@ class DurableDatabase:
         return sa.literal(now(), sa.Float).label("db_now")
 
     def insert_ignore(self, table: sa.Table) -> Any:
-        """An INSERT that skips rows whose primary key exists, in this database's dialect."""
-        if self.is_postgres:
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-            return pg_insert(table).on_conflict_do_nothing()
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-        return sqlite_insert(table).on_conflict_do_nothing()
+        """An INSERT that skips rows whose primary key exists, in this database's dialect; the same
+        statement object every time, so :func:`compiled_for` compiles it once per process."""
+        return _insert_ignore(self.is_postgres, table)
 
     def upsert(self, table: sa.Table, index: list[str], values: dict[str, Any]) -> Any:
         """INSERT ... ON CONFLICT DO UPDATE, portable across our two dialects."""
-        if self.is_postgres:
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-            stmt: Any = pg_insert(table).values(**values)
-        else:
-            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-            stmt = sqlite_insert(table).values(**values)
+        stmt: Any = _dialect_insert(self.is_postgres)(table).values(**values)
         update = {k: v for k, v in values.items() if k not in index}
         return stmt.on_conflict_do_update(index_elements=index, set_=update)
+
+    def lock_rows_in_order(self, conn: Connection, ordered_locking_read: sa.Select[Any], params: Any) -> None:
+        """Take the row locks of ``ordered_locking_read`` (a ``SELECT ... ORDER BY ... FOR UPDATE``)
+        before a statement that would take them in arbitrary order, so two writers of overlapping
+        rows cannot deadlock. On SQLite a write transaction holds the one database lock already."""
+        if self.is_postgres:
+            conn.execute(ordered_locking_read, params)
+
+
+def _dialect_insert(postgres: bool) -> Callable[[sa.Table], Any]:
+    if postgres:
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert
+
+
+@functools.cache
+def _insert_ignore(postgres: bool, table: sa.Table) -> Any:
+    return _dialect_insert(postgres)(table).on_conflict_do_nothing()
 
 
 @functools.cache

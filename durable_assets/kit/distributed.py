@@ -460,13 +460,12 @@ class DurableCeleryExecutor(Executor):
             InstanceConcurrencyContext(ctx.instance, ctx.dagster_run) as concurrency,
             plan.start(retry_mode=self.retries, instance_concurrency_context=concurrency) as active,
         ):
-            stopping = signalled = False
-            while (not active.is_complete and not stopping) or in_flight:
+            signalled = False
+            while not active.is_complete or in_flight:
                 if active.check_for_interrupts():
                     yield DagsterEvent.engine_event(
                         ctx, "durable executor: interrupted; revoking the run's tasks", EngineEventData()
                     )
-                    stopping = True
                     active.mark_interrupted()
                     for flight in in_flight.values():
                         for r in flight.results:
@@ -532,7 +531,7 @@ class DurableCeleryExecutor(Executor):
                 if in_flight and t - last_lease_poll >= LEASE_POLL_S:
                     last_lease_poll = t
                     yield from self._check_leases(ctx, active, in_flight, sends, send, step_store, knobs)
-                if stopping or signalled or step_errors:
+                if signalled or step_errors:
                     time.sleep(RESULT_TICK_S)
                     continue
                 for step in active.get_steps_to_execute():

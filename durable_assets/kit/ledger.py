@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from durable_assets.errors import IdempotencyKeyMismatchError
 from durable_assets.kit.accounts import DEFAULT_NAMESPACE
@@ -237,17 +235,6 @@ _RECORD = (
     )
 )
 
-#: Commit a chunk's intents (a key already in the ledger keeps its row), per dialect (is_postgres).
-_INSERT_INTENT = {
-    False: sqlite_insert(idempotency).on_conflict_do_nothing(),
-    True: pg_insert(idempotency).on_conflict_do_nothing(),
-}
-#: Record a chunk's items for its batch (an item recorded before keeps what it first recorded).
-_INSERT_ITEM = {
-    False: sqlite_insert(batch_items).on_conflict_do_nothing(),
-    True: pg_insert(batch_items).on_conflict_do_nothing(),
-}
-
 
 def _execute_many(conn: sa.Connection, stmt: sa.ClauseElement, rows: Sequence[Mapping[str, Any]]) -> None:
     """``stmt`` once per row, straight through the driver's ``executemany``.
@@ -337,7 +324,8 @@ class Ledger:
             if chosen.get(intent.item_id) is intent
         ]
         if rows:
-            _execute_many(conn, _INSERT_ITEM[self.db.is_postgres], rows)
+            # an item recorded before keeps what it first recorded
+            _execute_many(conn, self.db.insert_ignore(batch_items), rows)
 
     def item_drift(self, batch_id: str, scope: str, items: Mapping[str, Intent]) -> list[ItemDrift]:
         """Items (by :attr:`Intent.item_id`) whose key or subject differs from what the batch recorded
@@ -432,10 +420,8 @@ class Ledger:
             for key in keys
         ]
         where = {"b_account": self.account, "b_scope": scope, "b_keys": keys}
-        _execute_many(conn, _INSERT_INTENT[self.db.is_postgres], rows)
-        if self.db.is_postgres:
-            # Lock in key order so two workers claiming overlapping chunks cannot deadlock.
-            conn.execute(_LOCK_KEYS, where)
+        _execute_many(conn, self.db.insert_ignore(idempotency), rows)  # a key already there keeps its row
+        self.db.lock_rows_in_order(conn, _LOCK_KEYS, where)  # two workers' overlapping chunks
         conn.execute(
             _CLAIM_KEYS,
             {**where, "b_owner": owner, "b_fence": fence, "b_t": t, "b_expires": t + self.claim_ttl_s},

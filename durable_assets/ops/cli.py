@@ -921,11 +921,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return _finish(instance, args.id)
     if args.command == "resume":
-        wait = (
-            None
-            if args.wait is None
-            else (2 * runner.lease_ttl_s() if args.wait == WAIT_DEFAULT else args.wait)
-        )
+        from durable_assets.ops.settings import lease_ttl_s
+
+        wait = None if args.wait is None else (2 * lease_ttl_s() if args.wait == WAIT_DEFAULT else args.wait)
         run = _with_progress(
             instance,
             args.id,

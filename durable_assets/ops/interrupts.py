@@ -128,7 +128,7 @@ def _hand_on_to_tasks(
     ``pending``): then it is retried until it does, or until the batch has ended.
     """
     from durable_assets.kit.runtime import PENDING_RUN, DurableDatabase, LeaseStore, process_owner
-    from durable_assets.ops.runner import lease_ttl_s
+    from durable_assets.ops.settings import lease_ttl_s
 
     db = DurableDatabase.for_instance(instance)
     leases = LeaseStore(db, ttl_s=lease_ttl_s())
@@ -201,7 +201,7 @@ def _fail_own_run(instance: Any, batch_id: str, received: signal.Signals) -> Non
     lease another process holds is left alone."""
     from durable_assets.kit.runtime import MAX_RETRIES_TAG, DurableDatabase, LeaseStore, process_owner
     from durable_assets.ops.reexecution import LIVE
-    from durable_assets.ops.runner import lease_ttl_s
+    from durable_assets.ops.settings import lease_ttl_s
     from durable_assets.ops.status import batch_runs
 
     leases = LeaseStore(DurableDatabase.for_instance(instance), ttl_s=lease_ttl_s())

@@ -47,7 +47,6 @@ from durable_assets.kit.runtime import (
     DurableDatabase,
     ExecutorKind,
     Heartbeat,
-    KitSettings,
     LeaseStore,
     ProviderAccount,
     acquire_unless_live_run,
@@ -69,6 +68,7 @@ from durable_assets.ops.registry import (
     reconstructable_job,
     shards_of_runs,
 )
+from durable_assets.ops.settings import lease_ttl_s
 from durable_assets.ops.status import batch_runs, check_batch_id, step_states, worker_lost
 from durable_assets.ops.status_model import StepStatus
 from durable_assets.ops.stored_files import store_input
@@ -99,10 +99,6 @@ def resolve_dagster_home() -> tuple[Path, str]:
 def distributed_tags(shards: int) -> dict[str, str]:
     """What marks a run as distributed, for the resume, status and the automatic resume to see."""
     return {EXECUTOR_TAG: ExecutorKind.CELERY.value, SHARDS_TAG: str(shards)}
-
-
-def lease_ttl_s() -> float:
-    return KitSettings.current().lease_ttl_s
 
 
 @contextmanager

@@ -56,6 +56,12 @@ class AutoResumeSettings(Section):
         return own.model_copy(update={"lease_ttl_s": KitSettings.from_env(environ).lease_ttl_s})
 
 
+def lease_ttl_s() -> float:
+    """The kit's ``DURABLE_LEASE_TTL_S`` as every command sees it (the kit's section, read here
+    only for the operations layer): how long a lost worker's lease takes to lapse."""
+    return KitSettings.current().lease_ttl_s
+
+
 _ORIGIN = re.compile(r"^https?://[^/\s]+$")
 
 

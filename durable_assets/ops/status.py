@@ -32,7 +32,6 @@ from durable_assets.kit.runtime import (
     CancelStore,
     DurableDatabase,
     ItemDecisions,
-    KitSettings,
     Lease,
     LeaseStore,
     Progress,
@@ -46,6 +45,7 @@ from durable_assets.ops.batch_log import blocks, describe_failed_checks, step_fa
 from durable_assets.ops.code_changes import code_model
 from durable_assets.ops.guardrails import guardrails_model
 from durable_assets.ops.job_shape import JobShape, job_shape, stored_code_versions, stored_steps
+from durable_assets.ops.settings import lease_ttl_s
 from durable_assets.ops.status_model import (
     BATCH_ID_REGEX,
     AutoResumeModel,
@@ -482,7 +482,7 @@ def lost_worker_end(instance: DagsterInstance, batch_id: str) -> LostWorkerEnd |
         return None
     db = DurableDatabase.for_instance(instance)
     lease = LeaseStore(db).get(batch_id)
-    if not worker_lost(instance, runs[-1], lease, KitSettings.current().lease_ttl_s):
+    if not worker_lost(instance, runs[-1], lease, lease_ttl_s()):
         return None
     status = BatchStatus.CANCELED if CancelStore(db).is_requested(batch_id) else BatchStatus.FAILED
     return LostWorkerEnd(status, _lost_reason(batch_id, status, lease), runs[-1].run_id)
@@ -507,7 +507,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     # A run Dagster still calls running whose worker is dead has ended: derived here, never written
     # (status is read-only; `job resume` records the dead run's failure when it takes over).
     lease = LeaseStore(db).get(batch_id)
-    lost = worker_lost(instance, runs[-1], lease, KitSettings.current().lease_ttl_s)
+    lost = worker_lost(instance, runs[-1], lease, lease_ttl_s())
     if lost:
         status = BatchStatus.CANCELED if status == BatchStatus.CANCELING else BatchStatus.FAILED
     # `job cancel` of a lost worker's batch records the run canceled (runner.cancel_batch); it
