@@ -70,7 +70,7 @@ def test_values_are_parsed_as_their_type(name: str, raw: str, field: str, value:
 @pytest.mark.parametrize(
     ("name", "raw", "says"),
     [
-        # the CLI's wording since check_worker_env (tests/test_cli_errors.py checks it end to end)
+        # the CLI's wording since check_worker_env (tests/ops/test_cli_errors.py checks it end to end)
         ("DURABLE_LEASE_TTL_S", "abc", "DURABLE_LEASE_TTL_S='abc' is not a number; fix or unset it"),
         ("DURABLE_CONCURRENCY", "many", "DURABLE_CONCURRENCY='many' is not a whole number; fix or unset it"),
         ("DURABLE_CONCURRENCY", "2.5", "is not a whole number"),

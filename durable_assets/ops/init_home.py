@@ -3,7 +3,7 @@
 Before it, the only Postgres and distributed instances were the committed folders
 (``dagster_home/postgres``, ``dagster_home/distributed``), usable only from inside the repository
 (a relative ``DAGSTER_HOME`` there), and a new folder quietly became SQLite on first use. This writes
-the same ``dagster.yaml`` those folders hold (tests/test_init_home.py compares them) into any folder,
+the same ``dagster.yaml`` those folders hold (tests/ops/test_init_home.py compares them) into any folder,
 and prints the ``export DAGSTER_HOME=...`` line that names it absolutely. An existing file that says
 something else is never replaced without ``--force``: it may be someone's live instance.
 """

@@ -114,7 +114,7 @@ def _holding_lease(instance: DagsterInstance, batch_id: str) -> Iterator[LeaseSt
 
 #: Dagster's words for a resource's ``EnvVar`` whose variable is unset (dagster/_config/source.py),
 #: and the config path its error names (``root:resources:<key>:config:<field>``): the only place
-#: either is said. tests/test_cli_errors.py runs the pinned Dagster through both.
+#: either is said. tests/ops/test_cli_errors.py runs the pinned Dagster through both.
 _UNSET_VARIABLE = re.compile(r'environment variable "(?P<name>[^"]+)" which is not set')
 _CONFIG_PATH = re.compile(r"at path (?P<path>\S+)")
 

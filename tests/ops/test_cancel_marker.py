@@ -4,7 +4,7 @@ The kit writes ``CANCELED_KEY`` on the failure of a step it stops on a cancel; t
 and shows the step as skipped. Failures recorded before the marker existed carry only the text
 ``BatchCanceledError``, and batches still in storage must keep showing those steps as skipped.
 The real-process path (a cancel during a run, the marker in the event log) is in
-tests/test_progress_honesty.py; for a sharded step of a distributed run, in
+tests/ops/test_progress_honesty.py; for a sharded step of a distributed run, in
 tests/distributed/test_worker_loss.py (``test_cancel_reaches_the_tasks``).
 """
 

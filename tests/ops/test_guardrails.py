@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.crash.helpers import EXIT_FAILED, EXIT_OK, EmbeddedProvider, Expected, job, job_env
 from tests.support.homes import make_home, open_instance
-
-from .crash.helpers import EXIT_FAILED, EXIT_OK, EmbeddedProvider, Expected, job, job_env
 
 SIZE = 100  # 18 refund candidates: above a ceiling of 5
 KEPT = (

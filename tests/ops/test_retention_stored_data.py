@@ -25,8 +25,7 @@ from durable_assets.kit.storage import LocalStorage, S3Storage, batch_storage, r
 from durable_assets.ops.retention import prune_batches
 from durable_assets.ops.retention.pruning import RetentionPolicy
 from durable_assets.ops.stored_files import storage_config
-from tests.support.s3 import CREDENTIALS, make_bucket, s3_server
-from tests.test_retention import (
+from tests.ops.test_retention import (
     REPO,
     add_batch,
     archives,
@@ -34,6 +33,7 @@ from tests.test_retention import (
     own_rows,
     run_ids_of,
 )
+from tests.support.s3 import CREDENTIALS, make_bucket, s3_server
 
 PRUNED = "b-31d"
 KEPT = "b-31d0"  # kept: younger; its ID starts with the pruned one's

@@ -14,10 +14,9 @@ import pytest
 from dagster import ConfigurableResource, asset
 
 from durable_assets.ops import cli
+from tests.conftest import REPO, job_cli
 from tests.support.machine import scaled
 from tests.support.network import free_port
-
-from .conftest import REPO, job_cli
 
 JOB = REPO / ".venv" / "bin" / "job"
 

@@ -12,10 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.homes import make_home
-from tests.support.polling import wait_until
-
-from .crash.helpers import (
+from tests.crash.helpers import (
     EXIT_CONFLICT,
     EXIT_OK,
     EmbeddedProvider,
@@ -26,6 +23,8 @@ from .crash.helpers import (
     job,
     job_env,
 )
+from tests.support.homes import make_home
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.crash.helpers import EXIT_FAILED, job, job_env
 from tests.support.homes import make_home
 from tests.support.processes import REPO
-
-from .crash.helpers import EXIT_FAILED, job, job_env
 
 AUDIT_MODULE = '''
 """A three-step durable job whose blocking check fails on every odd item."""

@@ -22,8 +22,7 @@ from dagster import DagsterInstance
 from durable_assets.errors import ArchiveError
 from durable_assets.kit.storage import S3Storage
 from durable_assets.ops.retention import prune_batches
-from tests.support.s3 import CREDENTIALS, make_bucket, s3_server
-from tests.test_retention import (
+from tests.ops.test_retention import (
     _DRIVER,
     AGES,
     REPO,
@@ -32,6 +31,7 @@ from tests.test_retention import (
     run_ids_of,
     snapshot,
 )
+from tests.support.s3 import CREDENTIALS, make_bucket, s3_server
 
 BUCKET = "cold"
 PREFIX = "archives"

@@ -17,8 +17,7 @@ from durable_assets.ops.metrics import render_metrics
 from durable_assets.ops.status import batch_runs, held_for_review
 from durable_assets.ops.summary import SummarySpec, batch_summary, format_money, format_seconds
 from durable_assets.ops.webhooks.batch import terminal_event
-
-from .conftest import job_cli
+from tests.conftest import job_cli
 
 HEADER = (
     "invoice_id,customer_id,customer_email,charge_id,currency,amount_charged,contracted_amount,"

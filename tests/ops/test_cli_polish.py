@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import job_cli
 from tests.support.homes import clean_env
 from tests.support.machine import scaled
 from tests.support.polling import wait_until
 from tests.support.processes import JOB, PYTHON, Process
 from tests.support.simulator import ThreadedSimulator
-
-from .conftest import job_cli
 
 API_KEY = "sk_test_polish"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import job_cli
+from tests.conftest import job_cli
 
 STEP_FIELDS = {
     "step",

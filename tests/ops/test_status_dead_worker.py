@@ -19,11 +19,10 @@ import pytest
 from dagster import DagsterRunStatus
 
 from durable_assets.ops.events import BatchEventFeed
+from tests.crash.helpers import EXIT_OK, JobProcess, instance_reader, job, job_env
 from tests.support.homes import make_home
 from tests.support.machine import scaled
 from tests.support.polling import wait_until
-
-from .crash.helpers import EXIT_OK, JobProcess, instance_reader, job, job_env
 
 pytestmark = pytest.mark.slow
 

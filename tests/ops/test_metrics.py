@@ -16,8 +16,7 @@ from durable_assets.kit.tags import BATCH_TAG, WORKER_LOST_TAG
 from durable_assets.ops import runner
 from durable_assets.ops.metrics import render_metrics
 from durable_assets.payments.store import PaymentStore
-
-from .webhooks.receiver import Receiver
+from tests.webhooks.receiver import Receiver
 
 SIZE = 40
 

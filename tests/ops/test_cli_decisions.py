@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .conftest import job_cli
+from tests.conftest import job_cli
 
 
 def test_deciding_checks_the_word_and_the_reason_before_anything_is_written(dagster_home: Path) -> None:

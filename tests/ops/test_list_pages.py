@@ -14,8 +14,7 @@ from durable_assets.definitions import refund_batch_job
 from durable_assets.errors import UnknownBatchError
 from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.status import list_batches
-
-from .conftest import job_cli
+from tests.conftest import job_cli
 
 
 @pytest.fixture

@@ -46,9 +46,8 @@ from durable_assets.kit.progress import Progress, ProgressStore
 from durable_assets.kit.tags import BATCH_TAG
 from durable_assets.ops.retention import policy_from_env, prune_batches, pruning
 from durable_assets.ops.retention.pruning import DAY_S, RetentionPolicy, read_archive
+from tests.conftest import REPO, job_cli
 from tests.support.machine import scaled
-
-from .conftest import REPO, job_cli
 
 PARTITIONS = "batches"
 _END_EVENT = {

@@ -21,11 +21,10 @@ from durable_assets.kit.tags import CANCELED_KEY
 from durable_assets.ops.progress_lines import progress_line
 from durable_assets.ops.runner import cancel_batch
 from durable_assets.ops.status_model import ProgressModel
+from tests.conftest import job_cli
+from tests.crash.helpers import JobProcess, instance_reader, job_env
 from tests.support.homes import make_home
 from tests.support.polling import wait_until
-
-from .conftest import job_cli
-from .crash.helpers import JobProcess, instance_reader, job_env
 
 
 def _running_step(st: dict[str, Any]) -> int | None:
@@ -149,7 +148,7 @@ def test_every_step_is_shown_by_the_cli_and_the_stream_however_short(tmp_path: P
 def test_percent_is_100_only_once_the_batch_succeeded(tmp_path: Path) -> None:
     """Issue #23, item 6: every step committed but the run's end not recorded (the worker SIGKILLed
     itself between the last step's success and the run's) is not 100 %: the batch has not succeeded."""
-    from .crash.helpers import job_killed_in_teardown
+    from tests.crash.helpers import job_killed_in_teardown
 
     home = make_home(tmp_path)
     env = job_env(home, lease_ttl_s=60.0)

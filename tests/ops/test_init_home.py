@@ -14,9 +14,8 @@ import psycopg2
 import pytest
 import yaml
 
+from tests.conftest import job_cli
 from tests.support.homes import SHIPPED, clean_env
-
-from .conftest import job_cli
 
 PG_URL = "DAGSTER_PG_URL"
 
