@@ -84,7 +84,8 @@ RETENTION_POINTS = [
     CrashPoint.BATCH_DATA_DELETED,
     CrashPoint.BATCH_DELETED,
 ]
-#: Passed only by a prune that archives to an object store (tests/ops/test_retention_s3.py kills at that moment).
+#: Passed only by a prune that archives to an object store
+#: (tests/ops/test_retention_s3.py kills at that moment).
 OBJECT_STORE_POINTS = [CrashPoint.ARCHIVE_STORED]
 RUN_POINTS = [p for p in RUN_POINTS if p not in RETENTION_POINTS + OBJECT_STORE_POINTS]
 #: Passed as often as a clock says, not the batch: the heartbeat, the progress throttle (0.5 s) and
