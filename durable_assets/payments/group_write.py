@@ -14,14 +14,32 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 Transaction = Callable[[str], AbstractContextManager[sqlite3.Connection]]
+
+
+@contextmanager
+def locked_transaction(
+    lock: threading.Lock, conn: sqlite3.Connection, begin: str
+) -> Iterator[sqlite3.Connection]:
+    """One transaction (``begin``: ``BEGIN`` or ``BEGIN IMMEDIATE``) on a connection shared by
+    threads, the ``lock`` keeping the others off it meanwhile: what a :class:`GroupWriter` leads.
+    Any failure rolls back, a failed COMMIT (disk full) too, so the next BEGIN does not fail."""
+    with lock:
+        conn.execute(begin)
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
 
 @dataclass

@@ -25,14 +25,14 @@ import string
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
 
 from durable_assets.errors import UsageError
 from durable_assets.kit import enable_wal
-from durable_assets.payments.group_write import GroupWriter
+from durable_assets.payments.group_write import GroupWriter, locked_transaction
 from durable_assets.payments.migrations import STORE_SCHEMA
 from durable_assets.payments.stripe_currencies import SUPPORTED as SUPPORTED_CURRENCIES
 from durable_assets.payments.stripe_currencies import unsupported_message
@@ -577,19 +577,9 @@ class PaymentStore:
         with self._transaction("BEGIN") as conn:
             yield conn
 
-    @contextmanager
-    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, begin: str) -> AbstractContextManager[sqlite3.Connection]:
         self._reopen_after_fork()
-        with self._lock:
-            conn = self._conn
-            conn.execute(begin)
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        return locked_transaction(self._lock, self._conn, begin)
 
     def _reopen_after_fork(self) -> None:
         """A SQLite connection must never be used on both sides of a fork; the child gets its own."""

@@ -17,13 +17,12 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from durable_assets.kit import enable_wal
-from durable_assets.payments.group_write import GroupWriter
+from durable_assets.payments.group_write import GroupWriter, locked_transaction
 from durable_assets.refunds.migrations import MAILBOX_SCHEMA
 
 
@@ -37,19 +36,8 @@ class Mailbox:
         MAILBOX_SCHEMA.upgrade(self.path)
         self._writer = GroupWriter(self._transaction)
 
-    @contextmanager
-    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
-        """One write transaction on the shared connection (the lock keeps readers off it meanwhile)."""
-        with self._lock:
-            conn = self._conn
-            conn.execute(begin)
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:  # a failed COMMIT (disk full) too: the next BEGIN must not fail
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+    def _transaction(self, begin: str) -> AbstractContextManager[sqlite3.Connection]:
+        return locked_transaction(self._lock, self._conn, begin)
 
     def close(self) -> None:
         self._conn.close()
