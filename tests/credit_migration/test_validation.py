@@ -1,4 +1,8 @@
-"""Reading legacy-credit exports and quarantining bad rows: every reason, the file errors, credit parsing."""
+"""Validating legacy-credit exports and quarantining bad rows: every reason, credit parsing, files end to end.
+
+What the kit's reader does with any file (refusals, trailing commas, Parquet as text, bad bytes)
+is tested once in tests/kit/test_tables.py; here only what the legacy schema and validation add.
+"""
 
 from __future__ import annotations
 
@@ -56,7 +60,7 @@ def _declared(dtypes: dict[str, str]) -> dict[str, str]:
 # --- the happy path and normalisation --------------------------------------------------------------
 
 
-def test_good_row_is_normalised_and_typed() -> None:
+def test_good_legacy_account_row_is_normalised_and_typed() -> None:
     raw = frame(
         {
             s.LEGACY_ACCOUNT_ID: " LEG-7 ",
@@ -123,7 +127,7 @@ def test_credit_parses_to_cents_rounding_half_up(text: str, cents: int) -> None:
         {s.CREDIT_BALANCE: "0"},
     ],
 )
-def test_edge_values_that_are_valid(overrides: dict[str, str]) -> None:
+def test_edge_legacy_account_values_that_are_valid(overrides: dict[str, str]) -> None:
     assert reasons_of(**overrides) == ""
 
 
@@ -163,7 +167,9 @@ def test_edge_values_that_are_valid(overrides: dict[str, str]) -> None:
         ({s.EMAIL: "ada\x1b[31m@example.com"}, R.BAD_ENCODING),
     ],
 )
-def test_each_bad_value_is_quarantined_with_its_reason(overrides: dict[str, str], expected: R) -> None:
+def test_each_bad_legacy_account_value_is_quarantined_with_its_reason(
+    overrides: dict[str, str], expected: R
+) -> None:
     assert reasons_of(**overrides) == expected.value
 
 
@@ -184,7 +190,7 @@ def test_every_quarantine_reason_is_covered_above() -> None:
     }
 
 
-def test_all_reasons_of_a_row_are_reported_in_a_stable_order() -> None:
+def test_all_reasons_of_a_legacy_account_row_are_reported_in_a_stable_order() -> None:
     reasons = reasons_of(
         **{
             s.LEGACY_ACCOUNT_ID: "L" * 65,
@@ -234,11 +240,13 @@ def test_duplicate_legacy_ids_quarantine_every_copy() -> None:
     ]
 
 
-def test_nothing_is_dropped_and_quarantine_keeps_the_original_strings() -> None:
+def test_no_legacy_account_row_is_dropped_and_quarantine_keeps_the_original_strings() -> None:
     raw = frame({}, {s.CREDIT_BALANCE: "-3", s.CURRENCY: "XXX"}, {}, {s.UPDATED_AT: "bad"}, {})
+    raw.index = pd.Index([10, 20, 30, 40, 50])  # row numbers are positional, whatever the index
     result = validate_accounts(raw)
     assert len(result.valid) + len(result.quarantined) == len(raw)
     assert result.valid[s.ROW_NUMBER].tolist() == [1, 3, 5]
+    assert result.valid.index.tolist() == [0, 1, 2]
     q = result.quarantined
     assert list(q.columns) == [*s.INPUT_COLUMNS, s.ROW_NUMBER, s.REASONS]
     assert q[s.ROW_NUMBER].tolist() == [2, 4]
@@ -247,15 +255,6 @@ def test_nothing_is_dropped_and_quarantine_keeps_the_original_strings() -> None:
     ids = [*result.valid[s.LEGACY_ACCOUNT_ID], *q[s.LEGACY_ACCOUNT_ID]]
     assert sorted(ids) == sorted(raw[s.LEGACY_ACCOUNT_ID])
     assert result.reason_counts() == {"invalid_timestamp": 1, "negative_credit": 1, "unknown_currency": 1}
-
-
-def test_row_numbers_are_positional_even_with_a_foreign_index() -> None:
-    raw = frame({}, {s.CURRENCY: "nope"}, {})
-    raw.index = pd.Index([10, 20, 30])
-    result = validate_accounts(raw)
-    assert result.valid[s.ROW_NUMBER].tolist() == [1, 3]
-    assert result.quarantined[s.ROW_NUMBER].tolist() == [2]
-    assert result.valid.index.tolist() == [0, 1]
 
 
 def test_zero_rows_give_empty_typed_frames() -> None:
@@ -274,12 +273,14 @@ def test_a_frame_whose_rows_are_all_quarantined() -> None:
     assert result.reason_counts() == {"invalid_email": 1, "negative_credit": 1, "unknown_currency": 1}
 
 
-def test_frame_lacking_required_columns_is_an_input_error() -> None:
-    with pytest.raises(InputFileError, match="email, credit_balance"):
+def test_a_legacy_account_frame_lacking_required_columns_is_refused_naming_them() -> None:
+    with pytest.raises(
+        InputFileError, match="legacy account frame is missing required columns: email, credit_balance"
+    ):
         validate_accounts(frame({}).drop(columns=[s.EMAIL, s.CREDIT_BALANCE]))
 
 
-def test_non_string_columns_are_read_as_text() -> None:
+def test_numeric_and_none_cells_of_a_legacy_account_frame_validate_as_their_text() -> None:
     raw = frame({}).astype(object)
     raw[s.CREDIT_BALANCE] = [12]
     raw[s.NAME] = [None]
@@ -288,7 +289,7 @@ def test_non_string_columns_are_read_as_text() -> None:
     assert result.valid[s.NAME].tolist() == [""]
 
 
-# --- files -----------------------------------------------------------------------------------------
+# --- legacy exports end to end: read_legacy_file, then validate_accounts ---------------------------
 
 
 def write_csv(path: Path, raw: pd.DataFrame) -> Path:
@@ -296,57 +297,30 @@ def write_csv(path: Path, raw: pd.DataFrame) -> Path:
     return path
 
 
-def _lines(raw: pd.DataFrame) -> list[str]:
-    return raw.to_csv(index=False).splitlines()
-
-
-def test_csv_is_read_as_stripped_strings_with_extra_columns_kept(tmp_path: Path) -> None:
+def test_a_legacy_export_csv_validates_from_its_stripped_text(tmp_path: Path) -> None:
     path = tmp_path / "export.csv"
     path.write_text(
         " legacy_account_id ,email,name,currency,credit_balance,updated_at,note\n"
         " LEG-1 , ada@example.com ,,USD,  10.005 ,2026-10-01T00:00:00Z,NA\n",
         encoding="utf-8",
     )
-    raw = read_legacy_file(path)
-    assert raw[s.LEGACY_ACCOUNT_ID].tolist() == ["LEG-1"]
-    assert raw[s.CREDIT_BALANCE].tolist() == ["10.005"]
-    assert raw[s.NAME].tolist() == [""]
-    assert raw["note"].tolist() == ["NA"]  # not NaN: keep_default_na=False
-    result = validate_accounts(raw)
+    result = validate_accounts(read_legacy_file(path))
+    assert result.valid[s.LEGACY_ACCOUNT_ID].tolist() == ["LEG-1"]
+    assert result.valid[s.NAME].tolist() == [""]
     assert result.valid["credit_cents"].tolist() == [1001]
     assert result.valid[s.CURRENCY].tolist() == ["usd"]
 
 
-def test_header_only_csv_is_zero_rows(tmp_path: Path) -> None:
-    path = tmp_path / "header.csv"
-    path.write_text(",".join(s.INPUT_COLUMNS) + "\n")
-    raw = read_legacy_file(path)
-    assert len(raw) == 0 and list(raw.columns) == list(s.INPUT_COLUMNS)
-    result = validate_accounts(raw)
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_header_only_legacy_export_validates_to_zero_typed_rows(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"header{suffix}"
+    if suffix == ".csv":
+        path.write_text(",".join(s.INPUT_COLUMNS) + "\n")
+    else:
+        frame().to_parquet(path, index=False)
+    result = validate_accounts(read_legacy_file(path))
     assert result.valid.empty and result.quarantined.empty
     assert _dtypes(result.valid) == _declared(s.ACCOUNT_DTYPES)
-
-
-def test_empty_csv_is_an_input_error(tmp_path: Path) -> None:
-    path = tmp_path / "empty.csv"
-    path.write_bytes(b"")
-    with pytest.raises(InputFileError, match=r"empty\.csv.*empty"):
-        read_legacy_file(path)
-
-
-def test_missing_file_names_the_file(tmp_path: Path) -> None:
-    with pytest.raises(InputFileError, match=r"nope\.csv"):
-        read_legacy_file(tmp_path / "nope.csv")
-
-
-def test_missing_columns_message_names_file_and_columns(tmp_path: Path) -> None:
-    path = write_csv(tmp_path / "partial.csv", frame({}).drop(columns=[s.CURRENCY, s.UPDATED_AT]))
-    with pytest.raises(InputFileError) as info:
-        read_legacy_file(path)
-    message = str(info.value)
-    assert "partial.csv" in message
-    assert "missing required columns: currency, updated_at" in message
-    assert info.value.exit_code == 2
 
 
 def test_an_invoice_file_is_not_a_legacy_export(tmp_path: Path) -> None:
@@ -356,64 +330,19 @@ def test_an_invoice_file_is_not_a_legacy_export(tmp_path: Path) -> None:
         read_legacy_file(path)
 
 
-@pytest.mark.parametrize("name", ["in.txt", "in", "in.xlsx"])
-def test_unsupported_extension(tmp_path: Path, name: str) -> None:
-    path = tmp_path / name
-    path.write_text("x")
-    with pytest.raises(InputFileError, match="unsupported file type"):
-        read_legacy_file(path)
-
-
-def test_trailing_comma_on_every_row_is_read_unshifted(tmp_path: Path) -> None:
+def test_a_legacy_export_with_a_trailing_comma_on_every_row_validates_cleanly(tmp_path: Path) -> None:
     raw = frame({}, {s.NAME: ""}, {s.CREDIT_BALANCE: "0.01"})
-    header, *rows = _lines(raw)
+    header, *rows = raw.to_csv(index=False).splitlines()
     path = tmp_path / "export.csv"
     path.write_text("\n".join([header, *(r + "," for r in rows)]) + "\n")
-    pd.testing.assert_frame_equal(read_legacy_file(path), raw)
     result = validate_accounts(read_legacy_file(path))
     assert result.quarantined.empty
     assert result.valid["credit_cents"].tolist() == [1250, 1250, 1]
 
 
-def test_trailing_comma_on_the_header_too_is_ignored(tmp_path: Path) -> None:
-    raw = frame({}, {})
-    header, *rows = _lines(raw)
-    path = tmp_path / "export.csv"
-    path.write_text("\n".join([header + ",", *(r + "," for r in rows)]) + "\n")
-    pd.testing.assert_frame_equal(read_legacy_file(path), raw)
-
-
-def test_an_unquoted_comma_in_a_name_rejects_the_file_naming_the_line(tmp_path: Path) -> None:
-    # "Lovelace, Ada" unquoted pushes every later value one column right: credit would be read
-    # from the currency column. The whole file is refused, naming the line to fix.
-    raw = frame({}, {}, {})
-    header, first, second, third = _lines(raw)
-    path = tmp_path / "shifted.csv"
-    path.write_text(f"{header}\n{first}\n{second.replace('Ada Lovelace', 'Lovelace, Ada')}\n{third}\n")
-    with pytest.raises(
-        InputFileError, match=r"shifted\.csv: line 3 has 7 fields.*past the last column"
-    ) as info:
-        read_legacy_file(path)
-    assert "\n" not in str(info.value) and info.value.exit_code == 2
-
-
-def test_a_short_row_rejects_the_file_naming_the_line(tmp_path: Path) -> None:
-    path = write_csv(tmp_path / "short.csv", frame({}, {}))
-    path.write_text(path.read_text() + "LEG-9,ada@example.com,Ada,usd\n")
-    with pytest.raises(InputFileError, match=r"short\.csv: line 4 has 4 fields but the header names 6"):
-        read_legacy_file(path)
-
-
-def test_rows_of_different_widths_are_refused_even_when_the_extra_field_is_empty(tmp_path: Path) -> None:
-    raw = frame({}, {})
-    header, first, second = _lines(raw)
-    path = tmp_path / "ragged.csv"
-    path.write_text(f"{header}\n{first},\n{second}\n")
-    with pytest.raises(InputFileError, match=r"ragged\.csv: line 3 has 6 fields.*line 2 has 7"):
-        read_legacy_file(path)
-
-
-def test_bad_utf8_bytes_quarantine_only_their_row(tmp_path: Path) -> None:
+def test_undecodable_bytes_in_a_legacy_export_quarantine_only_their_row_as_bad_encoding(
+    tmp_path: Path,
+) -> None:
     path = write_csv(tmp_path / "export.csv", frame({}, {}, {}))
     path.write_bytes(
         path.read_bytes().replace(b"LEG-2,ada@example.com,Ada", b"LEG-2,ada@example.com,J\xfcrgen")
@@ -425,25 +354,16 @@ def test_bad_utf8_bytes_quarantine_only_their_row(tmp_path: Path) -> None:
     assert "\ufffd" in result.quarantined[s.NAME].iloc[0]
 
 
-def test_extension_is_case_insensitive_and_bom_is_ignored(tmp_path: Path) -> None:
-    path = tmp_path / "EXPORT.CSV"
-    frame({}).to_csv(path, index=False, encoding="utf-8-sig")
-    assert read_legacy_file(path)[s.LEGACY_ACCOUNT_ID].tolist() == ["LEG-1"]
-
-
-@pytest.mark.parametrize("suffix", [".parquet", ".pq", ".PARQUET"])
-def test_parquet_roundtrip(tmp_path: Path, suffix: str) -> None:
+def test_a_legacy_export_in_parquet_validates_like_its_frame(tmp_path: Path) -> None:
     raw = frame({}, {s.CURRENCY: "bad"}, {s.CREDIT_BALANCE: "0.005"})
-    path = tmp_path / f"export{suffix}"
+    path = tmp_path / "export.parquet"
     raw.to_parquet(path, index=False)
-    back = read_legacy_file(path)
-    pd.testing.assert_frame_equal(back, raw)
-    result = validate_accounts(back)
+    result = validate_accounts(read_legacy_file(path))
     assert result.valid["credit_cents"].tolist() == [1250, 1]
     assert result.quarantined[s.REASONS].tolist() == ["unknown_currency"]
 
 
-def test_parquet_with_typed_columns_is_read_as_text(tmp_path: Path) -> None:
+def test_a_legacy_export_in_parquet_with_typed_columns_validates_from_their_text(tmp_path: Path) -> None:
     import datetime as dt
     from decimal import Decimal
 
@@ -465,24 +385,3 @@ def test_parquet_with_typed_columns_is_read_as_text(tmp_path: Path) -> None:
     valid = result.valid
     assert valid["credit_cents"].tolist() == [1234]
     assert valid[s.UPDATED_AT].tolist() == [pd.Timestamp("2026-10-01T10:00:00Z")]
-
-
-def test_parquet_missing_columns_names_file_and_columns(tmp_path: Path) -> None:
-    path = tmp_path / "partial.pq"
-    frame({}).drop(columns=[s.CREDIT_BALANCE]).to_parquet(path, index=False)
-    with pytest.raises(InputFileError, match=r"partial\.pq: missing required columns: credit_balance"):
-        read_legacy_file(path)
-
-
-def test_corrupt_parquet_is_an_input_error(tmp_path: Path) -> None:
-    path = tmp_path / "corrupt.parquet"
-    path.write_bytes(b"PAR1 definitely not parquet")
-    with pytest.raises(InputFileError, match=r"corrupt\.parquet.*cannot read Parquet"):
-        read_legacy_file(path)
-
-
-def test_header_only_parquet_is_zero_rows(tmp_path: Path) -> None:
-    path = tmp_path / "empty.parquet"
-    frame().to_parquet(path, index=False)
-    result = validate_accounts(read_legacy_file(path))
-    assert result.valid.empty and result.quarantined.empty
