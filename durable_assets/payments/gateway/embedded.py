@@ -1,0 +1,140 @@
+"""The embedded transport: the provider's store, in this process, behind the same template."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from durable_assets.payments.gateway.failures import provider_error
+from durable_assets.payments.gateway.models import DEFAULT_PAGE_SIZE
+from durable_assets.payments.gateway.template import (
+    BalanceTransactionRequest,
+    ChargeRequest,
+    CustomerRequest,
+    GatewayTemplate,
+    RefundRequest,
+)
+from durable_assets.payments.store import JsonObject, PaymentStore, StripeApiError
+
+
+class EmbeddedGateway(GatewayTemplate):
+    """The in-instance provider behind the same seam; nothing to start. Its transport is the
+    store itself, which holds every rule the HTTP simulator serves too."""
+
+    def __init__(self, path: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> None:
+        # Never live: no real money moves here.
+        super().__init__(page_size=page_size, provider="embedded", livemode=False)
+        self._store = PaymentStore(path)
+
+    def stats(self) -> dict[str, int]:
+        return self._store.stats()
+
+    def close(self) -> None:
+        self._store.close()
+
+    def _post_charge(self, request: ChargeRequest) -> object:
+        return _embedded_call(
+            lambda: (
+                self._store.create_charge(
+                    amount=request.amount,
+                    currency=request.currency,
+                    customer=request.customer,
+                    metadata=request.metadata,
+                    idempotency_key=request.idempotency_key,
+                ).body
+            ),
+            request.idempotency_key,
+        )
+
+    def _post_refund(self, request: RefundRequest) -> object:
+        def counted() -> JsonObject:
+            self._store.record_refund_request()  # first, exactly where the HTTP front counts it
+            return self._store.create_refund(
+                charge=request.charge,
+                amount=request.amount,
+                reason=request.reason,
+                metadata=request.metadata,
+                idempotency_key=request.idempotency_key,
+            ).body
+
+        return _embedded_call(counted, request.idempotency_key)
+
+    def _get_refund(self, refund_id: str) -> object:
+        return _embedded_call(lambda: self._store.retrieve_refund(refund_id))
+
+    def _list_refunds(self, charge: str, *, limit: int, starting_after: str | None) -> object:
+        return _embedded_call(
+            lambda: self._store.list_refunds(limit=limit, starting_after=starting_after, charge=charge)
+        )
+
+    def _post_customer(self, request: CustomerRequest) -> object:
+        return _embedded_call(
+            lambda: (
+                self._store.create_customer(
+                    email=request.email,
+                    name=request.name,
+                    metadata=request.metadata,
+                    idempotency_key=request.idempotency_key,
+                ).body
+            ),
+            request.idempotency_key,
+        )
+
+    def _get_customer(self, customer_id: str) -> object:
+        return _embedded_call(lambda: self._store.retrieve_customer(customer_id))
+
+    def _delete_customer(self, customer_id: str) -> object:
+        return _embedded_call(lambda: self._store.delete_customer(customer_id))
+
+    def _list_customers(self, *, limit: int, starting_after: str | None, email: str | None) -> object:
+        return _embedded_call(
+            lambda: self._store.list_customers(limit=limit, starting_after=starting_after, email=email)
+        )
+
+    def _post_balance_transaction(self, request: BalanceTransactionRequest) -> object:
+        return _embedded_call(
+            lambda: (
+                self._store.create_balance_transaction(
+                    request.customer_id,
+                    amount=request.amount,
+                    currency=request.currency,
+                    description=request.description,
+                    metadata=request.metadata,
+                    idempotency_key=request.idempotency_key,
+                ).body
+            ),
+            request.idempotency_key,
+        )
+
+    def _get_balance_transaction(self, customer_id: str, transaction_id: str) -> object:
+        return _embedded_call(lambda: self._store.retrieve_balance_transaction(customer_id, transaction_id))
+
+    def _list_balance_transactions(
+        self, customer_id: str, *, limit: int, starting_after: str | None
+    ) -> object:
+        return _embedded_call(
+            lambda: self._store.list_balance_transactions(
+                customer_id, limit=limit, starting_after=starting_after
+            )
+        )
+
+    def _get_account(self) -> object:
+        return _embedded_call(self._store.account)
+
+
+def _embedded_call(request: Callable[[], JsonObject], idempotency_key: str | None = None) -> JsonObject:
+    """A locked-out database is the embedded twin of a 5xx: nothing committed, safe to retry."""
+    try:
+        return request()
+    except StripeApiError as error:
+        raise provider_error(
+            http_status=error.http_status,
+            error_type=error.error_type,
+            code=error.code,
+            message=error.message,
+            idempotency_key=idempotency_key,
+        ) from error
+    except sqlite3.OperationalError as error:
+        raise provider_error(
+            http_status=None, error_type=None, code="database_unavailable", message=str(error)
+        ) from error
