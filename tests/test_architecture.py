@@ -134,7 +134,7 @@ _KIT_ENVIRONMENT_READERS = {
     "crashpoints.py",
     # The Celery app (DURABLE_BROKER_URL, DURABLE_BROKER_QUEUE): a `job worker` and a run's
     # orchestrator must meet on the same broker, and the URL's password must not travel in config.
-    "distributed.py",
+    "celery_app.py",
     # A DailyBatches schedule reads the input variable its job names (``input_env``) at each tick.
     "schedules.py",
     # `job resume` compares a guardrail resource's EnvVar-configured fields with this shell's.

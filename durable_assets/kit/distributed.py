@@ -25,69 +25,47 @@ delays its batch.
 
 from __future__ import annotations
 
-import enum
-import logging
-import os
-import socket
 import sys
-import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-from celery import Celery
 from celery.exceptions import TaskRevokedError
 from celery.result import AsyncResult
 from dagster import (
     DagsterEvent,
-    DagsterInstance,
-    DagsterRun,
     DagsterSubprocessError,
     Executor,
     executor,
     multiple_process_executor_requirements,
-    serialize_value,
 )
 from dagster_shared.serdes import deserialize_value
-from kombu import Queue
 
+from durable_assets.kit.celery_app import TASK_NAME, app, queue_of, workers_answer
 from durable_assets.kit.dagster_internals import (
     EngineEventData,
     ExecuteStepArgs,
     ExecutionPlan,
     InstanceConcurrencyContext,
     PlanOrchestrationContext,
-    ReconstructableJob,
     RetryMode,
     SerializableErrorInfo,
-    create_execution_plan,
-    execute_plan_iterator,
     pack_value,
-    remember_true,
     serializable_error_info_from_exc_info,
-    unpack_value,
 )
 from durable_assets.kit.db import (
-    ConnectionBounds,
     DurableDatabase,
-    bound_connections,
-    hold_connections,
     now,
 )
 from durable_assets.kit.executor import celery_config_fields
 from durable_assets.kit.interrupts import stop_requested
 from durable_assets.kit.leases import Heartbeat, LeaseStore, acquire_unless_live_run, process_owner
 from durable_assets.kit.settings import DistributedSettings, KitSettings
-from durable_assets.kit.step_leases import StepHeartbeat, StepLeaseStore, TaskContext, current_task
+from durable_assets.kit.step_leases import StepLeaseStore
+from durable_assets.kit.step_task import TaskOutcome
 from durable_assets.kit.tags import BATCH_TAG, PARTITION_TAG
 
-#: The declared defaults (the executor's config schema); the code location passes its environment's.
-_DISTRIBUTED = DistributedSettings()
-
-TASK_NAME = "durable_assets.execute_step"
 #: How often the orchestrator looks for finished tasks: often for a second after something changed
 #: (a result came in, a step was sent), since short tasks follow one another closely, then at the
 #: slower pace, so a long step is not polled 50 times a second throughout. Each look is one cheap
@@ -98,212 +76,6 @@ RESULT_TICK_BUSY_S = 0.02
 BUSY_FOR_S = 1.0
 #: ... and for lapsed step leases (one query for all of the run's steps).
 LEASE_POLL_S = 1.0
-#: RabbitMQ's heartbeat: a frozen worker's connection is closed (and its task redelivered) after ~2x this.
-BROKER_HEARTBEAT_S = 10
-#: The broker deletes an orchestrator's reply queue (the rpc backend's, where tasks' answers wait)
-#: this long after its last use (``x-expires``, from Celery's ``result_expires``). Its auto-delete
-#: never fires: the loop reads answers with ``basic_get`` and never consumes the queue, so before
-#: this every orchestrator, ended or SIGKILLed, left its queue (and any answers in it) for an hour.
-#: A live orchestrator uses it every tick while an answer is due, and each send declares it again;
-#: one that has not looked for a minute (4x the 15 s run lease) has lost its batch to `job resume`.
-#: A worker declares one too whenever a revoke reaches it (Celery reads the revoked task's state
-#: through the backend); it goes the same way.
-REPLY_QUEUE_EXPIRES_S = 60
-
-
-class TaskOutcome(enum.StrEnum):
-    """What a step task answers: it ran the step, or a newer (or finished) execution made it stand down."""
-
-    RAN = "ran"
-    SUPERSEDED = "superseded"
-
-
-# --- the Celery app and its task -------------------------------------------------------------
-
-
-class _DurableCelery(Celery):
-    """Celery whose reply queues are named after the deployment's queue: ``<queue>.reply.<oid>``,
-    so a person listing the broker's queues (or a test) sees whose each one is."""
-
-    @property
-    def thread_oid(self) -> str:
-        # The rpc backend's reply queue and every sent task's ``reply_to`` (one per thread).
-        return f"{self.conf.task_default_queue}.reply.{super().thread_oid}"
-
-
-def make_app(broker_url: str, queue: str) -> Celery:
-    """Our Celery app: one queue, late acks, redelivery of the tasks of a lost worker."""
-    app = _DurableCelery("durable_assets", broker=broker_url, backend="rpc://")
-    app.conf.update(
-        task_queues=[Queue(queue, routing_key=queue)],
-        task_default_queue=queue,
-        task_default_routing_key=queue,
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
-        task_track_started=False,
-        worker_prefetch_multiplier=1,
-        broker_heartbeat=BROKER_HEARTBEAT_S,
-        broker_connection_retry_on_startup=True,
-        # A worker that lost the broker gives its running tasks up: the broker redelivers them, and
-        # the step lease makes the redelivered copy the current execution.
-        worker_cancel_long_running_tasks_on_connection_loss=True,
-        result_expires=REPLY_QUEUE_EXPIRES_S,
-        task_serializer="json",
-        result_serializer="json",
-        accept_content=["json"],
-        worker_hijack_root_logger=False,
-    )
-    app.task(bind=True, name=TASK_NAME, acks_late=True, reject_on_worker_lost=True)(_execute_step)
-    return app
-
-
-@cache
-def app() -> Celery:
-    """This process's app, its broker and queue read from the environment when first used.
-
-    The kit's one read of distributed settings (tests/test_architecture.py lists it): a `job
-    worker` and the orchestrator of a run are separate processes that must meet on the same broker
-    and queue, and the broker URL carries a password, which must not travel in run or executor
-    config (Dagster shows and stores both). Everything else reaches the executor through its config.
-    """
-    env = DistributedSettings.current()
-    return make_app(env.broker_url, env.broker_queue)
-
-
-def _queue(celery: Celery) -> str:
-    return str(celery.conf.task_default_queue)
-
-
-_instances: dict[str, DagsterInstance | None] = {}
-_instances_lock = threading.Lock()
-
-
-#: Batches whose dynamic partition a worker process remembers exists (a few bytes each).
-_KNOWN_PARTITIONS = 1024
-
-
-def _for_tasks(instance: DagsterInstance) -> DagsterInstance:
-    """An instance that serves every task of this worker process: it holds its connections and
-    keeps what it learnt that cannot become untrue while a task needs it.
-
-    Dagster checks that the run's partition exists (``has_dynamic_partition``: a query each) about
-    ten times per task, for inputs, outputs and the data-version lookup: 11% of a task's time in a
-    profile, its schema check included (docs/benchmarks.md, scenario 10). A batch's partition is
-    added before its first run and deleted only by retention, once the batch has ended, so "it
-    exists" is remembered; "it does not" is asked again.
-    """
-    hold_connections(instance)
-    instance.has_dynamic_partition = remember_true(  # type: ignore[method-assign]
-        instance.has_dynamic_partition, max_entries=_KNOWN_PARTITIONS
-    )
-    return instance
-
-
-def _instance(ref: Any) -> DagsterInstance:
-    """One DagsterInstance per worker process: opening one per task costs engines and connections."""
-    key = serialize_value(ref)
-    with _instances_lock:
-        instance = _instances.get(key)
-        if instance is None:
-            instance = _for_tasks(DagsterInstance.from_ref(ref))
-            _instances[key] = instance
-        return instance
-
-
-def _worker_instance(ref: Any, run_id: str) -> tuple[DagsterInstance, DagsterRun | None]:
-    """The worker's own instance (its ``DAGSTER_HOME``) when it holds the run, else the orchestrator's
-    ref; with the run as that instance reads it (the task needs it: one read, not two).
-
-    The ref names the orchestrator's folder (local artifacts, compute logs): on another host that
-    path is not there, or worse, is some other instance's. A worker whose own instance shares the
-    orchestrator's database finds the run there and writes nothing under the orchestrator's path;
-    one that does not (a worker started without a home of its own) keeps opening the ref.
-    """
-    with _instances_lock:
-        own = _instances.get(_OWN)
-        if own is None and _OWN not in _instances:
-            try:
-                own = _for_tasks(DagsterInstance.get())  # DAGSTER_HOME, as `job worker` resolved it
-            except Exception:  # no home of its own: the ref is all it has
-                own = None
-            _instances[_OWN] = own
-    run = own.get_run_by_id(run_id) if own is not None else None
-    if own is not None and run is not None:
-        return own, run
-    instance = _instance(ref)
-    return instance, instance.get_run_by_id(run_id)
-
-
-#: The cache key of the worker's own instance (None cached when it has none).
-_OWN = "<own DAGSTER_HOME>"
-
-
-def _after_fork_in_child() -> None:
-    """A forked pool child must not share its parent's database connections."""
-    from durable_assets.kit import db
-
-    for engine in list(db._engines.values()):  # our own module's cache
-        engine.dispose(close=False)
-    _instances.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _execute_step(
-    self: Any,
-    execute_step_args_packed: dict[str, Any],
-    executable_dict: dict[str, Any],
-    attempt: int,
-    step_lease_ttl_s: float = _DISTRIBUTED.step_lease_ttl_s,
-) -> dict[str, Any]:
-    """Run one step of a run (dagster-celery's task body), holding the step's lease throughout.
-
-    ``step_lease_ttl_s`` comes from the orchestrator's executor config, so both sides agree on it."""
-    args = unpack_value(execute_step_args_packed, as_type=ExecuteStepArgs)
-    instance, run = _worker_instance(args.instance_ref, args.run_id)
-    recon_job = ReconstructableJob.from_dict(executable_dict)
-    if run is None:
-        raise RuntimeError(f"no run {args.run_id} in this worker's instance")
-    step_key = (args.step_keys_to_execute or [""])[0]
-    owner = f"{socket.gethostname()}:{os.getpid()}:{self.request.id}:{uuid.uuid4().hex[:8]}"
-    store = StepLeaseStore(DurableDatabase.for_instance(instance), ttl_s=step_lease_ttl_s)
-    batch_id = run.tags.get(BATCH_TAG) or run.tags.get(PARTITION_TAG) or ""
-    if not store.acquire(run.run_id, step_key, batch_id, attempt, owner):
-        return {"outcome": TaskOutcome.SUPERSEDED.value, "events": []}
-    task = TaskContext(run.run_id, step_key, owner, store)
-    token = current_task.set(task)
-    try:
-        with StepHeartbeat(task):
-            plan = create_execution_plan(
-                recon_job,
-                run.run_config,
-                step_keys_to_execute=args.step_keys_to_execute,
-                known_state=args.known_state,
-            )
-            events = [
-                instance.report_engine_event(
-                    f"Executing step {step_key} in worker {self.request.hostname} (attempt {attempt})",
-                    run,
-                    EngineEventData({"step_keys": step_key, "worker": str(self.request.hostname)}),
-                    step_key=step_key,
-                )
-            ]
-            events.extend(
-                execute_plan_iterator(
-                    execution_plan=plan,
-                    job=recon_job,
-                    dagster_run=run,
-                    instance=instance,
-                    retry_mode=args.retry_mode,
-                    run_config=run.run_config,
-                )
-            )
-        store.finish(run.run_id, step_key, owner)
-    finally:
-        current_task.reset(token)
-    return {"outcome": TaskOutcome.RAN.value, "events": [serialize_value(e) for e in events]}
 
 
 # --- the orchestrator's side: the executor --------------------------------------------------
@@ -418,9 +190,9 @@ class DurableCeleryExecutor(Executor):
         """
         knobs = self._knobs
         celery = app()
-        queue = _queue(celery)
+        queue = queue_of(celery)
         task = celery.tasks[TASK_NAME]
-        if not _workers_answer(celery, queue):
+        if not workers_answer(celery, queue):
             warning = (
                 f"no `job worker` answered a ping on {str(celery.conf.broker_url).split('@')[-1]} (queue "
                 f"{queue!r}); the steps wait in the queue until one starts"
@@ -634,44 +406,3 @@ class DurableCeleryExecutor(Executor):
         flight.attempt = sends[step_key]
         flight.results = [result]
         flight.sent_at = now()
-
-
-def run_worker(concurrency: int, connections: ConnectionBounds) -> None:
-    """`job worker`: a Celery worker of our app on the configured queue, until it is stopped.
-
-    Prefork pool: each step runs in a child process, so one step's crash (or a superseded one's
-    exit) takes no other step with it; a unique node name per process, so pings and revokes reach
-    each worker on a host. Each child holds at most ``connections.most`` database connections (it
-    runs one step at a time); the parent, which runs none, closes its own before the pool forks.
-    """
-    from celery.signals import after_setup_logger
-
-    bound_connections(connections)
-
-    @after_setup_logger.connect(weak=False)
-    def _quiet_results(logger: Any, **_kwargs: Any) -> None:
-        # Celery logs every task's return value at INFO: here, a step's whole event list.
-        logging.getLogger("celery.app.trace").setLevel(logging.WARNING)
-
-    celery = app()
-    argv = [
-        "worker",
-        f"--concurrency={concurrency}",
-        "--pool=prefork",
-        f"--queues={_queue(celery)}",
-        f"--hostname=durable-{os.getpid()}@{socket.gethostname()}",
-        "--without-gossip",
-        "--without-mingle",
-        "--loglevel=INFO",
-    ]
-    celery.worker_main(argv)
-
-
-def _workers_answer(celery: Celery, queue: str) -> bool:
-    """Whether a worker consumes ``queue``: a plain ping is answered by every worker on the broker,
-    including those of other queues (another deployment, another test) that will never run ours."""
-    try:
-        replies = celery.control.inspect(timeout=1.0).active_queues() or {}
-    except Exception:
-        return False
-    return any(q.get("name") == queue for queues in replies.values() for q in (queues or []))

@@ -22,14 +22,9 @@ from durable_assets.kit._lazy import lazy_names
 # test_architecture keeps them equal to _SOURCES, the table the interpreter reads.
 # ruff: noqa: F401
 if TYPE_CHECKING:  # what mypy and readers see; at run time each name is imported on first use
-    # Settings and modes: what an instance and a command are configured with.
     from durable_assets.kit.account_bindings import AccountBindings, mismatch_message
-
-    # Provider accounts and their pace.
     from durable_assets.kit.accounts import DEFAULT_NAMESPACE, ProviderAccount
     from durable_assets.kit.cancel import CancelStore
-
-    # Deploys: the code a batch ran with, and the guardrails pinned with it.
     from durable_assets.kit.code_versions import (
         CodeChange,
         CodePins,
@@ -40,8 +35,6 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         versions_from_metadata,
     )
     from durable_assets.kit.crashpoints import CrashPoint, arm, crash_point
-
-    # Dagster's own storage, in the one module that may touch its internals.
     from durable_assets.kit.dagster_internals import (
         INSTALLED_DAGSTER_VERSION,
         VERIFIED_DAGSTER_VERSION,
@@ -60,8 +53,6 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         create_execution_plan,
         is_verified_version,
     )
-
-    # The kit's database: its tables, connections and clock.
     from durable_assets.kit.db import (
         ConnectionBounds,
         DurableDatabase,
@@ -78,12 +69,7 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         stop_requests,
         webhook_outbox,
     )
-
-    # A person's decisions on held items.
     from durable_assets.kit.decisions import ItemDecisions, all_decisions, who_decides
-
-    # Processes: the Celery worker and the crash points the crash tests arm.
-    from durable_assets.kit.distributed import run_worker
     from durable_assets.kit.guardrails import (
         GuardrailPin,
         PinnedGuardrails,
@@ -92,11 +78,7 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
     )
     from durable_assets.kit.interrupts import clear_stop, request_stop, stop_requested
     from durable_assets.kit.io_manager import OUTPUTS_PREFIX
-
-    # What a job declares that only the operations layer reads.
     from durable_assets.kit.job import SummarySpec
-
-    # Run leases, cancel and stop requests: who runs a batch, and how it is told to stop.
     from durable_assets.kit.leases import (
         PENDING_RUN,
         Heartbeat,
@@ -107,8 +89,6 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         owner_pid,
         process_owner,
     )
-
-    # The ledger of effects and what a batch reports as it runs.
     from durable_assets.kit.ledger import FINISHED, REVIEW, STARTED, Ledger
     from durable_assets.kit.modes import DEFAULT_SHARDS, MAX_SHARDS, ExecutorKind
     from durable_assets.kit.pacing import Backoff, ListCursors, RateLimiter, account_limiter
@@ -122,8 +102,6 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         StorageSettings,
     )
     from durable_assets.kit.shard_names import step_of_shard
-
-    # Where a batch's files and outputs live.
     from durable_assets.kit.storage import (
         S3_SCHEME,
         BatchKeys,
@@ -136,8 +114,6 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         batch_storage,
         read_uri,
     )
-
-    # Run tags and metadata keys, and the shards of a sharded step.
     from durable_assets.kit.tags import (
         AUTO_RESUME_ATTEMPT_TAG,
         AUTO_RESUME_MAX_TAG,
@@ -168,6 +144,7 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         WORKER_LOST_TAG,
         worker_lost_reason,
     )
+    from durable_assets.kit.worker import run_worker
 
 #: Where each name of the runtime face lives (kept equal to the imports above by test_architecture).
 _SOURCES: dict[str, tuple[str, ...]] = {
@@ -317,7 +294,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
     "durable_assets.kit.io_manager": ("OUTPUTS_PREFIX",),
     # Processes: the Celery worker and the crash points the crash tests arm.
-    "durable_assets.kit.distributed": ("run_worker",),
+    "durable_assets.kit.worker": ("run_worker",),
     "durable_assets.kit.crashpoints": (
         "CrashPoint",
         "arm",

@@ -6,7 +6,7 @@ executor config (``BatchRuntime``, ``IdempotencyLedger``, the provider resource'
 ``durable_celery`` executor). Two values are read by the process that needs them, each in one
 place (tests/test_architecture.py lists the kit's readers): :class:`CrashHooks`, a test hook every
 process arms itself from (:mod:`durable_assets.kit.crashpoints`), and the Celery app's broker URL
-and queue (``durable_assets.kit.distributed.app``), on which a worker and an orchestrator meet.
+and queue (``durable_assets.kit.celery_app.app``), on which a worker and an orchestrator meet.
 """
 
 from __future__ import annotations

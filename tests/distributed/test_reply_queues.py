@@ -22,7 +22,7 @@ import subprocess
 
 import pytest
 
-from durable_assets.kit.distributed import REPLY_QUEUE_EXPIRES_S
+from durable_assets.kit.celery_app import REPLY_QUEUE_EXPIRES_S
 from tests.crash.helpers import EXIT_OK, InstanceReader, resume_until_accepted
 from tests.support.machine import scaled
 from tests.support.polling import wait_until

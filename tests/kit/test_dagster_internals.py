@@ -329,7 +329,7 @@ def test_a_workers_instance_remembers_that_a_batch_partition_exists(
     tmp_path: Path, pg_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Dagster asks by keyword, several times per step; a missing partition is asked again."""
-    from durable_assets.kit.distributed import _for_tasks
+    from durable_assets.kit.step_task import _for_tasks
 
     monkeypatch.setenv("DAGSTER_PG_URL", pg_database)
     instance = _for_tasks(DagsterInstance.from_config(str(shipped_home(tmp_path, "distributed"))))

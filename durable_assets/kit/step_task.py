@@ -1,0 +1,180 @@
+"""The step task's body, run in a `job worker`'s pool child: one step of a run, holding its lease.
+
+Modelled on dagster-celery's ``execute_plan`` task. The worker keeps one DagsterInstance per
+process (its own ``DAGSTER_HOME`` when that holds the run), and a forked child drops its parent's
+connections.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+import threading
+import uuid
+from typing import Any
+
+from dagster import (
+    DagsterInstance,
+    DagsterRun,
+    serialize_value,
+)
+
+from durable_assets.kit.dagster_internals import (
+    EngineEventData,
+    ExecuteStepArgs,
+    ReconstructableJob,
+    create_execution_plan,
+    execute_plan_iterator,
+    remember_true,
+    unpack_value,
+)
+from durable_assets.kit.db import (
+    DurableDatabase,
+    hold_connections,
+)
+from durable_assets.kit.settings import DistributedSettings
+from durable_assets.kit.step_leases import StepHeartbeat, StepLeaseStore, TaskContext, current_task
+from durable_assets.kit.tags import BATCH_TAG, PARTITION_TAG
+
+#: The declared defaults (the executor's config schema); the code location passes its environment's.
+_DISTRIBUTED = DistributedSettings()
+
+
+class TaskOutcome(enum.StrEnum):
+    """What a step task answers: it ran the step, or a newer (or finished) execution made it stand down."""
+
+    RAN = "ran"
+    SUPERSEDED = "superseded"
+
+
+_instances: dict[str, DagsterInstance | None] = {}
+_instances_lock = threading.Lock()
+
+
+#: Batches whose dynamic partition a worker process remembers exists (a few bytes each).
+_KNOWN_PARTITIONS = 1024
+
+
+def _for_tasks(instance: DagsterInstance) -> DagsterInstance:
+    """An instance that serves every task of this worker process: it holds its connections and
+    keeps what it learnt that cannot become untrue while a task needs it.
+
+    Dagster checks that the run's partition exists (``has_dynamic_partition``: a query each) about
+    ten times per task, for inputs, outputs and the data-version lookup: 11% of a task's time in a
+    profile, its schema check included (docs/benchmarks.md, scenario 10). A batch's partition is
+    added before its first run and deleted only by retention, once the batch has ended, so "it
+    exists" is remembered; "it does not" is asked again.
+    """
+    hold_connections(instance)
+    instance.has_dynamic_partition = remember_true(  # type: ignore[method-assign]
+        instance.has_dynamic_partition, max_entries=_KNOWN_PARTITIONS
+    )
+    return instance
+
+
+def _instance(ref: Any) -> DagsterInstance:
+    """One DagsterInstance per worker process: opening one per task costs engines and connections."""
+    key = serialize_value(ref)
+    with _instances_lock:
+        instance = _instances.get(key)
+        if instance is None:
+            instance = _for_tasks(DagsterInstance.from_ref(ref))
+            _instances[key] = instance
+        return instance
+
+
+def _worker_instance(ref: Any, run_id: str) -> tuple[DagsterInstance, DagsterRun | None]:
+    """The worker's own instance (its ``DAGSTER_HOME``) when it holds the run, else the orchestrator's
+    ref; with the run as that instance reads it (the task needs it: one read, not two).
+
+    The ref names the orchestrator's folder (local artifacts, compute logs): on another host that
+    path is not there, or worse, is some other instance's. A worker whose own instance shares the
+    orchestrator's database finds the run there and writes nothing under the orchestrator's path;
+    one that does not (a worker started without a home of its own) keeps opening the ref.
+    """
+    with _instances_lock:
+        own = _instances.get(_OWN)
+        if own is None and _OWN not in _instances:
+            try:
+                own = _for_tasks(DagsterInstance.get())  # DAGSTER_HOME, as `job worker` resolved it
+            except Exception:  # no home of its own: the ref is all it has
+                own = None
+            _instances[_OWN] = own
+    run = own.get_run_by_id(run_id) if own is not None else None
+    if own is not None and run is not None:
+        return own, run
+    instance = _instance(ref)
+    return instance, instance.get_run_by_id(run_id)
+
+
+#: The cache key of the worker's own instance (None cached when it has none).
+_OWN = "<own DAGSTER_HOME>"
+
+
+def _after_fork_in_child() -> None:
+    """A forked pool child must not share its parent's database connections."""
+    from durable_assets.kit import db
+
+    for engine in list(db._engines.values()):  # our own module's cache
+        engine.dispose(close=False)
+    _instances.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def execute_step(
+    self: Any,
+    execute_step_args_packed: dict[str, Any],
+    executable_dict: dict[str, Any],
+    attempt: int,
+    step_lease_ttl_s: float = _DISTRIBUTED.step_lease_ttl_s,
+) -> dict[str, Any]:
+    """Run one step of a run (dagster-celery's task body), holding the step's lease throughout.
+
+    ``step_lease_ttl_s`` comes from the orchestrator's executor config, so both sides agree on it."""
+    args = unpack_value(execute_step_args_packed, as_type=ExecuteStepArgs)
+    instance, run = _worker_instance(args.instance_ref, args.run_id)
+    recon_job = ReconstructableJob.from_dict(executable_dict)
+    if run is None:
+        raise RuntimeError(f"no run {args.run_id} in this worker's instance")
+    step_key = (args.step_keys_to_execute or [""])[0]
+    owner = f"{socket.gethostname()}:{os.getpid()}:{self.request.id}:{uuid.uuid4().hex[:8]}"
+    store = StepLeaseStore(DurableDatabase.for_instance(instance), ttl_s=step_lease_ttl_s)
+    batch_id = run.tags.get(BATCH_TAG) or run.tags.get(PARTITION_TAG) or ""
+    if not store.acquire(run.run_id, step_key, batch_id, attempt, owner):
+        return {"outcome": TaskOutcome.SUPERSEDED.value, "events": []}
+    task = TaskContext(run.run_id, step_key, owner, store)
+    token = current_task.set(task)
+    try:
+        with StepHeartbeat(task):
+            plan = create_execution_plan(
+                recon_job,
+                run.run_config,
+                step_keys_to_execute=args.step_keys_to_execute,
+                known_state=args.known_state,
+            )
+            events = [
+                instance.report_engine_event(
+                    f"Executing step {step_key} in worker {self.request.hostname} (attempt {attempt})",
+                    run,
+                    EngineEventData({"step_keys": step_key, "worker": str(self.request.hostname)}),
+                    step_key=step_key,
+                )
+            ]
+            events.extend(
+                execute_plan_iterator(
+                    execution_plan=plan,
+                    job=recon_job,
+                    dagster_run=run,
+                    instance=instance,
+                    retry_mode=args.retry_mode,
+                    run_config=run.run_config,
+                )
+            )
+        store.finish(run.run_id, step_key, owner)
+    finally:
+        current_task.reset(token)
+    return {"outcome": TaskOutcome.RAN.value, "events": [serialize_value(e) for e in events]}

@@ -1,0 +1,45 @@
+"""`job worker`: a Celery worker of our app on the configured queue."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+from durable_assets.kit.celery_app import app, queue_of
+from durable_assets.kit.db import (
+    ConnectionBounds,
+    bound_connections,
+)
+
+
+def run_worker(concurrency: int, connections: ConnectionBounds) -> None:
+    """`job worker`: a Celery worker of our app on the configured queue, until it is stopped.
+
+    Prefork pool: each step runs in a child process, so one step's crash (or a superseded one's
+    exit) takes no other step with it; a unique node name per process, so pings and revokes reach
+    each worker on a host. Each child holds at most ``connections.most`` database connections (it
+    runs one step at a time); the parent, which runs none, closes its own before the pool forks.
+    """
+    from celery.signals import after_setup_logger
+
+    bound_connections(connections)
+
+    @after_setup_logger.connect(weak=False)
+    def _quiet_results(logger: Any, **_kwargs: Any) -> None:
+        # Celery logs every task's return value at INFO: here, a step's whole event list.
+        logging.getLogger("celery.app.trace").setLevel(logging.WARNING)
+
+    celery = app()
+    argv = [
+        "worker",
+        f"--concurrency={concurrency}",
+        "--pool=prefork",
+        f"--queues={queue_of(celery)}",
+        f"--hostname=durable-{os.getpid()}@{socket.gethostname()}",
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel=INFO",
+    ]
+    celery.worker_main(argv)
