@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +120,20 @@ class _InFlight:
     attempt: int
     results: list[AsyncResult]
     sent_at: float
+
+
+@dataclass
+class _Steps:
+    """The loop's state, as its helpers share it: the run's plan as it executes, the steps whose
+    tasks are out (each with its copies' results), how often each step was sent, and how to send one."""
+
+    ctx: PlanOrchestrationContext
+    active: Any
+    knobs: ExecutorKnobs
+    store: StepLeaseStore
+    send: Callable[[Any, Any], AsyncResult]
+    in_flight: dict[str, _InFlight]
+    sends: dict[str, int]
 
 
 class DurableCeleryExecutor(Executor):
@@ -232,6 +246,7 @@ class DurableCeleryExecutor(Executor):
             InstanceConcurrencyContext(ctx.instance, ctx.dagster_run) as concurrency,
             plan.start(retry_mode=self.retries, instance_concurrency_context=concurrency) as active,
         ):
+            steps = _Steps(ctx, active, knobs, step_store, send, in_flight, sends)
             signalled = False
             while not active.is_complete or in_flight:
                 if active.check_for_interrupts():
@@ -258,7 +273,7 @@ class DurableCeleryExecutor(Executor):
                         for flight in in_flight.values():
                             for r in flight.results:
                                 r.revoke()  # no terminate: a running task stops at its own safe point
-                    for step_key in self._not_running(ctx, in_flight, step_store):
+                    for step_key in self._not_running(steps):
                         in_flight.pop(step_key)
                     if not in_flight:
                         active.mark_interrupted()
@@ -291,9 +306,7 @@ class DurableCeleryExecutor(Executor):
                         if not flight.results and step_key not in done:
                             # Every copy stood down without running: the step's current execution
                             # is gone (it finished without a result reaching us, or was lost).
-                            yield from self._resend_or_fail(
-                                ctx, active, step_key, flight, sends, send, knobs, in_flight
-                            )
+                            yield from self._resend_or_fail(steps, step_key, flight)
                 changed = bool(done)
                 for step_key in done:
                     in_flight.pop(step_key, None)
@@ -302,7 +315,7 @@ class DurableCeleryExecutor(Executor):
                 t = time.monotonic()
                 if in_flight and t - last_lease_poll >= LEASE_POLL_S:
                     last_lease_poll = t
-                    yield from self._check_leases(ctx, active, in_flight, sends, send, step_store, knobs)
+                    yield from self._check_leases(steps)
                 if signalled or step_errors:
                     time.sleep(RESULT_TICK_S)
                     continue
@@ -325,56 +338,36 @@ class DurableCeleryExecutor(Executor):
                 subprocess_error_infos=list(step_errors.values()),
             )
 
-    def _not_running(
-        self, ctx: PlanOrchestrationContext, in_flight: dict[str, _InFlight], store: StepLeaseStore
-    ) -> list[str]:
+    def _not_running(self, steps: _Steps) -> list[str]:
         """The in-flight steps whose current execution no worker holds (still queued, or its worker
         lost): nothing to wait for once the run stops. A finished one is waited for: its answer
         carries the step's events. A task a worker takes after this read finds
         the stop committed for its run and sends nothing (and the run's lease fences it out)."""
         try:
-            rows = store.of_run(ctx.dagster_run.run_id)
+            rows = steps.store.of_run(steps.ctx.dagster_run.run_id)
         except Exception:  # a database hiccup: wait for the next tick rather than guess
             return []
         return [
             step_key
-            for step_key, flight in in_flight.items()
+            for step_key, flight in steps.in_flight.items()
             if (row := rows.get(step_key)) is None
             or (not row.finished and (row.attempt != flight.attempt or row.lapsed))
         ]
 
-    def _check_leases(
-        self,
-        ctx: PlanOrchestrationContext,
-        active: Any,
-        in_flight: dict[str, _InFlight],
-        sends: dict[str, int],
-        send: Any,
-        store: StepLeaseStore,
-        knobs: ExecutorKnobs,
-    ) -> Iterator[DagsterEvent]:
+    def _check_leases(self, steps: _Steps) -> Iterator[DagsterEvent]:
         """Re-send each step whose current execution stopped renewing its lease (its worker is lost)."""
         try:
-            rows = store.of_run(ctx.dagster_run.run_id)
+            rows = steps.store.of_run(steps.ctx.dagster_run.run_id)
         except Exception:  # a database hiccup: look again next second
             return
-        for step_key, flight in list(in_flight.items()):
+        for step_key, flight in list(steps.in_flight.items()):
             row = rows.get(step_key)
             if row is None or row.finished or row.attempt != flight.attempt or not row.lapsed:
                 continue  # queued, done, an older execution's row, or alive
-            yield from self._resend_or_fail(ctx, active, step_key, flight, sends, send, knobs, in_flight)
+            yield from self._resend_or_fail(steps, step_key, flight)
 
-    def _resend_or_fail(
-        self,
-        ctx: PlanOrchestrationContext,
-        active: Any,
-        step_key: str,
-        flight: _InFlight,
-        sends: dict[str, int],
-        send: Any,
-        knobs: ExecutorKnobs,
-        in_flight: dict[str, _InFlight],
-    ) -> Iterator[DagsterEvent]:
+    def _resend_or_fail(self, steps: _Steps, step_key: str, flight: _InFlight) -> Iterator[DagsterEvent]:
+        ctx, active, knobs, sends = steps.ctx, steps.active, steps.knobs, steps.sends
         step = active.get_step_by_key(step_key)
         if sends.get(step_key, 0) >= knobs.step_max_attempts:
             message = (
@@ -392,7 +385,7 @@ class DurableCeleryExecutor(Executor):
             yield DagsterEvent.engine_event(ctx.for_step(step), message, EngineEventData())
             yield failure
             active.handle_event(failure)
-            in_flight.pop(step_key, None)
+            steps.in_flight.pop(step_key, None)
             return
         yield DagsterEvent.engine_event(
             ctx.for_step(step),
@@ -402,7 +395,7 @@ class DurableCeleryExecutor(Executor):
         )
         for r in flight.results:
             r.revoke()  # a copy still queued somewhere would only stand down
-        result = send(step, active.get_known_state())
+        result = steps.send(step, active.get_known_state())
         flight.attempt = sends[step_key]
         flight.results = [result]
         flight.sent_at = now()
