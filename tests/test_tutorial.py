@@ -11,7 +11,6 @@ in the page, so the number the page and the README state is measured.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -217,7 +216,7 @@ def test_section_6_sends_the_cards_from_celery_workers_in_the_readers_folder(
     sharded celery run sends every card once, counted in the shop's file. The page's 20,000 cards
     are 200 here, in 8 shards as printed; the queue is the test's own on the shared broker. The
     five-step job runs the same way (a tenth of its made-up guests have no name and are held)."""
-    from tests.distributed.conftest import BROKER_URL, broker_available, wait_until_ready
+    from tests.distributed.conftest import BROKER_URL, broker_available, delete_queue, wait_until_ready
 
     if not broker_available():
         if os.environ.get("CI"):
@@ -250,11 +249,7 @@ def test_section_6_sends_the_cards_from_celery_workers_in_the_readers_folder(
     finally:
         kill_group(worker.pid, signal.SIGKILL)
         worker.proc.wait(timeout=scaled(30))
-        with contextlib.suppress(Exception):
-            from kombu import Connection
-
-            with Connection(BROKER_URL, connect_timeout=3) as conn:
-                conn.default_channel.queue_delete(queue)
+        delete_queue(queue)
     expected = 200 if location == "postcards" else 180  # greetings: every tenth guest unnamed, held
     cards = f"FROM cards WHERE key LIKE '{prefix}:cards-2-%'"
     assert shop_count(shop, f"SELECT count(*) {cards}") == expected

@@ -104,10 +104,10 @@ class Cluster:
                 kill_group(w.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 w.proc.wait(timeout=scaled(10))
-        _delete_queue(self.queue)
+        delete_queue(self.queue)
 
 
-def _delete_queue(queue: str) -> None:
+def delete_queue(queue: str) -> None:
     """Best effort: a per-test queue left in RabbitMQ is only clutter."""
     with contextlib.suppress(Exception):
         from kombu import Connection
