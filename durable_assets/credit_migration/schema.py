@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Final
 
 from durable_assets import kit
-from durable_assets.payments import money, store
+from durable_assets.payments import money, params
 
 # --- input columns (the export, read as text) ----------------------------------------------------
 
@@ -34,9 +34,9 @@ REQUIRED_COLUMNS: Final = INPUT_COLUMNS
 #: docs/contract.md: a legacy account ID is non-empty and at most 64 characters.
 MAX_LEGACY_ID_LENGTH: Final = 64
 #: Stripe's limits on a customer's fields, and on a balance (minor units), as the provider enforces them.
-MAX_NAME_LENGTH: Final = store.MAX_NAME_LENGTH
-MAX_EMAIL_LENGTH: Final = store.MAX_EMAIL_LENGTH
-MAX_BALANCE_CENTS: Final = store.MAX_AMOUNT
+MAX_NAME_LENGTH: Final = params.MAX_NAME_LENGTH
+MAX_EMAIL_LENGTH: Final = params.MAX_EMAIL_LENGTH
+MAX_BALANCE_CENTS: Final = params.MAX_AMOUNT
 
 ACCEPTED_CURRENCIES: Final = money.ACCEPTED_CURRENCIES
 ROW_NUMBER: Final = kit.tables.ROW_NUMBER

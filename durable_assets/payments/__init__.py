@@ -15,7 +15,8 @@ from durable_assets.payments.gateway import (
     StripeGateway,
     gateway_from_settings,
 )
-from durable_assets.payments.store import PaymentStore, StripeApiError
+from durable_assets.payments.params import StripeApiError
+from durable_assets.payments.store import PaymentStore
 
 __all__ = [
     "BalanceTransaction",

@@ -34,28 +34,33 @@ from durable_assets.errors import UsageError
 from durable_assets.kit import enable_wal
 from durable_assets.payments.group_write import GroupWriter, locked_transaction
 from durable_assets.payments.migrations import STORE_SCHEMA
-from durable_assets.payments.stripe_currencies import SUPPORTED as SUPPORTED_CURRENCIES
-from durable_assets.payments.stripe_currencies import unsupported_message
+from durable_assets.payments.params import (
+    MAX_AMOUNT,
+    MAX_BALANCE_DESCRIPTION_LENGTH,
+    MAX_CUSTOMER_DESCRIPTION_LENGTH,
+    MAX_NAME_LENGTH,
+    METADATA_MAX_KEYS,
+    JsonObject,
+    StripeApiError,
+    check_amount,
+    check_balance_amount,
+    check_currency,
+    check_email,
+    check_id,
+    check_idempotency_key,
+    check_metadata,
+    check_metadata_changes,
+    check_optional_str,
+    check_reason,
+    check_text,
+    invalid_request,
+)
 
-JsonObject = dict[str, Any]
 _T = TypeVar("_T")
 
-#: Stripe's refund reasons a client may send (``expired_uncaptured_charge`` is Stripe-set only).
-REFUND_REASONS = frozenset({"duplicate", "fraudulent", "requested_by_customer"})
 MAX_LIST_LIMIT = 100
 #: How many refunds a charge object embeds in its ``refunds`` list (Stripe's default page size).
 EMBEDDED_REFUNDS = 10
-#: Stripe's ceiling for a single amount in minor units (USD 999,999.99).
-MAX_AMOUNT = 99_999_999
-MAX_IDEMPOTENCY_KEY_LENGTH = 255
-#: Stripe's limits on a customer's fields and on a balance transaction's description.
-MAX_EMAIL_LENGTH = 512
-MAX_NAME_LENGTH = 256
-MAX_BALANCE_DESCRIPTION_LENGTH = 350
-MAX_CUSTOMER_DESCRIPTION_LENGTH = 350
-METADATA_MAX_KEYS = 50
-METADATA_MAX_KEY_LENGTH = 40
-METADATA_MAX_VALUE_LENGTH = 500
 
 _CHARGES = "charges"
 _REFUNDS = "refunds"
@@ -94,55 +99,6 @@ class Unchanged(Enum):
 
 
 UNCHANGED = Unchanged.UNCHANGED
-
-
-class StripeApiError(Exception):
-    """An error in Stripe's vocabulary, so every front can render or map it without guessing.
-
-    ``replayed`` is true when the error was answered from a stored idempotency key; the HTTP
-    front turns it into Stripe's ``Idempotent-Replayed`` header.
-    """
-
-    def __init__(
-        self,
-        http_status: int,
-        error_type: str,
-        code: str | None,
-        message: str,
-        param: str | None = None,
-        *,
-        replayed: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.http_status = http_status
-        self.error_type = error_type
-        self.code = code
-        self.message = message
-        self.param = param
-        self.replayed = replayed
-
-    def to_body(self) -> JsonObject:
-        """Stripe omits absent fields, so ``None`` values are left out of the JSON."""
-        fields = {"type": self.error_type, "code": self.code, "message": self.message, "param": self.param}
-        return {"error": {name: value for name, value in fields.items() if value is not None}}
-
-    @classmethod
-    def from_body(cls, http_status: int, body: JsonObject, *, replayed: bool = False) -> StripeApiError:
-        """Rebuilds a stored error so a replay raises exactly what the first request raised."""
-        error = body.get("error", {})
-        return cls(
-            http_status,
-            str(error.get("type", "api_error")),
-            error.get("code"),
-            str(error.get("message", "")),
-            error.get("param"),
-            replayed=replayed,
-        )
-
-
-def invalid_request(message: str, *, code: str | None = None, param: str | None = None) -> StripeApiError:
-    """The 400 every validation failure uses; shared with the HTTP front's parameter parsing."""
-    return StripeApiError(400, "invalid_request_error", code, message, param)
 
 
 @dataclass(frozen=True)
@@ -212,11 +168,11 @@ class PaymentStore:
     ) -> StoreResult:
         """Creates a succeeded charge; the simulator has no cards, so nothing can decline."""
         params = {
-            "amount": _check_amount(amount),
-            "currency": _check_currency(currency),
-            "customer": _check_optional_str(customer, "customer"),
-            "description": _check_optional_str(description, "description"),
-            "metadata": _check_metadata(metadata),
+            "amount": check_amount(amount),
+            "currency": check_currency(currency),
+            "customer": check_optional_str(customer, "customer"),
+            "description": check_optional_str(description, "description"),
+            "metadata": check_metadata(metadata),
         }
         return self._idempotent(
             _CHARGES, "/v1/charges", idempotency_key, params, lambda conn: _insert_charge(conn, params)
@@ -242,10 +198,10 @@ class PaymentStore:
     ) -> StoreResult:
         """Refunds ``amount`` (default: everything still refundable) of ``charge``."""
         params = {
-            "charge": _check_id(charge, "charge"),
-            "amount": None if amount is None else _check_amount(amount),
-            "reason": _check_reason(reason),
-            "metadata": _check_metadata(metadata),
+            "charge": check_id(charge, "charge"),
+            "amount": None if amount is None else check_amount(amount),
+            "reason": check_reason(reason),
+            "metadata": check_metadata(metadata),
         }
         return self._idempotent(
             _REFUNDS, "/v1/refunds", idempotency_key, params, lambda conn: _insert_refund(conn, params)
@@ -332,9 +288,9 @@ class PaymentStore:
     ) -> StoreResult:
         """A customer with a zero balance and no currency yet (the first balance transaction sets it)."""
         params = {
-            "email": _check_email(email),
-            "name": _check_text(name, "name", MAX_NAME_LENGTH),
-            "metadata": _check_metadata(metadata),
+            "email": check_email(email),
+            "name": check_text(name, "name", MAX_NAME_LENGTH),
+            "metadata": check_metadata(metadata),
         }
         return self._idempotent(
             _CUSTOMERS, "/v1/customers", idempotency_key, params, lambda conn: _insert_customer(conn, params)
@@ -366,15 +322,15 @@ class PaymentStore:
         empty mapping removes every key (Stripe's ``metadata=``). The merged metadata must stay
         within Stripe's limits. A deleted customer is a 404, as at Stripe.
         """
-        params: JsonObject = {"customer": _check_id(customer_id, "id")}
+        params: JsonObject = {"customer": check_id(customer_id, "id")}
         if email is not UNCHANGED:
-            params["email"] = _check_email(email)
+            params["email"] = check_email(email)
         if name is not UNCHANGED:
-            params["name"] = _check_text(name, "name", MAX_NAME_LENGTH)
+            params["name"] = check_text(name, "name", MAX_NAME_LENGTH)
         if description is not UNCHANGED:
-            params["description"] = _check_text(description, "description", MAX_CUSTOMER_DESCRIPTION_LENGTH)
+            params["description"] = check_text(description, "description", MAX_CUSTOMER_DESCRIPTION_LENGTH)
         if metadata is not None:
-            params["metadata"] = _check_metadata_changes(metadata)
+            params["metadata"] = check_metadata_changes(metadata)
         return self._idempotent(
             _CUSTOMER_UPDATES,
             f"/v1/customers/{customer_id}",
@@ -422,11 +378,11 @@ class PaymentStore:
         transaction, so concurrent transactions on one customer never lose an update.
         """
         params = {
-            "customer": _check_id(customer, "customer"),
-            "amount": _check_balance_amount(amount),
-            "currency": _check_currency(currency),
-            "description": _check_text(description, "description", MAX_BALANCE_DESCRIPTION_LENGTH),
-            "metadata": _check_metadata(metadata),
+            "customer": check_id(customer, "customer"),
+            "amount": check_balance_amount(amount),
+            "currency": check_currency(currency),
+            "description": check_text(description, "description", MAX_BALANCE_DESCRIPTION_LENGTH),
+            "metadata": check_metadata(metadata),
         }
         return self._idempotent(
             _BALANCE_TRANSACTIONS,
@@ -550,7 +506,7 @@ class PaymentStore:
         the key is bound to: a key is one account's, whichever endpoint it was first used on.
         """
         if key is not None:
-            _check_idempotency_key(key)
+            check_idempotency_key(key)
         fingerprint = _fingerprint(params)
 
         def check_and_create(conn: sqlite3.Connection) -> _Outcome:
@@ -1134,137 +1090,3 @@ def _new_id(prefix: str) -> str:
 # --- parameter validation ------------------------------------------------------------------------
 # Validation failures are raised before the idempotency check and are not stored, as at Stripe:
 # nothing began executing, so a corrected retry with the same key must be allowed to run.
-
-
-def _check_amount(amount: object) -> int:
-    if isinstance(amount, bool) or not isinstance(amount, int):
-        raise invalid_request("Invalid integer: amount.", code="parameter_invalid_integer", param="amount")
-    if amount < 1:
-        raise invalid_request(
-            "This value must be greater than or equal to 1.", code="parameter_invalid_integer", param="amount"
-        )
-    if amount > MAX_AMOUNT:
-        raise invalid_request(
-            f"Amount must be no more than {MAX_AMOUNT}.", code="amount_too_large", param="amount"
-        )
-    return amount
-
-
-def _check_currency(currency: object) -> str:
-    """One of Stripe's currencies (:mod:`.stripe_currencies`), any case, answered lowercase; else
-    Stripe's 400 with the list, which has no ``code``."""
-    normalized = currency.lower() if isinstance(currency, str) else ""
-    if normalized not in SUPPORTED_CURRENCIES:
-        raise invalid_request(unsupported_message(str(currency)), param="currency")
-    return normalized
-
-
-def _check_reason(reason: object) -> str | None:
-    if reason is None:
-        return None
-    if isinstance(reason, str) and reason in REFUND_REASONS:
-        return reason
-    raise invalid_request(
-        "Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer",
-        code="parameter_invalid_string",
-        param="reason",
-    )
-
-
-def _check_id(value: object, param: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise invalid_request(f"Missing required param: {param}.", code="parameter_missing", param=param)
-    return value
-
-
-def _check_optional_str(value: object, param: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise invalid_request(f"Invalid string: {param}.", code="parameter_invalid_string", param=param)
-
-
-def _check_text(value: object, param: str, max_length: int) -> str | None:
-    text = _check_optional_str(value, param)
-    if text is not None and len(text) > max_length:
-        raise invalid_request(
-            f"Invalid {param}: must be at most {max_length} characters.",
-            code="parameter_invalid_string",
-            param=param,
-        )
-    return text
-
-
-def _check_email(email: object) -> str | None:
-    """Stripe's loose check (one ``@`` with something either side, no spaces), and its length limit."""
-    text = _check_text(email, "email", MAX_EMAIL_LENGTH)
-    if text is None:
-        return None
-    local, at, domain = text.rpartition("@")
-    if not at or not local or not domain or any(character.isspace() for character in text):
-        raise invalid_request(f"Invalid email address: {text}", code="email_invalid", param="email")
-    return text
-
-
-def _check_balance_amount(amount: object) -> int:
-    """Signed (negative is credit to the customer), never zero, within Stripe's amount ceiling."""
-    if isinstance(amount, bool) or not isinstance(amount, int):
-        raise invalid_request("Invalid integer: amount.", code="parameter_invalid_integer", param="amount")
-    if amount == 0:
-        raise invalid_request(
-            "A balance transaction must move the balance: amount cannot be 0.",
-            code="parameter_invalid_integer",
-            param="amount",
-        )
-    if abs(amount) > MAX_AMOUNT:
-        raise invalid_request(
-            f"Amount must be between -{MAX_AMOUNT} and {MAX_AMOUNT}.", code="amount_too_large", param="amount"
-        )
-    return amount
-
-
-def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
-    """Stripe's limits, enforced here so a pipeline that works on the simulator works on Stripe.
-
-    Empty values are dropped: on Stripe an empty value means "unset this key".
-    """
-    if metadata is None:
-        return {}
-    cleaned = {key: value for key, value in metadata.items() if value != ""}
-    if len(cleaned) > METADATA_MAX_KEYS:
-        raise invalid_request(f"Metadata can have at most {METADATA_MAX_KEYS} keys.", param="metadata")
-    for key, value in cleaned.items():
-        _check_metadata_item(key, value)
-    return dict(sorted(cleaned.items()))
-
-
-def _check_metadata_changes(metadata: Mapping[str, str]) -> dict[str, str]:
-    """An update's metadata: empty values are kept (they remove their key); each item within limits."""
-    for key, value in metadata.items():
-        if value != "":
-            _check_metadata_item(key, value)
-        elif not isinstance(key, str) or not key:
-            raise invalid_request("Metadata keys and values must be strings.", param="metadata")
-    return dict(sorted(metadata.items()))
-
-
-def _check_metadata_item(key: object, value: object) -> None:
-    if not isinstance(key, str) or not isinstance(value, str):
-        raise invalid_request("Metadata keys and values must be strings.", param="metadata")
-    if not key or len(key) > METADATA_MAX_KEY_LENGTH:
-        raise invalid_request(
-            f"Metadata keys must be 1 to {METADATA_MAX_KEY_LENGTH} characters: {key!r}.",
-            param=f"metadata[{key}]",
-        )
-    if len(value) > METADATA_MAX_VALUE_LENGTH:
-        raise invalid_request(
-            f"Metadata values can have up to {METADATA_MAX_VALUE_LENGTH} characters.",
-            param=f"metadata[{key}]",
-        )
-
-
-def _check_idempotency_key(key: object) -> None:
-    if not isinstance(key, str) or not key or len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
-        raise invalid_request(
-            f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
-            code="idempotency_key_invalid",
-        )

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from durable_assets.payments.store import JsonObject, PaymentStore, StripeApiError, invalid_request
+from durable_assets.payments.params import JsonObject, StripeApiError, invalid_request
+from durable_assets.payments.store import PaymentStore
 
 # For each object, the fields Stripe lets a client expand, and what the simulator serves there:
 # an object kind it retrieves ("charge", "customer"), None (always null or already embedded here,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from durable_assets.payments.store import StripeApiError, invalid_request
+from durable_assets.payments.params import StripeApiError, invalid_request
 
 _NESTED = re.compile(r"^([A-Za-z_]+)\[(.*)\]$")
 _INTEGER = re.compile(r"^-?[0-9]+$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from durable_assets.payments.store import JsonObject, StripeApiError
+from durable_assets.payments.params import JsonObject, StripeApiError
 from durable_assets_testing.simulator.faults import format_retry_after
 
 

@@ -7,14 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from urllib.parse import unquote
 
-from durable_assets.payments.store import (
-    UNCHANGED,
-    JsonObject,
-    PaymentStore,
-    StoreResult,
-    StripeApiError,
-    Unchanged,
-)
+from durable_assets.payments.params import JsonObject, StripeApiError
+from durable_assets.payments.store import UNCHANGED, PaymentStore, StoreResult, Unchanged
 from durable_assets_testing.simulator.expansion import check_expand, check_list_expand, expanded
 from durable_assets_testing.simulator.params import (
     Params,

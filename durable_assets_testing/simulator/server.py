@@ -19,7 +19,8 @@ from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 
-from durable_assets.payments.store import PaymentStore, StripeApiError, invalid_request
+from durable_assets.payments.params import StripeApiError, invalid_request
+from durable_assets.payments.store import PaymentStore
 from durable_assets_testing.simulator.auth import ApiKeys, api_key_from, mask_api_key
 from durable_assets_testing.simulator.faults import Faults, TokenBucket
 from durable_assets_testing.simulator.responses import (

@@ -14,7 +14,8 @@ from durable_assets.payments.gateway.template import (
     GatewayTemplate,
     RefundRequest,
 )
-from durable_assets.payments.store import JsonObject, PaymentStore, StripeApiError
+from durable_assets.payments.params import JsonObject, StripeApiError
+from durable_assets.payments.store import PaymentStore
 
 
 class EmbeddedGateway(GatewayTemplate):
