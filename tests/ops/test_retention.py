@@ -37,7 +37,6 @@ from dagster._core.utils import make_new_run_id
 from dagster_shared.serdes import deserialize_value
 
 from durable_assets.errors import PruneInProgressError, UsageError
-from durable_assets.kit import dagster_internals
 from durable_assets.kit import db as kit_db
 from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase, now
@@ -234,7 +233,7 @@ def test_prunes_exactly_per_policy_and_archives_everything(
     other (the public API, run by run), but for the emptied SQLite shard files Dagster leaves."""
     monkeypatch.setattr(pruning, "EVENT_PAGE", 2)  # every run's events span several pages
     if not bulk:
-        monkeypatch.setattr(dagster_internals, "is_verified_version", lambda: False)
+        monkeypatch.setattr(pruning, "is_verified_version", lambda: False)  # the name pruning reads
     for batch_id, (runs, _) in AGES.items():
         add_batch(instance, batch_id, *runs)
     untagged = DagsterRun(job_name="other", run_id=make_new_run_id(), status=DagsterRunStatus.SUCCESS)
