@@ -16,8 +16,6 @@ environment read here, once, where the location is wired: kit code reads no vari
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,17 +24,13 @@ from dagster import Definitions
 from durable_assets.kit import DurableJobs
 from durable_assets.kit.runtime import DistributedSettings, KitSettings, StorageSettings
 from durable_assets.ops.auto_resume import auto_resume_sensor
-from durable_assets.ops.registry import CODE_LOCATION_ENV
+from durable_assets.ops.registry import serve_built
 from durable_assets.ops.retention import retention as retention_job
 from durable_assets.ops.retention import retention_schedule
 from durable_assets.ops.settings import AutoResumeSettings
 from durable_assets.ops.webhooks.batch import webhook_sensors
-from durable_assets.settings import InstanceSettings
 
 __all__ = ["definitions"]
-
-#: The location this process serves because it built it (not because DURABLE_CODE_LOCATION said so).
-_served: str | None = None
 
 
 def definitions(
@@ -59,7 +53,7 @@ def definitions(
       ``DURABLE_WEBHOOK_URLS`` is unset);
     - ``retention``: the ``retention`` job and its daily ``retention_daily`` schedule.
     """
-    _serve_from_here(durable_jobs, sys._getframe(1).f_globals)
+    serve_built(durable_jobs)
     return durable_jobs.definitions(
         resources=resources,
         settings=KitSettings.current(),
@@ -73,18 +67,3 @@ def definitions(
             *sensors,
         ],
     )
-
-
-def _serve_from_here(durable_jobs: DurableJobs, caller: Mapping[str, Any]) -> None:
-    """A process that loads this location (``dagster dev -m postcards``, the daemon's code server,
-    a run worker it launches) serves it to the operations layer too, unless ``DURABLE_CODE_LOCATION``
-    names one: the sensors' status reads and the retention job find these jobs, not the default's."""
-    global _served
-    module = caller.get("__name__")
-    default = InstanceSettings.model_fields["code_location"].default
-    if caller.get("durable_jobs") is not durable_jobs or module in (None, "__main__", default):
-        return
-    # A location that imports another (greetings.py uses postcards.py's shop) is built last: it wins
-    # over the one it imported, never over a DURABLE_CODE_LOCATION someone set.
-    if InstanceSettings.current().code_location in (default, _served):
-        os.environ[CODE_LOCATION_ENV] = _served = str(module)

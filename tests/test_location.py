@@ -5,6 +5,7 @@ ledger (issue #21 items 1-3)."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -202,3 +203,60 @@ def test_an_instance_with_every_part_is_used_as_written(tmp_path: Path, pg_url: 
     if pg_url:
         assert {"runs", "event_logs", "durable_leases", "durable_idempotency"} <= _tables(pg_url)
     assert (home / "durable.db").exists() is not bool(pg_url), "our tables live with Dagster's storage"
+
+
+def _write_location(folder: Path, name: str, body: str) -> None:
+    (folder / f"{name}.py").write_text(
+        "from durable_assets.kit import DurableJob, DurableJobs, durable_asset\n"
+        "from durable_assets.location import definitions\n"
+        "from dagster import DynamicPartitionsDefinition\n" + body
+    )
+
+
+_ONE_JOB = """
+@durable_asset(label="One", partitions_def=DynamicPartitionsDefinition(name="{name}_batches"))
+def {name}_step() -> int:
+    return 1
+
+durable_jobs = DurableJobs([DurableJob("{name}", assets=[{name}_step], description="d")])
+defs = definitions(durable_jobs, auto_resume=False, webhooks=False, retention=False)
+"""
+
+
+def test_a_process_serves_the_location_it_built_without_writing_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The location a process builds (a code server, a run worker) is the one the operations layer
+    serves there, found as the module holding `durable_jobs`; DURABLE_CODE_LOCATION still wins, a
+    location importing another wins over it, and jobs no module holds change nothing."""
+    from durable_assets.ops import registry
+
+    monkeypatch.setattr(registry, "_built", None)
+    monkeypatch.delenv("DURABLE_CODE_LOCATION", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _write_location(tmp_path, "served_postcards", _ONE_JOB.format(name="served_postcards"))
+    _write_location(
+        tmp_path,
+        "served_greetings",
+        "import served_postcards  # builds its own location first\n"
+        + _ONE_JOB.format(name="served_greetings"),
+    )
+    environment = dict(os.environ)
+
+    assert registry.code_location() == "durable_assets.definitions"
+    importlib.import_module("served_greetings")
+    assert registry.code_location() == "served_greetings"  # built last: it wins over what it imported
+    assert [job.name for job in registry.durable_jobs()] == ["served_greetings"]
+    assert dict(os.environ) == environment  # nothing written for children to inherit
+
+    @durable_asset(label="Loose", partitions_def=PARTS)
+    def loose() -> int:
+        return 1
+
+    definitions(DurableJobs([DurableJob("loose", assets=[loose], description="d")]))  # held by no module
+    assert registry.code_location() == "served_greetings"
+
+    monkeypatch.setenv("DURABLE_CODE_LOCATION", "served_postcards")  # named: always wins
+    assert registry.code_location() == "served_postcards"
+    for name in ("served_postcards", "served_greetings"):
+        sys.modules.pop(name, None)

@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 from dagster import (
@@ -50,6 +51,21 @@ class TaskOutcome(enum.StrEnum):
 
 _instances: dict[str, DagsterInstance | None] = {}
 _instances_lock = threading.Lock()
+
+#: The worker's own instance folder, as `job worker` resolved it (None: DAGSTER_HOME, if set).
+_own_home: str | None = None
+
+
+def serve_from_home(home: Path) -> None:
+    """Tasks of this process (and of the pool children it forks) use the instance at ``home``
+    when it holds their run: the CLI resolved it (``./dagster_home`` when DAGSTER_HOME is unset)
+    without writing it into the environment."""
+    global _own_home
+    _own_home = str(home)
+
+
+def _open_own() -> DagsterInstance:
+    return DagsterInstance.from_config(_own_home) if _own_home is not None else DagsterInstance.get()
 
 
 #: Batches whose dynamic partition a worker process remembers exists (a few bytes each).
@@ -97,7 +113,7 @@ def _worker_instance(ref: Any, run_id: str) -> tuple[DagsterInstance, DagsterRun
         own = _instances.get(_OWN)
         if own is None and _OWN not in _instances:
             try:
-                own = _for_tasks(DagsterInstance.get())  # DAGSTER_HOME, as `job worker` resolved it
+                own = _for_tasks(_open_own())
             except Exception:  # no home of its own: the ref is all it has
                 own = None
             _instances[_OWN] = own

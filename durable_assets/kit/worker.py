@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 from durable_assets.kit.celery_app import app, queue_of
@@ -12,19 +13,24 @@ from durable_assets.kit.db import (
     ConnectionBounds,
     bound_connections,
 )
+from durable_assets.kit.step_task import serve_from_home
 
 
-def run_worker(concurrency: int, connections: ConnectionBounds) -> None:
+def run_worker(concurrency: int, connections: ConnectionBounds, home: Path | None = None) -> None:
     """`job worker`: a Celery worker of our app on the configured queue, until it is stopped.
 
     Prefork pool: each step runs in a child process, so one step's crash (or a superseded one's
     exit) takes no other step with it; a unique node name per process, so pings and revokes reach
     each worker on a host. Each child holds at most ``connections.most`` database connections (it
     runs one step at a time); the parent, which runs none, closes its own before the pool forks.
+    ``home``: the worker's own instance folder (default: DAGSTER_HOME), which its tasks use when it
+    holds their run.
     """
     from celery.signals import after_setup_logger
 
     bound_connections(connections)
+    if home is not None:
+        serve_from_home(home)
 
     @after_setup_logger.connect(weak=False)
     def _quiet_results(logger: Any, **_kwargs: Any) -> None:

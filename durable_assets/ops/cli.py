@@ -431,7 +431,7 @@ def _open_instance(home: Any) -> Any:
     from durable_assets.errors import InstanceConfigError
 
     try:
-        return DagsterInstance.get()
+        return DagsterInstance.from_config(str(home))
     except DagsterInvalidConfigError as exc:
         first = " ".join(str(exc).split()).split(" Expected:", 1)[0].rstrip(".")
         raise InstanceConfigError(
@@ -823,7 +823,7 @@ def _serve_location(args: argparse.Namespace) -> int:
         flush=True,
     )
     _collect_garbage_again()
-    return supervise(where)
+    return supervise(where, home)
 
 
 def _require_shared_storage(args: argparse.Namespace) -> None:
@@ -888,7 +888,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         # The code location, imported once here, before the pool forks: each child inherits it
         # instead of importing it in its first task (~2 s of a batch's critical path per child).
         durable_jobs()
-        run_worker(args.concurrency, _one_task_at_a_time())
+        run_worker(args.concurrency, _one_task_at_a_time(), _home())
         return EXIT_OK
 
     from durable_assets.ops import runner, status

@@ -26,8 +26,37 @@ from durable_assets.settings import InstanceSettings
 CODE_LOCATION_ENV = "DURABLE_CODE_LOCATION"
 
 
+#: The location this process built (``definitions(...)`` in its module), served when
+#: ``DURABLE_CODE_LOCATION`` names none: kept here, not written into the environment.
+_built: str | None = None
+
+
+def serve_built(jobs: DurableJobs) -> None:
+    """A process that builds a location (``dagster dev -m postcards``, the daemon's code server, a
+    run worker it launches) serves it to the operations layer too: the sensors' status reads and
+    the retention job find these jobs, not the default's.
+
+    The location is the module that holds ``jobs`` as its ``durable_jobs`` (what :func:`_load`
+    imports again in any other process). Jobs that no module holds so (a test's, a script's
+    ``__main__``) change nothing. A location that imports another (greetings.py uses postcards.py's
+    shop) is built last, so it wins over the one it imported.
+    """
+    global _built
+    default = InstanceSettings.model_fields["code_location"].default
+    for name, module in list(sys.modules.items()):
+        if name in ("__main__", default):
+            continue
+        if getattr(module, "__dict__", {}).get("durable_jobs") is jobs:  # no module __getattr__ runs
+            _built = name
+            return
+
+
 def code_location() -> str:
-    return InstanceSettings.current().code_location
+    """``DURABLE_CODE_LOCATION`` if it names one, else the location this process built, else ours."""
+    configured = InstanceSettings.current().code_location
+    if _built is not None and configured == InstanceSettings.model_fields["code_location"].default:
+        return _built
+    return configured
 
 
 def _importable_from_here() -> None:

@@ -8,7 +8,6 @@ both proceed, and it heartbeats until the run ends.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -81,18 +80,17 @@ QUIET_LOGS: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "W
 
 def resolve_dagster_home() -> tuple[Path, str]:
     """DAGSTER_HOME if set, else ./dagster_home if present, else ~/.durable_assets (docs/contract.md);
-    with the project's dagster.yaml (written if missing, checked if present: ops/instance.py)."""
+    with the project's dagster.yaml (written if missing, checked if present: ops/instance.py).
+
+    The environment is left as the shell set it: the instance is opened from this folder
+    (``DagsterInstance.from_config``), Dagster's own child processes get its ref, and the processes
+    we start ourselves (a worker's pool, a supervised code server) are given the folder explicitly."""
     configured = InstanceSettings.current().dagster_home
     if configured:
-        home = Path(configured)
-        if not home.is_absolute():
-            # Dagster requires an absolute path; a relative one means what the shell means by it.
-            home = home.absolute()
-            os.environ["DAGSTER_HOME"] = str(home)
-        return ensure_instance_config(home), "DAGSTER_HOME"
+        # Dagster requires an absolute path; a relative one means what the shell means by it.
+        return ensure_instance_config(Path(configured).absolute()), "DAGSTER_HOME"
     local = Path.cwd() / "dagster_home"
     home, why = (local, "./dagster_home") if local.is_dir() else (Path.home() / ".durable_assets", "default")
-    os.environ["DAGSTER_HOME"] = str(home.resolve())
     return ensure_instance_config(home.resolve()), why  # made there, unless the shell contradicts it
 
 

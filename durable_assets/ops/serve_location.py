@@ -174,24 +174,33 @@ def _stop(child: subprocess.Popen[bytes], grace_s: float) -> None:
 
 def supervise(
     where: Location,
+    home: Path | None = None,
     *,
     backoff: Backoff = Backoff(),
     grace_s: float = STOP_GRACE_S,
     log: Callable[[str], None] = lambda line: print(f"serve-location: {line}", file=sys.stderr, flush=True),
 ) -> int:
-    """Serve ``where`` until SIGTERM or SIGINT; returns the exit code (143 or 130)."""
+    """Serve ``where`` until SIGTERM or SIGINT; returns the exit code (143 or 130).
+
+    ``home``: the instance folder the CLI resolved (``./dagster_home`` when DAGSTER_HOME is unset),
+    given to the code server as its DAGSTER_HOME; without it, the code server's is this process's."""
     stop = _StopSignal()
     print(where.workspace_yaml(), end="", flush=True)
     delay: float | None = None
     restarts = 0
     child: subprocess.Popen[bytes] | None = None
+    child_env = None if home is None else {**os.environ, "DAGSTER_HOME": str(home)}
     while not stop.event.is_set():
         started = time.monotonic()
-        # Its environment is this one: the same DAGSTER_HOME (resolved by the CLI) and the job's own
-        # variables; a location built by `definitions(...)` names itself DURABLE_CODE_LOCATION. Its
-        # output (and its run workers': a step's print) goes to stderr: stdout is the workspace file.
+        # Its environment is this one with the instance the CLI resolved, and the job's own
+        # variables. Its output (and its run workers': a step's print) goes to stderr: stdout is the
+        # workspace file.
         child = subprocess.Popen(
-            where.argv(), cwd=where.working_directory, process_group=0, stdout=sys.stderr.fileno()
+            where.argv(),
+            cwd=where.working_directory,
+            env=child_env,
+            process_group=0,
+            stdout=sys.stderr.fileno(),
         )
         log(f"code server started (pid {child.pid}) on {where.host}:{where.port}")
         while child.poll() is None and not stop.event.wait(POLL_S):
