@@ -24,4 +24,5 @@ def registry() -> dict[int, tuple[str, str]]:
         9: ("credit_migration", "credit migration at the provider's limit, and the next night"),
         10: ("distributed", "distributed refunds: 1, 2, 4 workers, a shared limit, task overhead"),
         11: ("cli_latency", "`job` commands against the import floor"),
+        12: ("provider_bound", "a provider-bound batch against its request floor"),
     }

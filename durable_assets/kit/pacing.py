@@ -4,7 +4,16 @@ Nobody should have to know a provider's request limit to get past it. Every thre
 of a process that talks to one provider shares one :class:`RateLimiter` (:func:`shared_limiter`):
 a token bucket whose rate it learns from the provider's 429s (multiplicative decrease to what the
 provider actually let through, additive increase while it lets everything through), so the process
-backs off as one instead of sixteen threads retrying on their own. ``Retry-After`` pauses everyone.
+backs off as one instead of sixteen threads retrying on their own.
+
+"What the provider let through" is measured from one 429 to the next: a 429 means the provider's
+bucket is empty, so what it admitted between two of them is its refill rate, whatever burst it
+allows. (Measured over the last second alone, it counted that burst as rate: the process learned
+~1.4x the limit and sent in bursts of ~150/s, each ended by a 429.) ``Retry-After`` is honoured
+by the request it answers, which is not sent again before it; a longer one than the header's
+least (1 s: RFC 9110 allows only whole seconds, so a provider whose token is back in 10 ms says
+1) pauses everyone. Pausing everyone on every such 1 s let the provider's bucket fill whole, to
+be spent in the next burst: the bursts and pauses issue #37 measured (144, 123, 32, 151, ...).
 
 A 429 is the provider pacing us, never a fault: it is not an attempt and never makes a request give
 up. Faults (5xx, connection errors, timeouts) are retried with backoff until the provider has given
@@ -52,6 +61,12 @@ INCREASE_PER_S = 0.05
 #: What "let through lately" is measured over, and the least time between two decreases: one
 #: measurement per decrease, so a burst of 429s from many threads counts once.
 WINDOW_S = 1.0
+#: What the provider let through is measured from the last decrease when that was at most this
+#: long ago (two empty buckets: the refill rate); after a longer quiet, over the last window.
+SINCE_DECREASE_MAX_S = 10.0
+#: A ``Retry-After`` longer than this pauses every caller; up to it, only the request it answered
+#: waits it. 1 s is the least the header can say (whole seconds), i.e. "a token is back soon".
+PAUSE_EVERYONE_ABOVE_S = 1.0
 #: Never slower than this (requests/s): a provider that let nothing through in the last window
 #: (another client used its quota) must not pin us near zero.
 MIN_RATE = 1.0
@@ -80,6 +95,8 @@ class RateLimiter:
         now = clock()
         self._learned: float | None = None  # rate set at the last decrease
         self._decreased_at = now - WINDOW_S
+        self._decreased_once = False
+        self._since_decrease = 0  # successes since the last decrease
         self._tokens, self._refilled = 1.0, now
         self._paused_until = now
         self._successes: deque[float] = deque()
@@ -123,24 +140,38 @@ class RateLimiter:
         with self._lock:
             now = self.clock()
             self._successes.append(now)
+            self._since_decrease += 1
             while self._successes and self._successes[0] < now - WINDOW_S:
                 self._successes.popleft()
             self._down_since = None
 
-    def throttled(self, retry_after: float | None) -> None:
-        """A 429: everyone waits ``Retry-After``; the rate drops to what the provider let through."""
+    def throttled(self, retry_after: float | None) -> float:
+        """A 429: the rate drops to what the provider let through; returns how long the request it
+        answered waits before it is sent again (``Retry-After``; 0 when everyone is paused for it)."""
         with self._lock:
             now = self.clock()
             self._failed(now)
-            if retry_after:
-                self._paused_until = max(self._paused_until, now + retry_after)
+            own_wait = retry_after or 0.0
+            if own_wait > PAUSE_EVERYONE_ABOVE_S:
+                self._paused_until = max(self._paused_until, now + own_wait)
+                own_wait = 0.0  # acquire() waits it out, for this caller as for everyone
             if now - self._decreased_at < WINDOW_S:
-                return  # this window's 429s were already answered by one decrease
-            let_through = sum(1 for t in self._successes if t >= now - WINDOW_S) / WINDOW_S
+                return own_wait  # this window's 429s were already answered by one decrease
+            let_through = self._let_through(now)
             current = self._rate(now)
             floor = current / 2 if current else MIN_RATE  # at most halve on an empty window
             self._learned = max(MIN_RATE, floor, DECREASE * min(let_through, current or let_through))
-            self._decreased_at = now
+            self._decreased_at, self._decreased_once, self._since_decrease = now, True, 0
+            return own_wait
+
+    def _let_through(self, now: float) -> float:
+        """Requests/s the provider admitted lately. Since the last decrease (its bucket was empty
+        then and is now: what it admitted in between is its refill rate, its burst excluded) when
+        that is recent; else over the last window (the first 429, or one after a long quiet)."""
+        since = now - self._decreased_at
+        if self._decreased_once and since <= SINCE_DECREASE_MAX_S:
+            return self._since_decrease / since
+        return sum(1 for t in self._successes if t >= now - WINDOW_S) / WINDOW_S
 
     def faulted(self) -> None:
         with self._lock:
@@ -349,7 +380,8 @@ def call_with_retries(call: Callable[[], Result], limiter: RateLimiter, backoff:
             retry_after = getattr(exc, "retry_after", None)
             paced = getattr(exc, "http_status", None) == 429
             if paced:
-                limiter.throttled(retry_after)  # the next acquire() waits; nothing else to do
+                # Not sent again before Retry-After; the others go on at the decreased rate.
+                limiter.sleep(limiter.throttled(retry_after))
             else:
                 limiter.faulted()
                 first_fault = limiter.clock() if first_fault is None else first_fault

@@ -49,6 +49,8 @@ not counted in ``refund_requests``.
 answer. Unlike the other counters it is kept in memory, not in the ``--db`` file, so it restarts at
 0 with the process: it counts traffic, not effects, and persisting it would cost a synced write
 (~2 ms measured) on every request, reads included, which would make the simulator the bottleneck.
+``rate_limited``, kept the same way, is how many of them were answered 429: a benchmark's request
+floor is ``(requests - rate_limited) / limit``, the requests the provider's limit admitted.
 
 ``Retry-After`` on 429 is a whole number of seconds, rounded up and at least 1, because RFC 9110
 allows only integers there and strict clients reject anything else; rounding up keeps the promise

@@ -143,6 +143,7 @@ class SimulatorServer(ThreadingHTTPServer):
         self._lock = threading.Lock()
         self._in_flight: set[tuple[str, str]] = set()
         self._requests = 0
+        self._rate_limited = 0
         self._connections: set[socket.socket] = set()
         self._idle = threading.Condition(self._lock)
         super().__init__(address, SimulatorHandler)
@@ -176,7 +177,11 @@ class SimulatorServer(ThreadingHTTPServer):
     def admit(self) -> float | None:
         """The rate limiter's verdict: ``None`` to proceed, else seconds to wait."""
         bucket = self._bucket
-        return None if bucket is None else bucket.take()
+        wait = None if bucket is None else bucket.take()
+        if wait is not None:
+            with self._lock:
+                self._rate_limited += 1
+        return wait
 
     def received(self) -> None:
         """Counts one ``/v1`` request, before anything can reject it."""
@@ -184,10 +189,10 @@ class SimulatorServer(ThreadingHTTPServer):
             self._requests += 1
 
     def stats(self) -> dict[str, int]:
-        """The store's counters plus this process's ``requests``."""
+        """The store's counters plus this process's ``requests`` and ``rate_limited``."""
         with self._lock:
-            requests = self._requests
-        return {**self.store.stats(), "requests": requests}
+            requests, limited = self._requests, self._rate_limited
+        return {**self.store.stats(), "requests": requests, "rate_limited": limited}
 
     def roll(self, rate: float) -> bool:
         if rate <= 0.0:

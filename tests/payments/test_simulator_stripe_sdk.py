@@ -170,7 +170,7 @@ def test_rate_limit_answers_429_with_retry_after(sim: SimulatorServer, gateway: 
 
     assert limited.value.http_status == 429
     assert limited.value.retry_after is not None and 1.0 < limited.value.retry_after <= 2.0
-    assert gateway.stats() == counters(refund_requests=1, requests=2)
+    assert gateway.stats() == counters(refund_requests=1, requests=2, rate_limited=1)
 
 
 def test_rate_limit_headers_and_body(sim: SimulatorServer, http: httpx.Client) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 #: refunds, then customers and their balances.
 _REFUND_COUNTERS = ("refund_requests", "refunds_created", "idempotent_replays")
 STORE_COUNTERS = (*_REFUND_COUNTERS, "customers_created", "balance_transactions_created", "customers_deleted")
-#: The simulator adds ``requests``: every ``/v1`` request it received, whatever its answer.
-SIMULATOR_COUNTERS = (*STORE_COUNTERS, "requests")
+#: The simulator adds ``requests``: every ``/v1`` request it received, whatever its answer; and
+#: ``rate_limited``: how many of them it answered 429.
+SIMULATOR_COUNTERS = (*STORE_COUNTERS, "requests", "rate_limited")
 
 
 def counters(**counted: int) -> dict[str, int]:
