@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from tests.support.polling import wait_until
 from tests.support.tutorial import shop_count, tutorial_folder
 from tests.webhooks.receiver import Receiver
 
+from .conftest import ServedTutorial
 from .helpers import (
     EXIT_FAILED,
     EXIT_OK,
@@ -270,7 +271,7 @@ def test_an_output_that_older_code_wrote_fails_with_one_line_naming_the_step(tmp
 
 @pytest.mark.timeout(600)  # a loaded 2-core machine: four processes start; most of it is startup
 def test_the_daemon_leaves_a_batch_whose_code_changed_to_a_person_and_tells_why(
-    home: Path, tmp_path: Path, served_from: Callable[[Path], None]
+    home: Path, served_tutorial: ServedTutorial
 ) -> None:
     """The tutorial's job launched as the UI launches it; its host dies mid-sending, and the host
     comes back with a release that spells the key anew. Run monitoring fails the run from its lease;
@@ -278,11 +279,7 @@ def test_the_daemon_leaves_a_batch_whose_code_changed_to_a_person_and_tells_why(
     hears why where a held batch is heard: the signed `batch.failed` webhook's status JSON and
     `/metrics`. The old release back, `job resume` finishes it: every customer one card."""
     batch, size = "cards-deploy", 400
-    folder = tutorial_folder(tmp_path)
-    served_from(folder)
-    shop = tmp_path / "shop.db"
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    folder, shop, logs = served_tutorial
     secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
     hooks = Receiver(secret)
     env, code, dev = postcards_served_by_a_daemon(
