@@ -77,19 +77,7 @@ def test_currency_is_case_insensitive(currency: str) -> None:
     ("text", "cents"),
     [
         ("12.50", 1250),
-        ("10.005", 1001),  # half-up
-        ("10.004", 1000),
-        ("10.0049999", 1000),  # one rounding step, no double rounding
-        ("0.995", 100),
-        ("0.005", 1),
-        ("12", 1200),
-        (".5", 50),
-        ("5.", 500),
-        ("+1.00", 100),
-        ("0", 0),
-        ("0.00", 0),
-        ("-0.00", 0),
-        ("0007.10", 710),
+        ("10.005", 1001),  # half-up: the shared parse (tests/payments/test_money.py has its every case)
         ("999999.99", s.MAX_BALANCE_CENTS),  # the provider's largest balance
         ("999999.994", s.MAX_BALANCE_CENTS),  # rounds down onto it
     ],
