@@ -79,9 +79,7 @@ def _read(
     answers = kit.paced_map(
         call,
         ids,
-        payments.limiter(),
-        payments.backoff(),
-        concurrency=payments.concurrency,
+        payments,
         on_done=lambda n: kit.report_progress(context, settled + n, total),
     )
     return answers

@@ -82,9 +82,7 @@ def one_customer_per_account(provider_customers: pd.DataFrame, payments: Payment
     read = paced_map(
         lambda cid: {"customer": customers.retrieve_customer(cid)},
         elsewhere,
-        payments.limiter(),
-        payments.backoff(),
-        concurrency=payments.concurrency,
+        payments,
     )
     read_by_id = {
         cid: (bool(a["customer"].deleted), str(a["customer"].metadata.get(s.LEGACY_ID_METADATA, "")))
@@ -209,9 +207,7 @@ def no_adjustment_applied_twice(
     answers = paced_map(
         probe,
         [*applied.to_dict("records"), *keyed.to_dict("records")],
-        payments.limiter(),
-        payments.backoff(),
-        concurrency=payments.concurrency,
+        payments,
     )
     problems = [p for a in answers for p in a["problems"]]
     repeated = applied.loc[applied["idempotency_key"].duplicated(), "idempotency_key"]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -127,6 +127,16 @@ def provider_change(
         f"account's customer, set it back to {acct!r} and run the migration again"
     )
     return ProviderChange.RELABELLED, naming_every_customer(acct, note, at_provider)
+
+
+def _note_where(note: pd.Series, mask: pd.Series, notes: Iterable[str]) -> None:
+    """Set ``note`` on the rows of ``mask`` to ``notes``, one per such row in order.
+
+    Why a helper: the plan words four kinds of held or decided rows, each from its own columns;
+    only the wording differs, and a mask with no row builds no series at all.
+    """
+    if mask.any():
+        note[mask] = pd.Series(list(notes), index=note.index[mask], dtype="str")
 
 
 def _deleted_note(acct: str, customer: str, when: str) -> str:
@@ -227,63 +237,59 @@ def plan_adjustments(
     # A ready customer's note is what step 3 wants the report to say of it (a replacement adopted).
     note = merged["review_note"].fillna("").astype("str")
     note[~ready] = merged.loc[~ready, "review_note"].fillna("no provider customer").astype("str")
-    if missing.any():
-        note[missing] = pd.Series(
-            [
-                _deleted_note(str(acct), str(cus), "after this batch found it (it answers 404)")
-                for acct, cus in zip(
-                    merged.loc[missing, s.LEGACY_ACCOUNT_ID], merged.loc[missing, "customer_id"], strict=True
-                )
-            ],
-            index=merged.index[missing],
-            dtype="str",
-        )
-    if other_currency.any():
-        note[other_currency] = pd.Series(
-            [
-                f"customer {cus}'s balance is {format_cents(int(cur), str(ccy))}; the legacy account's "
-                f"credit is in {str(want).upper()} and a balance has one currency: convert it by hand"
-                for cus, cur, ccy, want in merged.loc[
-                    other_currency, ["customer_id", "current_cents", "current_currency", s.CURRENCY]
-                ].itertuples(index=False)
-            ],
-            index=merged.index[other_currency],
-            dtype="str",
-        )
-    if by_hand.any():
-        note[by_hand] = pd.Series(
-            [
-                _changed_by_hand_note(str(cus), int(cur), int(left), str(txn), int(want), str(ccy))
-                for cus, cur, left, txn, want, ccy in zip(
-                    merged.loc[by_hand, "customer_id"],
-                    current[by_hand],
-                    merged.loc[by_hand, "migrated_cents"],
-                    merged.loc[by_hand, "migrated_by"],
-                    target[by_hand],
-                    merged.loc[by_hand, s.CURRENCY],
-                    strict=True,
-                )
-            ],
-            index=merged.index[by_hand],
-            dtype="str",
-        )
-    if keep.any():
-        note[keep] = pd.Series(
-            [
-                f"customer {cus}'s balance {format_cents(int(cur), str(ccy))} kept at the provider "
-                f"(target {format_cents(int(want), str(ccy))}): {(kept or {})[str(acct)]}"
-                for acct, cus, cur, want, ccy in zip(
-                    merged.loc[keep, s.LEGACY_ACCOUNT_ID],
-                    merged.loc[keep, "customer_id"],
-                    current[keep],
-                    target[keep],
-                    merged.loc[keep, s.CURRENCY],
-                    strict=True,
-                )
-            ],
-            index=merged.index[keep],
-            dtype="str",
-        )
+    _note_where(
+        note,
+        missing,
+        (
+            _deleted_note(str(acct), str(cus), "after this batch found it (it answers 404)")
+            for acct, cus in zip(
+                merged.loc[missing, s.LEGACY_ACCOUNT_ID], merged.loc[missing, "customer_id"], strict=True
+            )
+        ),
+    )
+    _note_where(
+        note,
+        other_currency,
+        (
+            f"customer {cus}'s balance is {format_cents(int(cur), str(ccy))}; the legacy account's "
+            f"credit is in {str(want).upper()} and a balance has one currency: convert it by hand"
+            for cus, cur, ccy, want in merged.loc[
+                other_currency, ["customer_id", "current_cents", "current_currency", s.CURRENCY]
+            ].itertuples(index=False)
+        ),
+    )
+    _note_where(
+        note,
+        by_hand,
+        (
+            _changed_by_hand_note(str(cus), int(cur), int(left), str(txn), int(want), str(ccy))
+            for cus, cur, left, txn, want, ccy in zip(
+                merged.loc[by_hand, "customer_id"],
+                current[by_hand],
+                merged.loc[by_hand, "migrated_cents"],
+                merged.loc[by_hand, "migrated_by"],
+                target[by_hand],
+                merged.loc[by_hand, s.CURRENCY],
+                strict=True,
+            )
+        ),
+    )
+    _note_where(
+        note,
+        keep,
+        (
+            f"customer {cus}'s balance {format_cents(int(cur), str(ccy))} kept at the provider "
+            f"(target {format_cents(int(want), str(ccy))}): {(kept or {})[str(acct)]}"
+            for acct, cus, cur, want, ccy in zip(
+                merged.loc[keep, s.LEGACY_ACCOUNT_ID],
+                merged.loc[keep, "customer_id"],
+                current[keep],
+                target[keep],
+                merged.loc[keep, s.CURRENCY],
+                strict=True,
+            )
+        ),
+    )
     plan = pd.DataFrame(
         {
             s.LEGACY_ACCOUNT_ID: merged[s.LEGACY_ACCOUNT_ID],

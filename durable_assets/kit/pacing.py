@@ -399,17 +399,21 @@ def call_with_retries(call: Callable[[], Result], limiter: RateLimiter, backoff:
 def paced_map(
     call: Callable[[T], Result],
     items: Sequence[T],
-    limiter: RateLimiter,
-    backoff: Backoff,
+    provider: PacedProvider,
     *,
-    concurrency: int,
     on_done: Callable[[int], None] = lambda _n: None,
 ) -> list[Result]:
-    """``call`` on every item (reads: safe to repeat), ``concurrency`` at a time, each paced and
-    retried by :func:`call_with_retries`; results in the items' order. ``on_done(n)`` hears the
-    running count, for progress."""
+    """``call`` on every item (reads: safe to repeat), the provider's ``concurrency`` at a time, each
+    paced by its limiter and retried by its backoff (:func:`call_with_retries`); results in the
+    items' order. ``on_done(n)`` hears the running count, for progress.
+
+    Why the provider whole: every read of a provider is paced by that provider's own limiter,
+    backoff and concurrency, so a caller names the provider once, as ``effect_runner(provider=)``
+    does, and cannot pair one provider's limiter with another's concurrency.
+    """
     if not items:
         return []
+    limiter, backoff, concurrency = provider.limiter(), provider.backoff(), provider.concurrency
     done = 0
     lock = threading.Lock()
 

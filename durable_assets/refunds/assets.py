@@ -299,13 +299,7 @@ def reconciled_refunds(
                 raise
             return {"refunds": []}
 
-    listings = kit.paced_map(
-        listing,
-        charges,
-        payments.limiter(),
-        payments.backoff(),
-        concurrency=payments.concurrency,
-    )
+    listings = kit.paced_map(listing, charges, payments)
     at_provider: dict[str, list[Refund]] = {
         charge_id: listing["refunds"] for charge_id, listing in zip(charges, listings, strict=True)
     }

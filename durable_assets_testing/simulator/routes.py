@@ -231,27 +231,21 @@ def _listed(
     return handler
 
 
-_list_refunds = _listed(
-    "refund",
-    {"charge"},
-    lambda store, params, _: store.list_refunds(
-        **page_params(params), charge=params.values.get("charge") or None
-    ),
-)
-_list_charges = _listed(
-    "charge",
-    {"customer"},
-    lambda store, params, _: store.list_charges(
-        **page_params(params), customer=params.values.get("customer") or None
-    ),
-)
-_list_customers = _listed(
-    "customer",
-    {"email"},
-    lambda store, params, _: store.list_customers(
-        **page_params(params), email=params.values.get("email") or None
-    ),
-)
+def _listed_by(items: str, filter_name: str, list_page: Callable[..., JsonObject]) -> Handler:
+    """A top-level list with one optional filter, named as ``list_page``'s keyword (the store's
+    unbound ``list_*``): the three such lists differ only in these three names."""
+    return _listed(
+        items,
+        {filter_name},
+        lambda store, params, _: list_page(
+            store, **page_params(params), **{filter_name: params.values.get(filter_name) or None}
+        ),
+    )
+
+
+_list_refunds = _listed_by("refund", "charge", PaymentStore.list_refunds)
+_list_charges = _listed_by("charge", "customer", PaymentStore.list_charges)
+_list_customers = _listed_by("customer", "email", PaymentStore.list_customers)
 _list_balance_transactions = _listed(
     "customer_balance_transaction",
     set(),

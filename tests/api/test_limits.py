@@ -26,6 +26,7 @@ from tests.api.helpers import TOKEN, ApiServer
 from tests.crash.helpers import JobProcess, job, job_env
 from tests.support.homes import make_home
 from tests.support.machine import scaled
+from tests.support.network import drip_until_closed
 from tests.support.polling import wait_until
 
 FINISHED = "done-1"
@@ -201,25 +202,7 @@ def test_heads_that_never_finish_are_closed_after_the_header_timeout(server: Api
         opened = time.monotonic()
         for s in socks:
             s.sendall(b"GET /runs HTTP/1.1\r\nHost: x\r\n")
-        closed_after: dict[socket.socket, float] = {}
-        answers: dict[socket.socket, bytes] = {s: b"" for s in socks}
-        next_drip = opened + drip_s
-        while len(closed_after) < n and time.monotonic() - opened < deadline_s:
-            readable, _, _ = select.select([s for s in socks if s not in closed_after], [], [], 0.1)
-            for s in readable:
-                try:
-                    chunk = s.recv(4096)
-                except ConnectionResetError:
-                    chunk = b""
-                answers[s] += chunk
-                if not chunk:
-                    closed_after[s] = time.monotonic() - opened
-            if time.monotonic() >= next_drip:
-                for s in socks:
-                    if s not in closed_after:
-                        with suppress(OSError):
-                            s.sendall(b"X-Drip: 1\r\n")
-                next_drip += drip_s
+        closed_after, answers = drip_until_closed(socks, b"X-Drip: 1\r\n", drip_s, deadline_s, opened)
         still_open = n - len(closed_after)
         times = sorted(closed_after.values())
         print(f"\n{n} dripping heads: closed after {times[0]:.2f}..{times[-1]:.2f} s" if times else "")

@@ -13,6 +13,7 @@ import pytest
 
 from durable_assets.ops import registry
 from tests.support.homes import make_home
+from tests.support.tutorial import tutorial_folder
 
 from .helpers import Simulator
 
@@ -50,6 +51,21 @@ def served_from(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], No
 
     yield serve
     registry._load.cache_clear()  # the next test's folder is another one
+
+
+#: (the tutorial's folder, its print shop's database file, the logs folder)
+ServedTutorial = tuple[Path, Path, Path]
+
+
+@pytest.fixture
+def served_tutorial(tmp_path: Path, served_from: Callable[[Path], None]) -> ServedTutorial:
+    """The tutorial's folder served as this process's location (:func:`served_from`), beside the
+    file its print shop writes and a logs folder: what every test of a user's served job starts from."""
+    folder = tutorial_folder(tmp_path)
+    served_from(folder)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    return folder, tmp_path / "shop.db", logs
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from tests.support.polling import wait_until
 from tests.support.tutorial import shop_count, tutorial_folder
 from tests.webhooks.receiver import Receiver
 
+from .conftest import ServedTutorial
 from .helpers import (
     EXIT_FAILED,
     EXIT_OK,
@@ -76,9 +77,18 @@ def _deploy(folder: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def _killed_mid_sending(folder: Path, env: dict[str, str], shop: Path, logs: Path, batch: str) -> int:
-    run = ["run", "--job", "postcards", "--id", batch, "--size", str(SIZE)]
-    return kill_mid_sending(folder, env, logs, run, shop, CARDS, SIZE)
+#: The batch :func:`killed` leaves mid-sending (each test has an instance of its own).
+KILLED = "deploy"
+
+
+@pytest.fixture
+def killed(setup: Setup) -> Setup:
+    """The tutorial's batch ``KILLED`` started and its worker killed mid-sending: where a new
+    release meets a batch the old code began, as every deploy test here starts."""
+    folder, env, shop, logs = setup
+    run = ["run", "--job", "postcards", "--id", KILLED, "--size", str(SIZE)]
+    kill_mid_sending(folder, env, logs, run, shop, CARDS, SIZE)
+    return setup
 
 
 def _status(batch: str, env: dict[str, str], logs: Path, folder: Path) -> dict[str, object]:
@@ -95,11 +105,10 @@ def _resume(batch: str, env: dict[str, str], logs: Path, folder: Path, *extra: s
 
 
 def test_a_key_spelled_anew_is_refused_and_the_old_code_finishes_exactly(
-    setup: Setup,
+    killed: Setup,
 ) -> None:
-    folder, env, shop, logs = setup
-    batch = "deploy-1"
-    _killed_mid_sending(folder, env, shop, logs, batch)
+    folder, env, shop, logs = killed
+    batch = KILLED
     requests = shop_count(shop, REQUESTS)
 
     _deploy(folder, OLD_KEY, NEW_KEY)
@@ -129,12 +138,11 @@ def test_a_key_spelled_anew_is_refused_and_the_old_code_finishes_exactly(
     assert shop_count(shop, "SELECT count(*) FROM cards WHERE key NOT LIKE 'postcard:%'") == 0
 
 
-def test_a_key_and_its_subject_changed_are_refused_and_the_old_code_finishes_exactly(setup: Setup) -> None:
+def test_a_key_and_its_subject_changed_are_refused_and_the_old_code_finishes_exactly(killed: Setup) -> None:
     """A refactor that renames the key and gives the effect a subject: nothing goes out under the
     new identity, accepted or not (the subject guard alone would not stop a new subject)."""
-    folder, env, shop, logs = setup
-    batch = "deploy-4"
-    _killed_mid_sending(folder, env, shop, logs, batch)
+    folder, env, shop, logs = killed
+    batch = KILLED
     requests = shop_count(shop, REQUESTS)
 
     _deploy(folder, OLD_KEY, NEW_KEY_AND_SUBJECT)
@@ -152,12 +160,11 @@ def test_a_key_and_its_subject_changed_are_refused_and_the_old_code_finishes_exa
     assert shop_count(shop, "SELECT count(DISTINCT recipient) FROM cards") == SIZE
 
 
-def test_accepting_a_change_that_keeps_every_key_finishes_exactly(setup: Setup) -> None:
+def test_accepting_a_change_that_keeps_every_key_finishes_exactly(killed: Setup) -> None:
     """A release that changes the job's file but no key (here a comment): refused until a person
     accepts it; accepted, the batch finishes on it and every customer has exactly one card."""
-    folder, env, shop, logs = setup
-    batch = "deploy-5"
-    _killed_mid_sending(folder, env, shop, logs, batch)
+    folder, env, shop, logs = killed
+    batch = KILLED
     job_file = folder / "postcards.py"
     job_file.write_text(job_file.read_text() + "\n# release 2: the same keys\n")
     refused = _resume(batch, env, logs, folder)
@@ -172,11 +179,10 @@ def test_accepting_a_change_that_keeps_every_key_finishes_exactly(setup: Setup) 
 
 
 def test_the_old_code_back_resumes_without_any_acceptance(
-    setup: Setup,
+    killed: Setup,
 ) -> None:
-    folder, env, shop, logs = setup
-    batch = "deploy-2"
-    _killed_mid_sending(folder, env, shop, logs, batch)
+    folder, env, shop, logs = killed
+    batch = KILLED
     _deploy(folder, OLD_KEY, NEW_KEY)
     assert _resume(batch, env, logs, folder).proc.returncode == EXIT_USAGE
     _deploy(folder, NEW_KEY, OLD_KEY)  # the operator deploys the old release back
@@ -270,7 +276,7 @@ def test_an_output_that_older_code_wrote_fails_with_one_line_naming_the_step(tmp
 
 @pytest.mark.timeout(600)  # a loaded 2-core machine: four processes start; most of it is startup
 def test_the_daemon_leaves_a_batch_whose_code_changed_to_a_person_and_tells_why(
-    home: Path, tmp_path: Path, served_from: Callable[[Path], None]
+    home: Path, served_tutorial: ServedTutorial
 ) -> None:
     """The tutorial's job launched as the UI launches it; its host dies mid-sending, and the host
     comes back with a release that spells the key anew. Run monitoring fails the run from its lease;
@@ -278,11 +284,7 @@ def test_the_daemon_leaves_a_batch_whose_code_changed_to_a_person_and_tells_why(
     hears why where a held batch is heard: the signed `batch.failed` webhook's status JSON and
     `/metrics`. The old release back, `job resume` finishes it: every customer one card."""
     batch, size = "cards-deploy", 400
-    folder = tutorial_folder(tmp_path)
-    served_from(folder)
-    shop = tmp_path / "shop.db"
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    folder, shop, logs = served_tutorial
     secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
     hooks = Receiver(secret)
     env, code, dev = postcards_served_by_a_daemon(

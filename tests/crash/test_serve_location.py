@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from durable_assets.kit.tags import AUTO_RESUME_ATTEMPT_TAG, AUTO_RESUMED_BY_TAG
 from tests.support.dagster_dev import SupervisedCodeServer
-from tests.support.tutorial import shop_count, tutorial_folder
+from tests.support.tutorial import shop_count
 
+from .conftest import ServedTutorial
 from .helpers import INTERRUPTED, instance_reader
 from .lost_host import LostHost, postcards_served_by_a_daemon
 
@@ -37,15 +37,11 @@ REPEAT = int(os.environ.get("DURABLE_TEST_REPEAT", "1"))
 @pytest.mark.timeout(600)  # a loaded 2-core machine: most of it is four processes starting
 @pytest.mark.parametrize("repeat", range(REPEAT), ids=lambda i: f"run{i + 1}")
 def test_a_killed_code_server_comes_back_by_itself_and_its_batch_finishes(
-    home: Path, tmp_path: Path, served_from: Callable[[Path], None], repeat: int
+    home: Path, served_tutorial: ServedTutorial, repeat: int
 ) -> None:
     batch, size = "greet-served", 400
     named = size - size // 10  # every tenth made-up guest has no name: held back at step 2
-    folder = tutorial_folder(tmp_path)
-    served_from(folder)
-    shop = tmp_path / "shop.db"
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    folder, shop, logs = served_tutorial
     _, code, dev = postcards_served_by_a_daemon(home, folder, shop, logs, supervised=True, module="greetings")
     assert isinstance(code, SupervisedCodeServer)
     try:

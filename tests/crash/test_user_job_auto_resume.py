@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,8 +24,9 @@ from durable_assets.kit.tags import (
     BATCH_TAG,
 )
 from tests.support.dagster_dev import LaunchedJob
-from tests.support.tutorial import shop_count, tutorial_folder
+from tests.support.tutorial import shop_count
 
+from .conftest import ServedTutorial
 from .helpers import EXIT_OK, INTERRUPTED, instance_reader, job
 from .lost_host import LostHost, postcards_served_by_a_daemon
 
@@ -44,14 +44,10 @@ REPEAT = int(os.environ.get("DURABLE_TEST_REPEAT", "1"))
 @pytest.mark.timeout(600)  # a loaded 2-core machine: ~4 processes start twice; most of it is startup
 @pytest.mark.parametrize("repeat", range(REPEAT), ids=lambda i: f"run{i + 1}")
 def test_a_users_job_launched_from_the_ui_is_resumed_by_the_daemon(
-    home: Path, tmp_path: Path, served_from: Callable[[Path], None], repeat: int
+    home: Path, served_tutorial: ServedTutorial, repeat: int
 ) -> None:
     batch, size = "cards-ui", 400
-    folder = tutorial_folder(tmp_path)
-    served_from(folder)
-    shop = tmp_path / "shop.db"
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    folder, shop, logs = served_tutorial
     env, code, dev = postcards_served_by_a_daemon(home, folder, shop, logs)
     assert str(folder) not in env.get("PYTHONPATH", "").split(os.pathsep)
     started = time.monotonic()

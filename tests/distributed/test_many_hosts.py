@@ -38,7 +38,7 @@ from tests.support.processes import kill_group
 
 from .conftest import STEP_LEASE_TTL_S, Cluster
 from .test_distributed import status_of
-from .test_worker_loss import step_leases
+from .test_worker_loss import newest_run_id, running_shard_worker, step_leases
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -141,26 +141,6 @@ class ProgressWatch:
             assert all(d <= of for d, of in counts), (step, counts)
 
 
-def _running_shard_worker(cluster: Cluster, store: Any, reader: InstanceReader, batch_id: str) -> Any:
-    from durable_assets.kit.leases import owner_pid
-    from durable_assets.ops.status import batch_runs
-
-    runs = batch_runs(reader.instance, batch_id)
-    if not runs:
-        return None
-    for lease in store.of_run(runs[-1].run_id).values():
-        if "__shard_" not in lease.step_key or lease.finished or lease.lapsed:
-            continue
-        try:
-            group = os.getpgid(owner_pid(lease.owner))
-        except ProcessLookupError:
-            continue
-        for w in cluster.live_workers():
-            if w.pid == group:
-                return w
-    return None
-
-
 @pytest.fixture
 def hosts(cluster: Cluster, tmp_path: Path) -> Hosts:
     why = private_mounts_available()
@@ -213,7 +193,7 @@ def test_a_sharded_batch_on_separate_hosts_survives_a_worker_and_its_orchestrato
                 slowed.append(counted)
             if counted < effects:
                 return None
-            return _running_shard_worker(cluster, store, reader, batch_id)
+            return running_shard_worker(cluster, store, newest_run_id(reader, batch_id))
 
         victim = wait_until(
             lambda: a_shard_past(case.kill_at),

@@ -23,12 +23,12 @@ import subprocess
 import pytest
 
 from durable_assets.kit.celery_app import REPLY_QUEUE_EXPIRES_S
-from tests.crash.helpers import EXIT_OK, InstanceReader, resume_until_accepted
+from tests.crash.helpers import InstanceReader
 from tests.support.machine import scaled
 from tests.support.polling import wait_until
 
 from .conftest import Cluster
-from .test_worker_loss import SIZE, a_batch_on_two_workers, a_running_shard, assert_exact, step_leases
+from .test_worker_loss import a_batch_mid_shard, resumed_exactly
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -64,9 +64,7 @@ def test_reply_queues_go_a_minute_after_a_sigkilled_orchestrator(
     cluster: Cluster, reader: InstanceReader
 ) -> None:
     batch_id = "dist-reply-queues"
-    run = a_batch_on_two_workers(cluster, batch_id)
-    with step_leases(cluster) as store:
-        a_running_shard(cluster, reader, store, batch_id, run)
+    run, _ = a_batch_mid_shard(cluster, reader, batch_id)
     at_kill = reply_queues(cluster)  # the orchestrator's, declared before its first task was sent
     assert at_kill, "no reply queue named after the deployment's queue"
     assert {n: a.get("x-expires") for n, a in at_kill.items()} == dict.fromkeys(
@@ -74,9 +72,7 @@ def test_reply_queues_go_a_minute_after_a_sigkilled_orchestrator(
     ), at_kill
     run.sigkill()
     # A live orchestrator (the resume) gets its answers, on a reply queue of its own.
-    ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
-    assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
-    assert_exact(cluster, [(batch_id, SIZE)])
+    resumed_exactly(cluster, reader, batch_id)
     for worker in cluster.live_workers():
         cluster.kill_worker(worker)
     # The killed orchestrator's queue, the finished resume's and the workers' go once unused for

@@ -104,6 +104,23 @@ def a_running_shard(
     )
 
 
+def a_batch_mid_shard(
+    cluster: Cluster, reader: InstanceReader, batch_id: str
+) -> tuple[JobProcess, JobProcess]:
+    """A batch on two workers (:func:`a_batch_on_two_workers`) once one of its shards runs: its
+    `job run` and the worker running that shard, the moment the loss tests strike."""
+    run = a_batch_on_two_workers(cluster, batch_id)
+    with step_leases(cluster) as store:
+        return run, a_running_shard(cluster, reader, store, batch_id, run)
+
+
+def resumed_exactly(cluster: Cluster, reader: InstanceReader, batch_id: str) -> None:
+    """`job resume` until accepted finishes the batch of ``SIZE`` accounts, each effect once."""
+    ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
+    assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
+    assert_exact(cluster, [(batch_id, SIZE)])
+
+
 def newest_run_id(reader: InstanceReader, batch_id: str) -> str | None:
     from durable_assets.ops.status import batch_runs
 
@@ -196,27 +213,19 @@ def test_sigkill_the_orchestrator_while_workers_run_its_tasks(
     cluster: Cluster, reader: InstanceReader
 ) -> None:
     batch_id = "dist-kill-orchestrator"
-    run = a_batch_on_two_workers(cluster, batch_id)
-    with step_leases(cluster) as store:
-        a_running_shard(cluster, reader, store, batch_id, run)
+    run, _ = a_batch_mid_shard(cluster, reader, batch_id)
     run.sigkill()
     assert run.proc.returncode == -signal.SIGKILL
-    ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
-    assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
-    assert_exact(cluster, [(batch_id, SIZE)])
+    resumed_exactly(cluster, reader, batch_id)
 
 
 def test_sigkill_a_worker_and_the_orchestrator_together(cluster: Cluster, reader: InstanceReader) -> None:
     batch_id = "dist-kill-both"
-    run = a_batch_on_two_workers(cluster, batch_id)
-    with step_leases(cluster) as store:
-        victim = a_running_shard(cluster, reader, store, batch_id, run)
+    run, victim = a_batch_mid_shard(cluster, reader, batch_id)
     run.sigkill()
     cluster.kill_worker(victim)
     cluster.worker()
-    ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
-    assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
-    assert_exact(cluster, [(batch_id, SIZE)])
+    resumed_exactly(cluster, reader, batch_id)
 
 
 def test_a_frozen_worker_is_replaced_and_stands_down_when_it_wakes(
@@ -260,9 +269,7 @@ def test_a_frozen_worker_is_replaced_and_stands_down_when_it_wakes(
 
 def test_cancel_reaches_the_tasks(cluster: Cluster, reader: InstanceReader) -> None:
     batch_id = "dist-cancel"
-    run = a_batch_on_two_workers(cluster, batch_id)
-    with step_leases(cluster) as store:
-        a_running_shard(cluster, reader, store, batch_id, run)
+    run, _ = a_batch_mid_shard(cluster, reader, batch_id)
     canceled = cluster.job(["cancel", "--id", batch_id])
     assert canceled.proc.returncode == EXIT_OK, canceled.tail()
     at_cancel = effects(cluster)
@@ -272,9 +279,7 @@ def test_cancel_reaches_the_tasks(cluster: Cluster, reader: InstanceReader) -> N
     # At most the requests already in flight when the cancel committed: 2 workers x 2 tasks x 2.
     assert after - at_cancel <= 8, (at_cancel, after)
     assert_canceled_at_a_sharded_step(cluster, batch_id, run)
-    ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
-    assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
-    assert_exact(cluster, [(batch_id, SIZE)])
+    resumed_exactly(cluster, reader, batch_id)
 
 
 def assert_canceled_at_a_sharded_step(cluster: Cluster, batch_id: str, run: JobProcess) -> None:
@@ -312,9 +317,7 @@ def test_ctrl_c_of_the_orchestrator_stops_the_tasks_on_the_workers(
     which went on to finish the whole batch. The run's stop request reaches them before their next
     request: the batch stops as interrupted (not canceled), and `job resume` finishes it exactly once."""
     batch_id = "dist-ctrl-c"
-    run = a_batch_on_two_workers(cluster, batch_id)
-    with step_leases(cluster) as store:
-        a_running_shard(cluster, reader, store, batch_id, run)
+    run, _ = a_batch_mid_shard(cluster, reader, batch_id)
     os.kill(run.pid, signal.SIGINT)
     at_signal = effects(cluster)
     assert run.wait(240) == 130, run.tail()
@@ -326,9 +329,7 @@ def test_ctrl_c_of_the_orchestrator_stops_the_tasks_on_the_workers(
     assert last.startswith("interrupted at step "), run.tail()
     assert last.endswith(f"; job resume --id {batch_id} continues it"), run.tail()
     assert status_of(cluster, batch_id)["status"] == "failed"
-    ends = resume_until_accepted(batch_id, cluster.env(), cluster.logs, reader)
-    assert ends[-1].proc.returncode == EXIT_OK, ends[-1].tail()
-    assert_exact(cluster, [(batch_id, SIZE)])
+    resumed_exactly(cluster, reader, batch_id)
 
 
 def _step_sent(reader: InstanceReader, batch_id: str) -> bool:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import stripe
@@ -41,20 +42,15 @@ def test_customer_modify_sets_merges_and_unsets_as_stripe_does(sdk: SimulatorSer
         email="ada@example.com", name="Ada", metadata={"keep": "1", "drop": "2"}
     )
 
-    changed = stripe.Customer.modify(
-        customer.id,
-        email="ada@lovelace.example",
-        description="first programmer",
-        metadata={"drop": "", "new": "3"},
-        idempotency_key="update-1",
-    )
-    replayed = stripe.Customer.modify(
-        customer.id,
-        email="ada@lovelace.example",
-        description="first programmer",
-        metadata={"drop": "", "new": "3"},
-        idempotency_key="update-1",
-    )
+    # The same update sent twice under one key: the second is the first's replay.
+    update: dict[str, Any] = {
+        "email": "ada@lovelace.example",
+        "description": "first programmer",
+        "metadata": {"drop": "", "new": "3"},
+        "idempotency_key": "update-1",
+    }
+    changed = stripe.Customer.modify(customer.id, **update)
+    replayed = stripe.Customer.modify(customer.id, **update)
     unset = stripe.Customer.modify(customer.id, name="", metadata="")
 
     assert (changed.email, changed.name, changed.description) == (

@@ -16,7 +16,7 @@ import socket
 import statistics
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, closing, suppress
+from contextlib import ExitStack, closing
 from pathlib import Path
 
 import httpx
@@ -25,7 +25,7 @@ import pytest
 from durable_assets_testing.simulator import build_server
 from durable_assets_testing.simulator.server import REQUEST_TIMEOUT_S
 from tests.support.machine import scaled
-from tests.support.network import ServedInThread
+from tests.support.network import ServedInThread, drip_until_closed
 from tests.support.simulator import SimulatorProcess
 
 TIMEOUT_S = 1.0
@@ -38,33 +38,6 @@ def sim(tmp_path: Path) -> Iterator[ServedInThread]:
     server = build_server("127.0.0.1", 0, str(tmp_path / "sim.db"), request_timeout_s=TIMEOUT_S)
     with ServedInThread(server, 0.02) as served:
         yield served
-
-
-def _drip_until_closed(
-    socks: list[socket.socket], drip: bytes, every_s: float, give_up_s: float, opened: float
-) -> tuple[dict[socket.socket, float], dict[socket.socket, bytes]]:
-    """Send ``drip`` on each socket every ``every_s`` until the server closes it (or ``give_up_s``):
-    when each was closed (seconds after ``opened``, a ``time.monotonic()``) and what it was answered."""
-    closed_after: dict[socket.socket, float] = {}
-    answers: dict[socket.socket, bytes] = {s: b"" for s in socks}
-    next_drip = opened + every_s
-    while len(closed_after) < len(socks) and time.monotonic() - opened < give_up_s:
-        open_ones = [s for s in socks if s not in closed_after]
-        readable, _, _ = select.select(open_ones, [], [], 0.05)
-        for s in readable:
-            try:
-                chunk = s.recv(4096)
-            except ConnectionResetError:
-                chunk = b""
-            answers[s] += chunk
-            if not chunk:
-                closed_after[s] = time.monotonic() - opened
-        if time.monotonic() >= next_drip:
-            for s in open_ones:
-                with suppress(OSError):
-                    s.sendall(drip)
-            next_drip += every_s
-    return closed_after, answers
 
 
 def _status(answer: bytes) -> int | None:
@@ -115,9 +88,7 @@ def test_a_dripping_head_is_408_at_the_request_timeout_and_ordinary_requests_are
         for s in socks:
             s.sendall(b"GET /v1/refunds HTTP/1.1\r\nHost: x\r\n")
         loaded = [_ordinary(url) for _ in range(5)]  # while 50 heads are incomplete
-        closed_after, answers = _drip_until_closed(
-            socks, b"X-Drip: 1\r\n", 0.2, scaled(TIMEOUT_S + 5), opened
-        )
+        closed_after, answers = drip_until_closed(socks, b"X-Drip: 1\r\n", 0.2, scaled(TIMEOUT_S + 5), opened)
     times = sorted(closed_after.values())
     print(
         f"\n50 dripping heads: closed after {times[0]:.2f}..{times[-1]:.2f} s; GET /v1/refunds median "
@@ -141,7 +112,7 @@ def test_a_dripping_body_is_408_at_the_request_timeout_and_nothing_is_done(sim: 
             + AUTH
             + b"Content-Length: 1000\r\n\r\nemail="
         )
-        closed_after, answers = _drip_until_closed([sock], b"a", 0.2, scaled(TIMEOUT_S + 5), time.monotonic())
+        closed_after, answers = drip_until_closed([sock], b"a", 0.2, scaled(TIMEOUT_S + 5), time.monotonic())
     assert sock in closed_after, "a dripping body held its connection past the timeout"
     assert closed_after[sock] >= TIMEOUT_S - 0.3, closed_after
     assert _status(answers[sock]) == 408, answers[sock][:200]
@@ -171,7 +142,7 @@ def test_job_provider_serve_cuts_a_dripping_head_at_its_default(tmp_path: Path) 
         opened = time.monotonic()
         for s in socks:
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-        closed_after, answers = _drip_until_closed(
+        closed_after, answers = drip_until_closed(
             socks, b"X-Drip: 1\r\n", 1.0, scaled(REQUEST_TIMEOUT_S + 10), opened
         )
     times = sorted(closed_after.values())

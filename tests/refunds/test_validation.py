@@ -7,7 +7,6 @@ is tested once in tests/kit/test_tables.py; here only what the invoice schema an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -16,7 +15,8 @@ import pytest
 
 from durable_assets.errors import InputFileError
 from durable_assets.refunds import schema as s
-from durable_assets.refunds.validation import parse_money_cents, read_invoice_file, validate_invoices
+from durable_assets.refunds.validation import read_invoice_file, validate_invoices
+from tests.support.validation import RawRows, declared, dtypes_of, write_file
 
 GOOD: dict[str, str] = {
     s.INVOICE_ID: "INV-1",
@@ -33,21 +33,10 @@ GOOD: dict[str, str] = {
 }
 
 
-def frame(*rows: dict[str, Any]) -> pd.DataFrame:
-    """Raw string frame; each row is GOOD with overrides and a distinct invoice and charge unless given."""
-    records = [
-        {**GOOD, s.INVOICE_ID: f"INV-{i + 1}", s.CHARGE_ID: f"ch_{i + 1}", **row}
-        for i, row in enumerate(rows)
-    ]
-    return pd.DataFrame(records, columns=list(s.INPUT_COLUMNS), dtype="str")
-
-
-def reasons_of(**overrides: str) -> str:
-    """The reasons string for a single row, or "" if it is valid."""
-    result = validate_invoices(frame(overrides))
-    if len(result.valid):
-        return ""
-    return str(result.quarantined[s.REASONS].iloc[0])
+#: Rows are GOOD with overrides, each of a distinct invoice and charge unless given.
+ROWS = RawRows(GOOD, s.INPUT_COLUMNS, {s.INVOICE_ID: "INV-", s.CHARGE_ID: "ch_"}, validate_invoices)
+frame = ROWS.frame
+reasons_of = ROWS.reasons_of
 
 
 def cents_of(column: str, text: str) -> int:
@@ -63,9 +52,7 @@ def test_good_invoice_row_is_normalised_and_typed() -> None:
     result = validate_invoices(frame({s.CURRENCY: " EUR ", s.CANCELLED_AT: "2026-10-05T12:00:00+02:00"}))
     assert result.quarantined.empty
     assert list(result.valid.columns) == list(s.VALID_COLUMNS)
-    assert {c: str(t) for c, t in result.valid.dtypes.items()} == {
-        c: str(pd.api.types.pandas_dtype(t)) for c, t in s.VALID_DTYPES.items()
-    }
+    assert dtypes_of(result.valid) == declared(s.VALID_DTYPES)
     row = result.valid.iloc[0]
     assert row[s.ROW_NUMBER] == 1
     assert row[s.CURRENCY] == "eur"
@@ -79,35 +66,6 @@ def test_naive_timestamp_means_utc_and_empty_cancelled_at_is_nat() -> None:
     result = validate_invoices(frame({s.CHARGED_AT: "2026-10-01 10:00:00"}))
     assert result.valid[s.CHARGED_AT].iloc[0] == pd.Timestamp("2026-10-01T10:00:00Z")
     assert pd.isna(result.valid[s.CANCELLED_AT].iloc[0])
-
-
-@pytest.mark.parametrize(
-    ("text", "cents"),
-    [
-        ("10.005", 1001),  # half-up
-        ("10.004", 1000),
-        ("10.0049999", 1000),  # one rounding step, no double rounding
-        ("0.995", 100),
-        ("12", 1200),
-        ("12.3", 1230),
-        (".5", 50),
-        ("5.", 500),
-        ("+1.00", 100),
-        ("0007.10", 710),
-        ("-0.00", 0),
-        ("92233720368547758.07", 2**63 - 1),  # largest int64 cents
-    ],
-)
-def test_money_parses_to_cents_rounding_half_up(text: str, cents: int) -> None:
-    assert parse_money_cents(text) == cents
-
-
-@pytest.mark.parametrize(
-    "text", ["1e3", "1,000.00", "12,34", "NaN", "Infinity", "1_000", "١٢", "", "12.3.4", "$5"]
-)
-def test_money_rejects_anything_but_plain_decimals(text: str) -> None:
-    with pytest.raises(ValueError, match="not a decimal amount"):
-        parse_money_cents(text)
 
 
 def test_rounding_applies_to_every_money_column() -> None:
@@ -284,11 +242,6 @@ def test_numeric_and_none_cells_of_an_invoice_frame_validate_as_their_text() -> 
 # --- invoice files end to end: read_invoice_file, then validate_invoices --------------------------
 
 
-def write_csv(path: Path, raw: pd.DataFrame) -> Path:
-    raw.to_csv(path, index=False)
-    return path
-
-
 def test_an_invoice_csv_validates_from_its_stripped_text(tmp_path: Path) -> None:
     path = tmp_path / "in.csv"
     path.write_text(
@@ -307,7 +260,7 @@ def test_an_invoice_csv_validates_from_its_stripped_text(tmp_path: Path) -> None
 def test_undecodable_bytes_in_an_invoice_csv_quarantine_only_their_row_as_bad_encoding(
     tmp_path: Path,
 ) -> None:
-    path = write_csv(tmp_path / "in.csv", frame({}, {}, {}))
+    path = write_file(tmp_path / "in.csv", frame({}, {}, {}))
     data = path.read_bytes().replace(b"INV-2,CUS-1", b"INV-2,CUS-\xff\xfe1")
     path.write_bytes(data)
     result = validate_invoices(read_invoice_file(path))
@@ -320,7 +273,7 @@ def test_undecodable_bytes_in_an_invoice_csv_quarantine_only_their_row_as_bad_en
 def test_bad_bytes_in_an_extra_column_still_quarantine_the_row(tmp_path: Path) -> None:
     raw = frame({}, {})
     raw["note"] = ["fine", "x"]
-    path = write_csv(tmp_path / "in.csv", raw)
+    path = write_file(tmp_path / "in.csv", raw)
     path.write_bytes(path.read_bytes().replace(b",x\n", b",\x80\n"))
     result = validate_invoices(read_invoice_file(path))
     assert result.quarantined[s.REASONS].tolist() == ["bad_encoding"]
@@ -329,25 +282,17 @@ def test_bad_bytes_in_an_extra_column_still_quarantine_the_row(tmp_path: Path) -
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_a_header_only_invoice_file_validates_to_zero_typed_rows(tmp_path: Path, suffix: str) -> None:
-    path = tmp_path / f"header{suffix}"
-    if suffix == ".csv":
-        path.write_text(",".join(s.INPUT_COLUMNS) + "\n")
-    else:
-        frame().to_parquet(path, index=False)
+    path = write_file(tmp_path / f"header{suffix}", frame())
     result = validate_invoices(read_invoice_file(path))
     assert result.total_rows == 0
     assert result.valid.empty and result.quarantined.empty
     assert list(result.valid.columns) == list(s.VALID_COLUMNS)
-    assert {c: str(t) for c, t in result.valid.dtypes.items()} == {
-        c: str(pd.api.types.pandas_dtype(t)) for c, t in s.VALID_DTYPES.items()
-    }
+    assert dtypes_of(result.valid) == declared(s.VALID_DTYPES)
 
 
 def test_an_invoice_export_with_a_trailing_comma_on_every_row_validates_cleanly(tmp_path: Path) -> None:
     raw = frame({}, {s.CANCELLED_AT: "2026-10-02T00:00:00Z"})
-    header, *rows = raw.to_csv(index=False).splitlines()
-    path = tmp_path / "export.csv"
-    path.write_text("\n".join([header, *(r + "," for r in rows)]) + "\n")
+    path = write_file(tmp_path / "export.csv", raw, trailing_comma=True)
     result = validate_invoices(read_invoice_file(path))
     assert result.quarantined.empty
     assert result.valid[s.CANCELLED_AT].tolist()[1] == pd.Timestamp("2026-10-02T00:00:00Z")
@@ -355,8 +300,7 @@ def test_an_invoice_export_with_a_trailing_comma_on_every_row_validates_cleanly(
 
 def test_an_invoice_parquet_file_validates_like_its_frame(tmp_path: Path) -> None:
     raw = frame({}, {s.CURRENCY: "bad"}, {s.CANCELLED_AT: "2026-10-02T00:00:00Z"})
-    path = tmp_path / "in.parquet"
-    raw.to_parquet(path, index=False)
+    path = write_file(tmp_path / "in.parquet", raw)
     result = validate_invoices(read_invoice_file(path))
     assert len(result.valid) == 2
     assert result.quarantined[s.REASONS].tolist() == ["unknown_currency"]

@@ -6,9 +6,12 @@ caller (the simulator, a webhook receiver, a fake provider) that is always shut 
 
 from __future__ import annotations
 
+import select
 import socket
 import socketserver
 import threading
+import time
+from contextlib import suppress
 from typing import Self
 
 #: The broker the distributed tests and bench scenario 10 use (these machines run RabbitMQ there).
@@ -72,3 +75,33 @@ def broker_available(url: str = DEFAULT_BROKER_URL) -> bool:
         return True
     except Exception:
         return False
+
+
+def drip_until_closed(
+    socks: list[socket.socket], drip: bytes, every_s: float, give_up_s: float, opened: float
+) -> tuple[dict[socket.socket, float], dict[socket.socket, bytes]]:
+    """Send ``drip`` on each socket every ``every_s`` until the server closes it (or ``give_up_s``):
+    when each was closed (seconds after ``opened``, a ``time.monotonic()``) and what it was answered.
+
+    The slow-client tests of the status API and of the simulator drip the same way: one loop, so
+    both servers' timeouts are measured alike."""
+    closed_after: dict[socket.socket, float] = {}
+    answers: dict[socket.socket, bytes] = {s: b"" for s in socks}
+    next_drip = opened + every_s
+    while len(closed_after) < len(socks) and time.monotonic() - opened < give_up_s:
+        open_ones = [s for s in socks if s not in closed_after]
+        readable, _, _ = select.select(open_ones, [], [], 0.05)
+        for s in readable:
+            try:
+                chunk = s.recv(4096)
+            except ConnectionResetError:
+                chunk = b""
+            answers[s] += chunk
+            if not chunk:
+                closed_after[s] = time.monotonic() - opened
+        if time.monotonic() >= next_drip:
+            for s in open_ones:
+                with suppress(OSError):
+                    s.sendall(drip)
+            next_drip += every_s
+    return closed_after, answers

@@ -612,6 +612,20 @@ class _Skip(Exception):
     """This lineage is left alone in this prune (the reason is reported)."""
 
 
+@contextlib.contextmanager
+def _nothing_deleted(errors: type[Exception], what: str, then: str) -> Iterator[None]:
+    """``errors`` inside become an :class:`ArchiveError` saying ``what`` failed, that nothing was
+    deleted, and ``then`` what to do.
+
+    Why one place: every failure before a lineage's archive is checked stored stops the prune of
+    that lineage with its rows intact, and the operator reads the same sentence for each step.
+    """
+    try:
+        yield
+    except errors as exc:
+        raise ArchiveError(f"{what}: {exc}. Nothing was deleted; {then}") from exc
+
+
 def _archive_one(
     instance: DagsterInstance,
     lineage: Lineage,
@@ -628,13 +642,12 @@ def _archive_one(
     """
     path = archive_dir / lineage.archive_name
     if store is not None:
-        try:
+        with _nothing_deleted(
+            StorageError,
+            f"cannot reach the archive store for batch {lineage.batch_id!r}",
+            "check DURABLE_ARCHIVE_DIR and DURABLE_S3_*, then prune again.",
+        ):
             events = _stored_complete(store, archive_dir, lineage)
-        except StorageError as exc:
-            raise ArchiveError(
-                f"cannot reach the archive store for batch {lineage.batch_id!r}: {exc}. Nothing was "
-                "deleted; check DURABLE_ARCHIVE_DIR and DURABLE_S3_*, then prune again."
-            ) from exc
         if events is not None:  # stored by an interrupted prune: its local copy is no longer needed
             path.unlink(missing_ok=True)
             return lineage, store.uri(lineage.archive_name), events
@@ -643,30 +656,25 @@ def _archive_one(
     except ArchiveError as exc:
         raise _Skip(str(exc)) from exc
     if events is None:
-        try:
+        with _nothing_deleted(
+            OSError,
+            f"cannot write the archive of batch {lineage.batch_id!r} in {archive_dir}",
+            "free space or set another archive directory, then prune again.",
+        ):
             path, events = write_archive(instance, lineage, archive_dir, status_fn)
-        except OSError as exc:
-            raise ArchiveError(
-                f"cannot write the archive of batch {lineage.batch_id!r} in {archive_dir}: {exc}. "
-                "Nothing was deleted; free space or set another archive directory, then prune again."
-            ) from exc
     if store is None:
         return lineage, str(path), events
-    try:
+    with _nothing_deleted(
+        StorageError,
+        f"cannot store the archive of batch {lineage.batch_id!r}",
+        f"the archive stays in {archive_dir} and the next prune stores it again.",
+    ):
         store.put(lineage.archive_name, path.read_bytes())
-    except StorageError as exc:
-        raise ArchiveError(
-            f"cannot store the archive of batch {lineage.batch_id!r}: {exc}. Nothing was deleted; "
-            f"the archive stays in {archive_dir} and the next prune stores it again."
-        ) from exc
     crash_point(CrashPoint.ARCHIVE_STORED)
-    try:
+    with _nothing_deleted(
+        StorageError, f"cannot read back the stored archive of batch {lineage.batch_id!r}", "prune again."
+    ):
         checked = _stored_complete(store, archive_dir, lineage)
-    except StorageError as exc:
-        raise ArchiveError(
-            f"cannot read back the stored archive of batch {lineage.batch_id!r}: {exc}. Nothing was "
-            "deleted; prune again."
-        ) from exc
     if checked != events:
         raise ArchiveError(
             f"the stored archive {store.uri(lineage.archive_name)} of batch {lineage.batch_id!r} reads "

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Callable
+from typing import Any
 
 from durable_assets.payments.gateway.failures import provider_error
 from durable_assets.payments.gateway.models import DEFAULT_PAGE_SIZE
@@ -15,7 +17,7 @@ from durable_assets.payments.gateway.template import (
     RefundRequest,
 )
 from durable_assets.payments.params import JsonObject, StripeApiError
-from durable_assets.payments.store import PaymentStore
+from durable_assets.payments.store import PaymentStore, StoreResult
 
 
 class EmbeddedGateway(GatewayTemplate):
@@ -34,31 +36,14 @@ class EmbeddedGateway(GatewayTemplate):
         self._store.close()
 
     def _post_charge(self, request: ChargeRequest) -> object:
-        return _embedded_call(
-            lambda: (
-                self._store.create_charge(
-                    amount=request.amount,
-                    currency=request.currency,
-                    customer=request.customer,
-                    metadata=request.metadata,
-                    idempotency_key=request.idempotency_key,
-                ).body
-            ),
-            request.idempotency_key,
-        )
+        return _store_create(self._store.create_charge, request)
 
     def _post_refund(self, request: RefundRequest) -> object:
-        def counted() -> JsonObject:
+        def counted(**fields: Any) -> StoreResult:
             self._store.record_refund_request()  # first, exactly where the HTTP front counts it
-            return self._store.create_refund(
-                charge=request.charge,
-                amount=request.amount,
-                reason=request.reason,
-                metadata=request.metadata,
-                idempotency_key=request.idempotency_key,
-            ).body
+            return self._store.create_refund(**fields)
 
-        return _embedded_call(counted, request.idempotency_key)
+        return _store_create(counted, request)
 
     def _get_refund(self, refund_id: str) -> object:
         return _embedded_call(lambda: self._store.retrieve_refund(refund_id))
@@ -69,17 +54,7 @@ class EmbeddedGateway(GatewayTemplate):
         )
 
     def _post_customer(self, request: CustomerRequest) -> object:
-        return _embedded_call(
-            lambda: (
-                self._store.create_customer(
-                    email=request.email,
-                    name=request.name,
-                    metadata=request.metadata,
-                    idempotency_key=request.idempotency_key,
-                ).body
-            ),
-            request.idempotency_key,
-        )
+        return _store_create(self._store.create_customer, request)
 
     def _get_customer(self, customer_id: str) -> object:
         return _embedded_call(lambda: self._store.retrieve_customer(customer_id))
@@ -93,19 +68,7 @@ class EmbeddedGateway(GatewayTemplate):
         )
 
     def _post_balance_transaction(self, request: BalanceTransactionRequest) -> object:
-        return _embedded_call(
-            lambda: (
-                self._store.create_balance_transaction(
-                    request.customer_id,
-                    amount=request.amount,
-                    currency=request.currency,
-                    description=request.description,
-                    metadata=request.metadata,
-                    idempotency_key=request.idempotency_key,
-                ).body
-            ),
-            request.idempotency_key,
-        )
+        return _store_create(self._store.create_balance_transaction, request, positional=("customer_id",))
 
     def _get_balance_transaction(self, customer_id: str, transaction_id: str) -> object:
         return _embedded_call(lambda: self._store.retrieve_balance_transaction(customer_id, transaction_id))
@@ -121,6 +84,23 @@ class EmbeddedGateway(GatewayTemplate):
 
     def _get_account(self) -> object:
         return _embedded_call(self._store.account)
+
+
+def _store_create(
+    create: Callable[..., StoreResult],
+    request: ChargeRequest | RefundRequest | CustomerRequest | BalanceTransactionRequest,
+    *,
+    positional: tuple[str, ...] = (),
+) -> JsonObject:
+    """One creation in the store, under the request's idempotency key.
+
+    Why the request whole: the template built it once for both transports, and its fields are
+    the store method's parameters of the same names (``positional``: those the method takes by
+    position, in order), so the embedded transport has nothing to translate.
+    """
+    fields = dataclasses.asdict(request)
+    args = [fields.pop(name) for name in positional]
+    return _embedded_call(lambda: create(*args, **fields).body, request.idempotency_key)
 
 
 def _embedded_call(request: Callable[[], JsonObject], idempotency_key: str | None = None) -> JsonObject:

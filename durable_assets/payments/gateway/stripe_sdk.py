@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -9,12 +10,8 @@ import requests
 import stripe
 from stripe import RequestOptions
 from stripe.params import (
-    ChargeCreateParams,
-    CustomerBalanceTransactionCreateParams,
     CustomerBalanceTransactionListParams,
-    CustomerCreateParams,
     CustomerListParams,
-    RefundCreateParams,
     RefundListParams,
 )
 
@@ -69,28 +66,10 @@ class StripeGateway(GatewayTemplate):
             raise TransientProviderError(f"Payment simulator stats unavailable: {error}") from error
 
     def _post_charge(self, request: ChargeRequest) -> object:
-        params: ChargeCreateParams = {
-            "amount": request.amount,
-            "currency": request.currency,
-            "customer": request.customer,
-            "metadata": request.metadata,
-        }
-        return _sdk_call(
-            lambda: self._client.v1.charges.create(params=params, options=_keyed(request.idempotency_key)),
-            request.idempotency_key,
-        )
+        return _sdk_create(self._client.v1.charges.create, request)
 
     def _post_refund(self, request: RefundRequest) -> object:
-        params: RefundCreateParams = {
-            "charge": request.charge,
-            "amount": request.amount,
-            "reason": request.reason,
-            "metadata": request.metadata,
-        }
-        return _sdk_call(
-            lambda: self._client.v1.refunds.create(params=params, options=_keyed(request.idempotency_key)),
-            request.idempotency_key,
-        )
+        return _sdk_create(self._client.v1.refunds.create, request)
 
     def _get_refund(self, refund_id: str) -> object:
         return _sdk_call(lambda: self._client.v1.refunds.retrieve(refund_id))
@@ -102,15 +81,7 @@ class StripeGateway(GatewayTemplate):
         return _sdk_call(lambda: self._client.v1.refunds.list(params=params))
 
     def _post_customer(self, request: CustomerRequest) -> object:
-        params: CustomerCreateParams = {"metadata": request.metadata}
-        if request.email is not None:
-            params["email"] = request.email
-        if request.name is not None:
-            params["name"] = request.name
-        return _sdk_call(
-            lambda: self._client.v1.customers.create(params=params, options=_keyed(request.idempotency_key)),
-            request.idempotency_key,
-        )
+        return _sdk_create(self._client.v1.customers.create, request)
 
     def _get_customer(self, customer_id: str) -> object:
         return _sdk_call(lambda: self._client.v1.customers.retrieve(customer_id))
@@ -127,18 +98,8 @@ class StripeGateway(GatewayTemplate):
         return _sdk_call(lambda: self._client.v1.customers.list(params=params))
 
     def _post_balance_transaction(self, request: BalanceTransactionRequest) -> object:
-        params: CustomerBalanceTransactionCreateParams = {
-            "amount": request.amount,
-            "currency": request.currency,
-            "metadata": request.metadata,
-        }
-        if request.description is not None:
-            params["description"] = request.description
-        return _sdk_call(
-            lambda: self._client.v1.customers.balance_transactions.create(
-                request.customer_id, params=params, options=_keyed(request.idempotency_key)
-            ),
-            request.idempotency_key,
+        return _sdk_create(
+            self._client.v1.customers.balance_transactions.create, request, positional=("customer_id",)
         )
 
     def _get_balance_transaction(self, customer_id: str, transaction_id: str) -> object:
@@ -158,6 +119,24 @@ class StripeGateway(GatewayTemplate):
 
     def _get_account(self) -> object:
         return _sdk_call(self._client.v1.accounts.retrieve_current)
+
+
+def _sdk_create(
+    create: Callable[..., stripe.StripeObject],
+    request: ChargeRequest | RefundRequest | CustomerRequest | BalanceTransactionRequest,
+    *,
+    positional: tuple[str, ...] = (),
+) -> object:
+    """One creation through the SDK: the request's fields are Stripe's parameters of the same
+    names (``positional``: those the call takes by position, in order), its key the request option.
+
+    Why one place: unset fields (None) are left out, not sent (the SDK would send an empty value,
+    which Stripe reads as "unset this"), and that rule holds for every creation alike.
+    """
+    fields = {name: value for name, value in dataclasses.asdict(request).items() if value is not None}
+    key = fields.pop("idempotency_key")
+    args = [fields.pop(name) for name in positional]
+    return _sdk_call(lambda: create(*args, params=fields, options=_keyed(key)), key)
 
 
 def _keyed(idempotency_key: str) -> RequestOptions:
