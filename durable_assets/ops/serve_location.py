@@ -18,6 +18,7 @@ takes down the server, never the supervisor that restarts it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import os
 import signal
@@ -148,6 +149,38 @@ class _StopSignal:
         self.event.set()
 
 
+#: Linux's prctl option: the signal a process gets when its parent dies (prctl(2)).
+_PR_SET_PDEATHSIG = 1
+
+
+def _dies_with(supervisor: int) -> Callable[[], None]:
+    """Run in the forked child before exec: SIGTERM when the supervisor dies, however it dies.
+
+    SIGTERM and SIGINT reach :func:`_stop`; a SIGKILLed supervisor runs no code, and its server
+    would go on holding the port, so a restarted supervisor would be refused ("port in use")
+    until someone found and killed the orphan. The kernel sends this signal instead. A
+    supervisor that died between the fork and the prctl is caught by the parent check.
+    """
+
+    def set_death_signal() -> None:
+        if _libc is not None:
+            _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != supervisor:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_death_signal
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    """libc, loaded before any fork (a forked child should not load libraries); None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return ctypes.CDLL(None, use_errno=True)
+
+
+_libc = _load_libc()
+
+
 def _describe(returncode: int) -> str:
     if returncode < 0:
         return f"killed by {signal.Signals(-returncode).name}"
@@ -200,6 +233,7 @@ def supervise(
             cwd=where.working_directory,
             env=child_env,
             process_group=0,
+            preexec_fn=_dies_with(os.getpid()),  # this process has no other thread to deadlock
             stdout=sys.stderr.fileno(),
         )
         log(f"code server started (pid {child.pid}) on {where.host}:{where.port}")

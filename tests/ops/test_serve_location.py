@@ -18,6 +18,7 @@ import yaml
 from durable_assets.errors import UsageError
 from durable_assets.ops.serve_location import Backoff, location
 from tests.support.dagster_dev import SupervisedCodeServer
+from tests.support.polling import wait_until
 from tests.support.processes import live_in_groups
 
 
@@ -83,5 +84,32 @@ def test_a_stop_signal_stops_the_server_and_its_group_and_exits_128_plus_it(
         # stdout is the workspace file and nothing else (the server's own output goes to stderr)
         workspace = yaml.safe_load(served.supervisor.stdout)
         assert workspace["load_from"][0]["grpc_server"]["port"] == served.port
+    finally:
+        served.stop()
+
+
+@pytest.mark.slow
+def test_a_sigkilled_supervisor_takes_its_server_with_it(tmp_path: Path) -> None:
+    """A supervisor killed outright runs no code; its server must not go on holding the port (a
+    restarted supervisor would be refused as "port in use"): the kernel's parent-death signal."""
+    (tmp_path / "tiny.py").write_text("import dagster as dg\n\ndefs = dg.Definitions()\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home")}
+    served = SupervisedCodeServer(env, logs, module="tiny", working_dir=tmp_path, location="tiny")
+    try:
+        served.start()
+        assert served.supervisor is not None
+        child = served.pid
+        os.kill(served.supervisor.pid, signal.SIGKILL)
+        wait_until(
+            lambda: not live_in_groups({child}),
+            timeout=30,
+            interval=0.2,
+            what="the code server to leave with its SIGKILLed supervisor",
+            detail=lambda: "\n".join(live_in_groups({child})),
+        )
+        with socket.create_server(("127.0.0.1", served.port)):  # the port is free again
+            pass
     finally:
         served.stop()
