@@ -50,8 +50,10 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         SqlEventLogStorage,
         SqlEventLogStorageTable,
         SqlRunStorage,
+        check_shard_again,
         create_execution_plan,
         is_verified_version,
+        skip_shard_checks,
     )
     from durable_assets.kit.db import (
         ConnectionBounds,
@@ -316,8 +318,10 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "SqlEventLogStorageTable",
         "SqlRunStorage",
         "VERIFIED_DAGSTER_VERSION",
+        "check_shard_again",
         "create_execution_plan",
         "is_verified_version",
+        "skip_shard_checks",
     ),
 }
 

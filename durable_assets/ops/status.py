@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, RunsFilter
 
 from durable_assets.errors import InvalidBatchIdError, UnknownBatchError
 from durable_assets.kit.runtime import (
@@ -36,9 +36,11 @@ from durable_assets.kit.runtime import (
     LeaseStore,
     Progress,
     ProgressStore,
+    check_shard_again,
     holder_is_gone,
     now,
     owner_pid,
+    skip_shard_checks,
     step_of_shard,
 )
 from durable_assets.ops.batch_log import blocks, describe_failed_checks, step_failure_reason
@@ -109,6 +111,22 @@ def check_batch_id(batch_id: str) -> str:
 def batch_runs(instance: DagsterInstance, batch_id: str) -> list[DagsterRun]:
     """The batch's lineage, oldest first."""
     return list(reversed(instance.get_runs(RunsFilter(tags={BATCH_TAG: batch_id}))))
+
+
+def lineage_records(instance: DagsterInstance, batch_ids: Sequence[str]) -> dict[str, list[RunRecord]]:
+    """The lineages of ``batch_ids`` (each oldest first; empty for an unknown batch), in one query.
+
+    A record carries its run and its times (created, updated, started), so a status needs no
+    further read of the run storage: a page of ``job list`` costs one query here, not three per batch.
+    """
+    found: dict[str, list[RunRecord]] = {bid: [] for bid in batch_ids}
+    if not found:
+        return found
+    for record in instance.get_run_records(RunsFilter(tags={BATCH_TAG: list(found)})):
+        lineage = found.get(record.dagster_run.tags.get(BATCH_TAG, ""))
+        if lineage is not None:
+            lineage.append(record)
+    return {bid: list(reversed(records)) for bid, records in found.items()}
 
 
 @dataclass
@@ -213,7 +231,7 @@ def _fold_steps(
     check_steps = shape.check_steps
     for run in runs:
         run_status = BatchStatus.of_run(run.status)
-        for record in instance.all_logs(run.run_id, of_type=_STEP_EVENTS):
+        for record in _step_events(instance, run.run_id):
             event = record.dagster_event
             if event is None or event.step_key is None:
                 continue
@@ -264,6 +282,16 @@ def _fold_steps(
                         StepStatus.SKIPPED if run_status == BatchStatus.CANCELED else StepStatus.FAILED
                     )
     return steps
+
+
+def _step_events(instance: DagsterInstance, run_id: str) -> Sequence[Any]:
+    """The run's step events. A read of a shard whose schema check was skipped
+    (:func:`list_batches`) that fails is read again the way Dagster reads a shard it does not know."""
+    try:
+        return instance.all_logs(run_id, of_type=_STEP_EVENTS)
+    except Exception:
+        check_shard_again(instance, run_id)
+        return instance.all_logs(run_id, of_type=_STEP_EVENTS)
 
 
 def _fold_shard_event(step: _Step, event: Any, at: float, run_id: str) -> None:
@@ -346,7 +374,13 @@ def _check_names(step: _Step) -> list[str]:
     return [key[len(prefix) :] if key.startswith(prefix) else key for key in step.check_failures]
 
 
-def worker_lost(instance: DagsterInstance, run: DagsterRun, lease: Lease | None, ttl_s: float) -> bool:
+def worker_lost(
+    instance: DagsterInstance,
+    run: DagsterRun,
+    lease: Lease | None,
+    ttl_s: float,
+    record: RunRecord | None = None,
+) -> bool:
     """Whether ``run`` looks alive in Dagster while its worker is dead: `job resume`'s takeover rule.
 
     The worker (for a distributed run, its orchestrator: the `job run` process or the daemon's run
@@ -360,7 +394,7 @@ def worker_lost(instance: DagsterInstance, run: DagsterRun, lease: Lease | None,
         return False
     if lease is not None and lease.run_id == run.run_id:
         return True
-    record = instance.get_run_record_by_id(run.run_id)
+    record = record if record is not None else instance.get_run_record_by_id(run.run_id)
     started = record.start_time if record and record.start_time else None
     if started is None:
         # Not started: queued for the daemon, or a CLI process that died right after creating it
@@ -497,9 +531,16 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     :meth:`BatchStatusModel.as_json`, so every reader in between names fields, not string keys.
     """
     check_batch_id(batch_id)
-    runs = batch_runs(instance, batch_id)
-    if not runs:
+    return _batch_status(instance, batch_id, lineage_records(instance, [batch_id])[batch_id], include_steps)
+
+
+def _batch_status(
+    instance: DagsterInstance, batch_id: str, records: Sequence[RunRecord], include_steps: bool
+) -> BatchStatusModel:
+    """:func:`batch_status` of the lineage ``records`` (oldest first), read already."""
+    if not records:
         raise UnknownBatchError(f"no batch {batch_id!r} in this instance ({instance.root_directory})")
+    runs = [r.dagster_run for r in records]
     db = DurableDatabase.for_instance(instance)
     status = BatchStatus.of_run(runs[-1].status)
     if status == BatchStatus.RUNNING and CancelStore(db).is_requested(batch_id):
@@ -507,7 +548,7 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
     # A run Dagster still calls running whose worker is dead has ended: derived here, never written
     # (status is read-only; `job resume` records the dead run's failure when it takes over).
     lease = LeaseStore(db).get(batch_id)
-    lost = worker_lost(instance, runs[-1], lease, lease_ttl_s())
+    lost = worker_lost(instance, runs[-1], lease, lease_ttl_s(), records[-1])
     if lost:
         status = BatchStatus.CANCELED if status == BatchStatus.CANCELING else BatchStatus.FAILED
     # `job cancel` of a lost worker's batch records the run canceled (runner.cancel_batch); it
@@ -561,7 +602,8 @@ def batch_status(instance: DagsterInstance, batch_id: str, *, include_steps: boo
         needs_review=held > 0,
         held_for_review=held,
         auto_resume=auto_resume_summary(runs),
-        **_lineage_times(instance, runs),
+        created_at=_iso(records[0].create_timestamp.timestamp()),
+        updated_at=_iso(records[-1].update_timestamp.timestamp()),
         provider=_provider(db, batch_id),
         guardrails=guardrails_model(db, batch_id, job.guardrail_variables),
         code=code,
@@ -653,8 +695,12 @@ def list_batches(
     if has_more and job is None and before is None:
         batches_in_instance = sum(len(ids) for _key, ids in instance.get_run_tags(tag_keys=[BATCH_TAG]))
         more = max(batches_in_instance - len(found), 1)
+    lineages = lineage_records(instance, found)
+    skip_shard_checks(instance, [r.dagster_run.run_id for records in lineages.values() for r in records])
     return BatchPage(
-        [batch_status(instance, b, include_steps=False) for b in found], has_more, more if has_more else 0
+        [_batch_status(instance, b, lineages[b], include_steps=False) for b in found],
+        has_more,
+        more if has_more else 0,
     )
 
 
@@ -671,15 +717,3 @@ def _shape_known(instance: DagsterInstance, run: DagsterRun) -> bool:
     from durable_assets.ops.registry import durable_jobs
 
     return durable_jobs().owning(run.job_name) is not None
-
-
-def _lineage_times(instance: DagsterInstance, runs: Sequence[DagsterRun]) -> dict[str, str | None]:
-    """``created_at`` (the first run's creation) and ``updated_at`` (the newest run's last change)."""
-    first, newest = (
-        instance.get_run_record_by_id(runs[0].run_id),
-        instance.get_run_record_by_id(runs[-1].run_id),
-    )
-    return {
-        "created_at": _iso(first.create_timestamp.timestamp()) if first else None,
-        "updated_at": _iso(newest.update_timestamp.timestamp()) if newest else None,
-    }

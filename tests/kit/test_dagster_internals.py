@@ -35,11 +35,14 @@ OWN = {
     "INSTALLED_DAGSTER_VERSION",
     "REASONS",
     "SCHEMA_CHECKS",
+    "SHARD_ATTRIBUTES",
     "VERIFIED_DAGSTER_VERSION",
     "Reason",
+    "check_shard_again",
     "is_verified_version",
     "remember_schema_checks",
     "remember_true",
+    "skip_shard_checks",
 }
 
 
@@ -363,3 +366,36 @@ def test_only_true_answers_are_remembered_and_the_oldest_goes_first() -> None:
     asked.clear()
     assert remembered("c") and remembered(key="b") and remembered("a")
     assert asked == ["a"]
+
+
+# --- reading a run's SQLite shard without its schema check (skip_shard_checks) -----------------
+
+
+def _one_op_job() -> Any:
+    from dagster import job, op
+
+    @op
+    def nothing() -> None:
+        pass
+
+    @job
+    def one_op() -> None:
+        nothing()
+
+    return one_op
+
+
+def test_a_written_shard_is_read_without_its_schema_check(tmp_path: Path) -> None:
+    """SQLite's event log keeps the shards it checked in ``_initialized_dbs`` and finds a run's
+    file by ``path_for_shard``: marked, a written shard is read as before; an unwritten one is left
+    to Dagster; ``check_shard_again`` unmarks one."""
+    with DagsterInstance.from_config(str(shipped_home(tmp_path))) as instance:
+        storage = instance.event_log_storage
+        assert all(hasattr(storage, name) for name in di.SHARD_ATTRIBUTES)
+        run = instance.create_run_for_job(job_def=_one_op_job())
+        instance.report_run_failed(run, message="written")
+    with DagsterInstance.from_config(str(shipped_home(tmp_path))) as reader:
+        assert di.skip_shard_checks(reader, [run.run_id, "no-such-run"]) == {run.run_id}
+        assert [e.message for e in reader.all_logs(run.run_id)][-1] == "written"
+        di.check_shard_again(reader, run.run_id)
+        assert run.run_id not in reader.event_log_storage._initialized_dbs  # type: ignore[attr-defined]

@@ -81,3 +81,52 @@ def test_the_cli_says_how_many_more_and_how_to_read_them(instance: DagsterInstan
     assert job_cli("list", "--limit", "0").returncode == 2
     assert job_cli("list", "--limit", "2", "--all").returncode == 2
     assert job_cli("list", "--before", "nope").returncode == 3
+
+
+def _statements(instance: DagsterInstance, **page: object) -> int:
+    """The SQL statements one page of ``list_batches`` sends, read by an instance opened afresh (so
+    nothing a previous read learnt about the run shards is kept)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    count = 0
+
+    def counted(*_args: object) -> None:
+        nonlocal count
+        count += 1
+
+    with DagsterInstance.from_ref(instance.get_ref()) as fresh:
+        event.listen(Engine, "before_cursor_execute", counted)
+        try:
+            list_batches(fresh, **page)  # type: ignore[arg-type]
+        finally:
+            event.remove(Engine, "before_cursor_execute", counted)
+    return count
+
+
+def test_a_page_reads_the_same_whatever_the_history(instance: DagsterInstance) -> None:
+    """Issue #37: the reads of a page follow the page, not the instance's history (10 vs 100 batches
+    send the same statements: the lineages in one query, each run's events in its own shard)."""
+    from dagster._core.execution.api import create_execution_plan
+
+    job = refund_batch_job()
+    config = {"ops": {"invoices": {"config": {"size": 5}}}}
+    plan = create_execution_plan(job, config)
+
+    def nights(first: int, last: int) -> None:
+        ids = [f"night-{n:03d}" for n in range(first, last)]
+        instance.add_dynamic_partitions("batches", ids)
+        for bid in ids:
+            tags = {BATCH_TAG: bid, "dagster/partition": bid}
+            run = instance.create_run_for_job(job_def=job, execution_plan=plan, run_config=config, tags=tags)
+            instance.report_run_failed(run, message="made by the test")
+
+    nights(0, 10)
+    list_batches(instance, limit=5)  # the job's snapshot read once (its ID never changes what it says)
+    few = _statements(instance, limit=5)
+    nights(10, 100)
+    many = _statements(instance, limit=5)
+    assert many == few, f"a page of 5 sent {few} statements with 10 batches, {many} with 100"
+    page = list_batches(instance, limit=5)
+    assert [b.id for b in page.batches] == [f"night-{n:03d}" for n in range(99, 94, -1)]
+    assert page.more == 95
