@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
 from pathlib import Path
 
@@ -54,6 +55,23 @@ def test_batch_materializes_with_metadata_and_exactly_one_refund_each(dagster_ho
         stats = PaymentStore(str(dagster_home / "payments.db")).stats()
         assert stats["refunds_created"] == issued
         assert Mailbox(dagster_home / "mailbox.db").count() == issued
+
+
+def test_the_io_manager_writes_no_debug_lines_and_still_names_each_output_path(dagster_home: Path) -> None:
+    """Issue #37: Dagster's filesystem IO manager wrote a debug line per output and two per input
+    (37 event-log rows a batch) that no one reads; each output's path stays in its metadata."""
+    with DagsterInstance.get() as instance:
+        result = _materialize(instance, "q1", size=40)
+        assert result.success  # type: ignore[attr-defined]
+        records = instance.get_records_for_run(result.run_id, limit=10_000).records  # type: ignore[attr-defined]
+        logged = [r.event_log_entry for r in records if r.event_log_entry.dagster_event is None]
+        assert not [e.user_message for e in logged if e.level == logging.DEBUG], logged
+        paths = {
+            m.asset_key.path[-1]: m.metadata["path"].value
+            for step in STEPS
+            for m in result.asset_materializations_for_node(step)  # type: ignore[attr-defined]
+        }
+        assert paths["issued_refunds"] == str(dagster_home / "storage" / "issued_refunds" / "q1")
 
 
 def test_rematerializing_the_refund_step_sends_nothing_new(dagster_home: Path) -> None:

@@ -4,7 +4,8 @@ Dagster's default IO manager pickles each output into ``DAGSTER_HOME/storage``: 
 but a distributed step on another host, or a ``job resume`` from another host, finds nothing there.
 This IO manager keeps the same keys (asset key + partition, so re-execution from failure reads the
 parent run's outputs; an op's outputs by run, step and output name) and the same pickles, in the
-storage the deployment chose. On local storage it *is* Dagster's filesystem IO manager, unchanged.
+storage the deployment chose. On local storage it *is* Dagster's filesystem IO manager, less its
+debug lines (:class:`_WithoutDebugLines`).
 
 Existing batches keep resuming: an output that the database or S3 does not hold is read from the
 path the filesystem IO manager wrote it to before the instance switched storage.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dagster import (
     ConfigurableIOManagerFactory,
@@ -120,13 +121,47 @@ class CodeAwareLoads(IOManager):
         self.inner = inner
 
     def handle_output(self, context: OutputContext, obj: Any) -> None:
-        self.inner.handle_output(context, obj)
+        self.inner.handle_output(cast(OutputContext, _WithoutDebugLines(context)), obj)
 
     def load_input(self, context: InputContext) -> Any:
         try:
-            return self.inner.load_input(context)
+            return self.inner.load_input(cast(InputContext, _WithoutDebugLines(context)))
         except _OLD_CODE_ERRORS as exc:
             raise StoredOutputIncompatibleError(_incompatible(context, exc)) from exc
+
+
+class _WithoutDebugLines:
+    """An IO context whose ``log.debug`` goes nowhere; everything else is the context's own.
+
+    Dagster's filesystem IO manager logs a debug line for every output written and two for every
+    input read ("Writing file at ...", "Loading 1 partitions...", "Loading partition ... from ..."):
+    37 event-log writes per refund batch, each a database commit, which no one reads. The path is
+    already in the output's ``path`` metadata and in the LOADED_INPUT/HANDLED_OUTPUT events. Its
+    warnings and errors still go to the run's log.
+    """
+
+    def __init__(self, context: InputContext | OutputContext) -> None:
+        self._context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    @property
+    def log(self) -> _DebugDropped:
+        return _DebugDropped(self._context.log)
+
+
+class _DebugDropped:
+    """A Dagster log manager without its ``debug`` (see :class:`_WithoutDebugLines`)."""
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+
+    def debug(self, *_args: Any, **_kwargs: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
 
 
 def _incompatible(context: InputContext, exc: BaseException) -> str:

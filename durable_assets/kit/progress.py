@@ -227,6 +227,12 @@ class ProgressReporter:
     only the newest report is kept (older progress is of no use to anyone). A forced report waits
     until it and everything before it are written, so a step's last report is stored before the
     step's success is, and the event log keeps progress inside its step.
+
+    The row (what `job status`, the API's ``progress`` and ``percent_complete`` read) gets every
+    report that passes; the event log (``sink``: the stream, `job run`'s lines, Dagster's run log)
+    gets the forced and last ones and at most one other per ``event_interval_s``. An event is a
+    Dagster event-log write, several times a row's cost, and a run log of a line every half second
+    says nothing a line a second does not.
     """
 
     def __init__(
@@ -236,16 +242,19 @@ class ProgressReporter:
         run_id: str,
         min_interval_s: float = 0.5,
         sink: Callable[[Progress], None] | None = None,
+        event_interval_s: float = 1.0,
     ) -> None:
         self.store = store
         self.batch_id = batch_id
         self.run_id = run_id
         self.min_interval_s = min_interval_s
         self.sink = sink
+        self.event_interval_s = event_interval_s
         self._last_write = 0.0
+        self._last_event = 0.0
         self._lock = threading.Lock()
         self._changed = threading.Condition()
-        self._pending: tuple[Progress, ShardOf | None] | None = None
+        self._pending: tuple[Progress, ShardOf | None, bool] | None = None
         self._writing = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="progress-writer", daemon=True)
@@ -259,7 +268,9 @@ class ProgressReporter:
                 return
             self._last_write = t
         with self._changed:
-            self._pending = (p, shard)
+            # A forced report superseded before it was written hands its event on to the newer one.
+            force = force or (self._pending is not None and self._pending[2])
+            self._pending = (p, shard, force)
             self._changed.notify_all()
         if force:
             self.flush()
@@ -276,13 +287,24 @@ class ProgressReporter:
             self._changed.notify_all()
         self._thread.join(timeout=5)
 
-    def _write(self, p: Progress, shard: ShardOf | None) -> None:
+    def _write(self, p: Progress, shard: ShardOf | None, force: bool) -> None:
+        sink = self._event_sink(p, force)
         if shard is not None:
-            self.store.write_shard(self.batch_id, self.run_id, p, shard, self.sink)
+            self.store.write_shard(self.batch_id, self.run_id, p, shard, sink)
             return
         self.store.write(self.batch_id, self.run_id, p)
-        if self.sink is not None:
-            self.sink(p)
+        if sink is not None:
+            sink(p)
+
+    def _event_sink(self, p: Progress, force: bool) -> Callable[[Progress], None] | None:
+        """The sink if this report goes to the event log too (see the class docstring), else None."""
+        if self.sink is None:
+            return None
+        t = now()
+        if not force and p.done < p.of and t - self._last_event < self.event_interval_s:
+            return None
+        self._last_event = t
+        return self.sink
 
     def _run(self) -> None:
         while True:
@@ -290,9 +312,9 @@ class ProgressReporter:
                 self._changed.wait_for(lambda: self._pending is not None or self._closed)
                 if self._pending is None:
                     return
-                (p, shard), self._pending, self._writing = self._pending, None, True
+                (p, shard, force), self._pending, self._writing = self._pending, None, True
             try:
-                self._write(p, shard)
+                self._write(p, shard, force)
             except Exception:  # progress is advisory: a failed write must never fail the batch
                 logger.warning("progress report not stored", exc_info=True)
             finally:

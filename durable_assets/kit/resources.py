@@ -121,6 +121,8 @@ class BatchRuntime(ConfigurableResource):
         default=_KIT.lease_ttl_s, gt=0, description="Lease TTL (DURABLE_LEASE_TTL_S)"
     )
     progress_interval_seconds: float = 0.5
+    #: Progress into the run's event log: at most one report per this, plus each step's first and last.
+    progress_event_interval_seconds: float = 1.0
     step_delay_seconds: float = Field(
         default=_KIT.step_delay_s, ge=0, description="Pause before each step (DURABLE_STEP_DELAY_S)"
     )
@@ -163,6 +165,7 @@ class BatchRuntime(ConfigurableResource):
             run.run_id,
             self.progress_interval_seconds,
             sink=event_log_sink(context.instance, run) if context.instance is not None else None,
+            event_interval_s=self.progress_event_interval_seconds,
         )
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:

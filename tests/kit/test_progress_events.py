@@ -37,6 +37,35 @@ def test_reports_round_trip_through_the_event_log_and_the_throttle_holds(dagster
     assert store.latest("b") == Progress(4, 7, "Issuing refunds", 100, 100)
 
 
+def test_the_event_log_gets_fewer_reports_than_the_row_but_every_first_and_last(dagster_home: Path) -> None:
+    """Issue #37: the row takes every report that passes the throttle (status and percent read it);
+    the event log one per ``event_interval_s`` besides the forced and the last."""
+    instance = DagsterInstance.get()
+    run = instance.add_run(DagsterRun(job_name="j", run_id="run-3", status=DagsterRunStatus.STARTED))
+    rows: list[Progress] = []
+
+    class Store(ProgressStore):
+        def write(self, batch_id: str, run_id: str, p: Progress) -> None:
+            rows.append(p)
+            super().write(batch_id, run_id, p)
+
+    store = Store(DurableDatabase.for_instance(instance))
+    reporter = ProgressReporter(
+        store, "b", run.run_id, min_interval_s=0, sink=event_log_sink(instance, run), event_interval_s=3600
+    )
+    reporter.report(Progress(4, 7, "Issuing refunds", 0, 0), force=True)
+    for done in range(1, 5):
+        reporter.report(Progress(4, 7, "Issuing refunds", done, 5))
+        reporter.flush()
+    reporter.report(Progress(4, 7, "Issuing refunds", 5, 5), force=True)
+    reporter.close()
+
+    assert [p.done for p in rows] == [0, 1, 2, 3, 4, 5]
+    records = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ENGINE_EVENT).records
+    sent = [progress_from_event(r.event_log_entry.dagster_event) for r in records]
+    assert sent == [Progress(4, 7, "Issuing refunds", 0, 0), Progress(4, 7, "Issuing refunds", 5, 5)]
+
+
 def test_other_engine_events_are_not_progress(dagster_home: Path) -> None:
     instance = DagsterInstance.get()
     run = instance.add_run(DagsterRun(job_name="j", run_id="run-2", status=DagsterRunStatus.STARTED))
