@@ -170,8 +170,16 @@ class InstanceSettings(Section):
     code_location: str = var(
         "DURABLE_CODE_LOCATION",
         "durable_assets.definitions",
-        "the module whose `durable_jobs` every command serves ([your own job](docs/your-own-job.md))",
+        "the module whose `durable_jobs` every command serves ([your own job](docs/your-own-job.md)); "
+        "unset, a process that builds a location (`dagster dev -m postcards`, a code server, a run "
+        "worker) serves that one, kept in `ops/registry.py` and never written into the environment",
     )
+
+
+def child_environment(**overrides: str) -> dict[str, str]:
+    """The environment for a process we start: this one, with ``overrides`` (a resolved
+    DAGSTER_HOME), so the value reaches the child without being written into ours."""
+    return {**os.environ, **overrides}
 
 
 def variable(info: FieldInfo) -> str:

@@ -18,6 +18,7 @@ from durable_assets.kit import BatchRuntime, DurableJob, DurableJobs, durable_as
 from durable_assets.kit.pacing import Backoff
 from durable_assets.kit.resources import IdempotencyLedger
 from durable_assets.location import definitions
+from durable_assets.ops import registry
 from durable_assets.ops.instance import INSTANCE_YAML, missing_parts
 from durable_assets.payments.resources import PaymentGateway
 from tests.support.homes import clean_env, make_home
@@ -54,6 +55,7 @@ def test_a_users_location_has_every_sensor_and_schedule_ours_has(
     (tmp_path / "postcards.py").write_text(tutorial_module("postcards"))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("DURABLE_CODE_LOCATION", "postcards")  # keeps this process's own location
+    monkeypatch.setattr(registry, "_built", None)  # importing it builds it: forgotten after the test
     monkeypatch.setitem(sys.modules, "postcards", importlib.import_module("postcards"))
     theirs: Definitions = sys.modules["postcards"].defs
     sensors, schedules = _ours_independent_of_jobs(ours)
@@ -229,8 +231,6 @@ def test_a_process_serves_the_location_it_built_without_writing_the_environment(
     """The location a process builds (a code server, a run worker) is the one the operations layer
     serves there, found as the module holding `durable_jobs`; DURABLE_CODE_LOCATION still wins, a
     location importing another wins over it, and jobs no module holds change nothing."""
-    from durable_assets.ops import registry
-
     monkeypatch.setattr(registry, "_built", None)
     monkeypatch.delenv("DURABLE_CODE_LOCATION", raising=False)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from durable_assets.errors import UsageError
+from durable_assets.settings import child_environment
 
 #: Dagster's conventional code-server port (`dagster code-server` and its docs use 4266).
 DEFAULT_PORT = 4266
@@ -222,7 +223,7 @@ def supervise(
     delay: float | None = None
     restarts = 0
     child: subprocess.Popen[bytes] | None = None
-    child_env = None if home is None else {**os.environ, "DAGSTER_HOME": str(home)}
+    child_env = None if home is None else child_environment(DAGSTER_HOME=str(home))
     while not stop.event.is_set():
         started = time.monotonic()
         # Its environment is this one with the instance the CLI resolved, and the job's own

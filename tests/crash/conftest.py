@@ -47,6 +47,7 @@ def served_from(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], No
     def serve(folder: Path) -> None:
         monkeypatch.setenv("DURABLE_CODE_LOCATION", "postcards")
         monkeypatch.syspath_prepend(str(folder))
+        monkeypatch.setattr(registry, "_built", None)  # importing it builds it: forgotten after the test
         monkeypatch.setitem(sys.modules, "postcards", importlib.import_module("postcards"))
 
     yield serve
