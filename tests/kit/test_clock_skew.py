@@ -10,7 +10,6 @@ bucket, drawn on by both at once, hands out no more than its rate.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from durable_assets.errors import LeaseHeldError
 from durable_assets.kit.db import DurableDatabase, rate_limits
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.step_leases import StepLeaseStore
+from tests.support.hosts import faketime_command
 from tests.support.machine import scaled
 from tests.support.polling import wait_until
 from tests.support.processes import REPO
@@ -35,7 +35,7 @@ TTL_S = 5.0
 
 def _faketime() -> str:
     """The ``faketime`` command, or skip: without it no process of ours can have another clock."""
-    found = shutil.which("faketime")
+    found = faketime_command()
     if found is None:
         pytest.skip("faketime (libfaketime) is not installed: apt-get install faketime (scripts/setup.sh)")
     probe = subprocess.run(

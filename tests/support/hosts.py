@@ -45,7 +45,25 @@ def private_mounts_available() -> str | None:
 
 
 def faketime_command() -> str | None:
-    return shutil.which("faketime")
+    """The ``faketime`` wrapper, its dead predecessors' state cleared (:func:`clear_stale_faketime`)."""
+    found = shutil.which("faketime")
+    if found is not None:
+        clear_stale_faketime()
+    return found
+
+
+def clear_stale_faketime() -> None:
+    """Remove the semaphore and shared memory a SIGKILLed ``faketime`` left in /dev/shm.
+
+    The wrapper names both after its own PID and creates them exclusively; killed, it leaves
+    them, and a later wrapper that gets the same PID back fails at once ("sem_open: File
+    exists"). The crash tests kill hosts under faketime, and PIDs come round on a busy runner.
+    Only a dead PID's files go: a live wrapper's are in use.
+    """
+    for path in Path("/dev/shm").glob("*faketime_*_*"):
+        pid = path.name.rsplit("_", 1)[-1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
