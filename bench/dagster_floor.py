@@ -11,8 +11,10 @@ same garbage-collector treatment (off through the imports and the instance's ope
 ``gc.freeze()``). What is left is what any Dagster job of that shape pays for imports, the
 instance, the plan and its events before doing anything.
 
-The IO manager's debug lines are left out as ours leaves them out (kit/io_manager.py): a floor
-should hold only what Dagster cannot do without.
+The IO manager is the kit's own (kit/io_manager.py DurableIOManager, on local storage as here:
+Dagster's filesystem IO manager less its debug lines). It is the one piece of our code the floor
+loads: a copy of it drifted from it unseen, and the floor is to pay for every output and input
+exactly what the refund job's IO path pays, no more (no debug lines) and no less.
 
     python -c "from bench.dagster_floor import main; main()" BATCH_ID
 """
@@ -26,10 +28,12 @@ gc.disable()
 
 import sys  # noqa: E402
 import warnings  # noqa: E402
-from typing import Any, cast  # noqa: E402
+from typing import Any  # noqa: E402
 
 import dagster as dg  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from durable_assets.kit.io_manager import DurableIOManager  # noqa: E402
 
 # Partitioned checks, as the refund job's (kit/reports.py batch_check), without their preview warning.
 warnings.filterwarnings("ignore", message="Specifying a partitions_def on an AssetCheckSpec")
@@ -141,53 +145,6 @@ def reconciled_agrees(reconciled: pd.DataFrame) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(passed=True)
 
 
-class _WithoutDebugLines:
-    """An IO context whose ``log.debug`` goes nowhere, as kit/io_manager.py's (not imported: the
-    floor must not load our code)."""
-
-    def __init__(self, context: Any) -> None:
-        self._context = context
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._context, name)
-
-    @property
-    def log(self) -> Any:
-        return _DebugDropped(self._context.log)
-
-
-class _DebugDropped:
-    def __init__(self, log: Any) -> None:
-        self._log = log
-
-    def debug(self, *_args: Any, **_kwargs: Any) -> None:
-        return None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._log, name)
-
-
-class _Quiet(dg.IOManager):
-    def __init__(self, inner: dg.IOManager) -> None:
-        self.inner = inner
-
-    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        self.inner.handle_output(cast(dg.OutputContext, _WithoutDebugLines(context)), obj)
-
-    def load_input(self, context: dg.InputContext) -> Any:
-        return self.inner.load_input(cast(dg.InputContext, _WithoutDebugLines(context)))
-
-
-class QuietFilesystemIOManager(dg.ConfigurableIOManagerFactory):
-    """Dagster's filesystem IO manager less its debug lines, in the instance's storage folder: a
-    factory like ours (kit/io_manager.py DurableIOManager on local storage)."""
-
-    def create_io_manager(self, context: dg.InitResourceContext) -> dg.IOManager:
-        assert context.instance is not None
-        base_dir = context.instance.storage_directory()
-        return _Quiet(dg.FilesystemIOManager(base_dir=base_dir).create_io_manager(context))
-
-
 def floor_job() -> dg.JobDefinition:
     """Module-level factory, so ``reconstructable`` can rebuild it as ``job run`` rebuilds ours."""
     defs = dg.Definitions(
@@ -202,7 +159,7 @@ def floor_job() -> dg.JobDefinition:
             )
         ],
         resources={
-            "io_manager": QuietFilesystemIOManager(),
+            "io_manager": DurableIOManager(),
             "runtime": Runtime(),
             "ledger": Ledger(),
             "payments": Payments(),

@@ -43,7 +43,7 @@ def invoice_file(home: Path, batch_id: str, path: Path) -> Path:
     from durable_assets.payments.gateway import EmbeddedGateway
     from durable_assets.refunds import schema as s
     from durable_assets.refunds.keys import charge_key
-    from durable_assets.refunds.synthetic import synthetic_invoices
+    from durable_assets.refunds.synthetic import charges_to_make, synthetic_invoices
     from durable_assets.refunds.validation import validate_invoices
 
     raw = synthetic_invoices(batch_id, INVOICES)
@@ -51,20 +51,14 @@ def invoice_file(home: Path, batch_id: str, path: Path) -> Path:
     gateway = EmbeddedGateway(str(home / "payments.db"))
     try:
         ids = {
-            inv: gateway.create_charge(
-                amount=int(amount),
-                currency=cur,
-                customer=cust,
-                metadata={"invoice_id": inv},
-                idempotency_key=charge_key(inv),
+            c.invoice_id: gateway.create_charge(
+                amount=c.amount,
+                currency=c.currency,
+                customer=c.customer,
+                metadata={"invoice_id": c.invoice_id},
+                idempotency_key=charge_key(c.invoice_id),
             ).id
-            for inv, amount, cur, cust in zip(
-                chargeable[s.INVOICE_ID],
-                chargeable[s.AMOUNT_CHARGED_CENTS],
-                chargeable[s.CURRENCY],
-                chargeable[s.CUSTOMER_ID],
-                strict=True,
-            )
+            for c in charges_to_make(chargeable)
         }
     finally:
         gateway.close()

@@ -22,7 +22,7 @@ from durable_assets.refunds.errors import RefundAboveRefundableError, RefundCeil
 from durable_assets.refunds.keys import charge_key, notice_key, refund_item, refund_key, refund_subject
 from durable_assets.refunds.policy import compute_refund_candidates, summarize
 from durable_assets.refunds.resources import CustomerMailbox, RefundLimits
-from durable_assets.refunds.synthetic import synthetic_invoices
+from durable_assets.refunds.synthetic import charges_to_make, synthetic_invoices
 from durable_assets.refunds.validation import read_invoice_file, validate_invoices
 
 BATCHES = DynamicPartitionsDefinition(name="batches")
@@ -67,17 +67,11 @@ def invoices(
 
     intents = [
         kit.Intent(
-            charge_key(inv),
-            {"invoice_id": inv, "amount": int(amt), "currency": cur, "customer": cust},
-            item=str(inv),
+            charge_key(c.invoice_id),
+            {"invoice_id": c.invoice_id, "amount": c.amount, "currency": c.currency, "customer": c.customer},
+            item=c.invoice_id,
         )
-        for inv, amt, cur, cust in zip(
-            chargeable[s.INVOICE_ID],
-            chargeable[s.AMOUNT_CHARGED_CENTS],
-            chargeable[s.CURRENCY],
-            chargeable[s.CUSTOMER_ID],
-            strict=True,
-        )
+        for c in charges_to_make(chargeable)
     ]
     report = kit.effect_runner(context, perform=create_charge, provider=payments).run(intents)
     charge_ids = {

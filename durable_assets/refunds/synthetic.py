@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Final
+from typing import Final, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -246,3 +246,31 @@ def _inject_defects(
     put(5, s.ALREADY_REFUNDED, lambda v: _text(money_text(charged_cents[v.index.to_numpy()] + 100)))
     put(6, s.CUSTOMER_ID, "")  # missing_customer_id
     put(7, s.CUSTOMER_EMAIL, "j\ufffdrgen@example.com")  # bad_encoding
+
+
+class ChargeToMake(NamedTuple):
+    """One charge a synthetic invoice needs at the provider before its batch can refund it."""
+
+    invoice_id: str
+    amount: int
+    currency: str
+    customer: str
+
+
+def charges_to_make(chargeable: pd.DataFrame) -> list[ChargeToMake]:
+    """The charge of each valid synthetic invoice (``chargeable``: validated, ``charge_id`` not required).
+
+    A synthetic batch has no charges yet: step 1 creates them, keyed by invoice, and a benchmark
+    creates them beforehand so that the batch finds them. Both read them here, so a charge made
+    ahead of a batch is the one its step 1 would make (same invoice, amount, currency, customer).
+    """
+    return [
+        ChargeToMake(str(invoice), int(amount), str(currency), str(customer))
+        for invoice, amount, currency, customer in zip(
+            chargeable[s.INVOICE_ID],
+            chargeable[s.AMOUNT_CHARGED_CENTS],
+            chargeable[s.CURRENCY],
+            chargeable[s.CUSTOMER_ID],
+            strict=True,
+        )
+    ]

@@ -17,22 +17,12 @@ from durable_assets.credit_migration import schema as s
 from durable_assets.credit_migration.schema import QuarantineReason as R
 from durable_assets.credit_migration.validation import read_legacy_file, validate_accounts
 from durable_assets.errors import InputFileError
-from tests.support.validation import RawRows, declared, dtypes_of, write_file
-
-GOOD: dict[str, str] = {
-    s.LEGACY_ACCOUNT_ID: "LEG-1",
-    s.EMAIL: "ada@example.com",
-    s.NAME: "Ada Lovelace",
-    s.CURRENCY: "usd",
-    s.CREDIT_BALANCE: "12.50",
-    s.UPDATED_AT: "2026-10-01T10:00:00Z",
-}
-
+from tests.support.validation import ACCOUNTS, assert_typed_as, declared, dtypes_of, write_file
 
 #: Rows are GOOD with overrides, each of a distinct legacy account unless given.
-ROWS = RawRows(GOOD, s.INPUT_COLUMNS, {s.LEGACY_ACCOUNT_ID: "LEG-"}, validate_accounts)
-frame = ROWS.frame
-reasons_of = ROWS.reasons_of
+GOOD = ACCOUNTS.good
+frame = ACCOUNTS.frame
+reasons_of = ACCOUNTS.reasons_of
 
 
 def credit_of(text: str) -> int:
@@ -55,8 +45,7 @@ def test_good_legacy_account_row_is_normalised_and_typed() -> None:
     )
     result = validate_accounts(raw)
     assert result.quarantined.empty
-    assert list(result.valid.columns) == list(s.ACCOUNT_DTYPES)
-    assert dtypes_of(result.valid) == declared(s.ACCOUNT_DTYPES)
+    assert_typed_as(result.valid, s.ACCOUNT_DTYPES)
     row = result.valid.iloc[0]
     assert row[s.ROW_NUMBER] == 1
     assert row[s.LEGACY_ACCOUNT_ID] == "LEG-7"
@@ -232,8 +221,7 @@ def test_no_legacy_account_row_is_dropped_and_quarantine_keeps_the_original_stri
 def test_zero_rows_give_empty_typed_frames() -> None:
     result = validate_accounts(frame())
     assert result.valid.empty and result.quarantined.empty
-    assert list(result.valid.columns) == list(s.ACCOUNT_DTYPES)
-    assert dtypes_of(result.valid) == declared(s.ACCOUNT_DTYPES)
+    assert_typed_as(result.valid, s.ACCOUNT_DTYPES)
     assert result.reason_counts() == {}
 
 
@@ -299,20 +287,6 @@ def test_a_legacy_export_with_a_trailing_comma_on_every_row_validates_cleanly(tm
     result = validate_accounts(read_legacy_file(path))
     assert result.quarantined.empty
     assert result.valid["credit_cents"].tolist() == [1250, 1250, 1]
-
-
-def test_undecodable_bytes_in_a_legacy_export_quarantine_only_their_row_as_bad_encoding(
-    tmp_path: Path,
-) -> None:
-    path = write_file(tmp_path / "export.csv", frame({}, {}, {}))
-    path.write_bytes(
-        path.read_bytes().replace(b"LEG-2,ada@example.com,Ada", b"LEG-2,ada@example.com,J\xfcrgen")
-    )
-    result = validate_accounts(read_legacy_file(path))
-    assert result.valid[s.LEGACY_ACCOUNT_ID].tolist() == ["LEG-1", "LEG-3"]
-    assert result.quarantined[s.REASONS].tolist() == ["bad_encoding"]
-    assert result.quarantined[s.ROW_NUMBER].tolist() == [2]
-    assert "\ufffd" in result.quarantined[s.NAME].iloc[0]
 
 
 def test_a_legacy_export_in_parquet_validates_like_its_frame(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ tests (tests/refunds, tests/credit_migration) keep only what their schemas and v
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
@@ -16,6 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from durable_assets.credit_migration import schema as accounts
+from durable_assets.credit_migration.validation import read_legacy_file
 from durable_assets.errors import InputFileError
 from durable_assets.kit.tables import (
     REASONS,
@@ -28,6 +31,9 @@ from durable_assets.kit.tables import (
     require_columns,
     text_columns,
 )
+from durable_assets.refunds import schema as invoices
+from durable_assets.refunds.validation import read_invoice_file
+from tests.support.validation import ACCOUNTS, INVOICES, RawRows
 
 COLUMNS = ["a", "b"]
 
@@ -314,6 +320,21 @@ def test_bad_utf8_bytes_quarantine_only_their_row(tmp_path: Path) -> None:
     assert quarantined[REASONS].tolist() == ["bad_encoding"]
     assert quarantined[ROW_NUMBER].tolist() == [2]
     assert "\ufffd" in quarantined["b"].iloc[0]
+
+
+@pytest.mark.parametrize(
+    ("rows", "read", "column", "undecodable"),
+    [
+        (INVOICES, read_invoice_file, invoices.CUSTOMER_ID, b"CUS-\xff\xfe1"),
+        (ACCOUNTS, read_legacy_file, accounts.NAME, b"J\xfcrgen"),
+    ],
+    ids=["refunds", "credit_migration"],
+)
+def test_bad_utf8_bytes_quarantine_only_their_row_through_each_pipelines_reader(
+    tmp_path: Path, rows: RawRows, read: Callable[[Path], pd.DataFrame], column: str, undecodable: bytes
+) -> None:
+    """The test above, end to end: each pipeline's own reader and validation keep the promise."""
+    rows.assert_undecodable_bytes_quarantine_only_their_row(tmp_path / "in.csv", read, column, undecodable)
 
 
 # --- the row checks every validation shares -------------------------------------------------------

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -62,11 +64,13 @@ def test_a_missing_module_a_missing_folder_and_a_taken_port_are_refused(tmp_path
             location("durable_assets.definitions", None, None, "127.0.0.1", taken.getsockname()[1])
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_stop_signal_stops_the_server_and_its_group_and_exits_128_plus_it(
-    tmp_path: Path, sig: signal.Signals, code: int
-) -> None:
+@contextmanager
+def supervised_tiny_server(tmp_path: Path) -> Iterator[tuple[SupervisedCodeServer, int]]:
+    """A supervised code server for an empty Definitions, started, with its server's pid.
+
+    Both stop tests need the same live pair (a supervisor and its server in a group of their own)
+    before each kills the supervisor its own way; the server is stopped whatever the test did.
+    """
     (tmp_path / "tiny.py").write_text("import dagster as dg\n\ndefs = dg.Definitions()\n")
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -75,7 +79,18 @@ def test_a_stop_signal_stops_the_server_and_its_group_and_exits_128_plus_it(
     try:
         served.start()
         assert served.supervisor is not None
-        child = served.pid
+        yield served, served.pid
+    finally:
+        served.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stop_signal_stops_the_server_and_its_group_and_exits_128_plus_it(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    with supervised_tiny_server(tmp_path) as (served, child):
+        assert served.supervisor is not None
         assert os.getpgid(child) == child != served.supervisor.pid  # a group of its own
         os.kill(served.supervisor.pid, sig)
         assert served.supervisor.wait(timeout=30) == code, served.tail()
@@ -84,23 +99,14 @@ def test_a_stop_signal_stops_the_server_and_its_group_and_exits_128_plus_it(
         # stdout is the workspace file and nothing else (the server's own output goes to stderr)
         workspace = yaml.safe_load(served.supervisor.stdout)
         assert workspace["load_from"][0]["grpc_server"]["port"] == served.port
-    finally:
-        served.stop()
 
 
 @pytest.mark.slow
 def test_a_sigkilled_supervisor_takes_its_server_with_it(tmp_path: Path) -> None:
     """A supervisor killed outright runs no code; its server must not go on holding the port (a
     restarted supervisor would be refused as "port in use"): the kernel's parent-death signal."""
-    (tmp_path / "tiny.py").write_text("import dagster as dg\n\ndefs = dg.Definitions()\n")
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home")}
-    served = SupervisedCodeServer(env, logs, module="tiny", working_dir=tmp_path, location="tiny")
-    try:
-        served.start()
+    with supervised_tiny_server(tmp_path) as (served, child):
         assert served.supervisor is not None
-        child = served.pid
         os.kill(served.supervisor.pid, signal.SIGKILL)
         wait_until(
             lambda: not live_in_groups({child}),
@@ -111,5 +117,3 @@ def test_a_sigkilled_supervisor_takes_its_server_with_it(tmp_path: Path) -> None
         )
         with socket.create_server(("127.0.0.1", served.port)):  # the port is free again
             pass
-    finally:
-        served.stop()

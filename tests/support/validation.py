@@ -3,7 +3,8 @@
 Each pipeline's tests state what its own schema accepts and refuses. Making a raw frame of text
 rows from one good row, reading the reasons of a single row, comparing a frame's dtypes with the
 ones declared, and writing a frame as the file its reader reads are the same for any schema, so
-they are written once here and each test file binds them to its schema.
+they are written once here, with each pipeline's good row bound to its schema (:data:`INVOICES`,
+:data:`ACCOUNTS`) for its own tests and for the end-to-end checks both share.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from durable_assets.kit.tables import REASONS
+from durable_assets.credit_migration import schema as accounts
+from durable_assets.credit_migration.validation import validate_accounts
+from durable_assets.kit.tables import REASONS, ROW_NUMBER
+from durable_assets.refunds import schema as invoices
+from durable_assets.refunds.validation import validate_invoices
 
 
 class Validated(Protocol):
@@ -50,6 +55,27 @@ class RawRows:
         ]
         return pd.DataFrame(records, columns=list(self.columns), dtype="str")
 
+    def assert_undecodable_bytes_quarantine_only_their_row(
+        self, path: Path, read: Callable[[Path], pd.DataFrame], column: str, undecodable: bytes
+    ) -> None:
+        """Three rows as the CSV file ``path``, row 2's ``column`` written as ``undecodable`` bytes,
+        read by the pipeline's ``read`` and validated: only row 2 is quarantined, as ``bad_encoding``,
+        with the text it was read as (U+FFFD for each bad byte), and its neighbours go through.
+
+        The kit's reader and its row check are tested once (tests/kit/test_tables.py); this is the
+        same promise end to end through a pipeline's own reader and validation, the same for any
+        schema. The identity is the first ``distinct`` column.
+        """
+        identity, prefix = next(iter(self.distinct.items()))
+        marker = "UNDECODABLE"
+        write_file(path, self.frame({}, {column: marker}, {}))
+        path.write_bytes(path.read_bytes().replace(marker.encode(), undecodable))
+        result = self.validate(read(path))
+        assert result.valid[identity].tolist() == [f"{prefix}1", f"{prefix}3"]
+        assert result.quarantined[REASONS].tolist() == ["bad_encoding"]
+        assert result.quarantined[ROW_NUMBER].tolist() == [2]
+        assert "\ufffd" in result.quarantined[column].iloc[0]
+
     def reasons_of(self, **overrides: str) -> str:
         """The reasons string for a single row, or "" if it is valid."""
         result = self.validate(self.frame(overrides))
@@ -68,6 +94,16 @@ def declared(dtypes: Mapping[str, str]) -> dict[str, str]:
     return {c: str(pd.api.types.pandas_dtype(t)) for c, t in dtypes.items()}
 
 
+def assert_typed_as(frame: pd.DataFrame, dtypes: Mapping[str, str]) -> None:
+    """``frame`` has the declared columns, in their declared order, each of its declared dtype.
+
+    What a stored frame must be whatever rows it holds (zero, all quarantined, one): the schema's
+    promise that a later merge of two such frames cannot fail on an inferred dtype.
+    """
+    assert list(frame.columns) == list(dtypes)
+    assert dtypes_of(frame) == declared(dtypes)
+
+
 def write_file(path: Path, raw: pd.DataFrame, *, trailing_comma: bool = False) -> Path:
     """``raw`` written as the file its suffix says (``.csv`` or ``.parquet``), without the index.
 
@@ -81,3 +117,42 @@ def write_file(path: Path, raw: pd.DataFrame, *, trailing_comma: bool = False) -
     else:
         raw.to_csv(path, index=False)
     return path
+
+
+#: The refund pipeline's raw invoices: a good row with overrides, each of a distinct invoice and
+#: charge unless given. Here, not in tests/refunds, because the checks both pipelines share end to
+#: end (tests/kit/test_tables.py) make their rows from it too.
+INVOICES = RawRows(
+    {
+        invoices.INVOICE_ID: "INV-1",
+        invoices.CUSTOMER_ID: "CUS-1",
+        invoices.CUSTOMER_EMAIL: "ada@example.com",
+        invoices.CHARGE_ID: "ch_1",
+        invoices.CURRENCY: "usd",
+        invoices.AMOUNT_CHARGED: "12.34",
+        invoices.CONTRACTED_AMOUNT: "12.34",
+        invoices.ALREADY_REFUNDED: "0",
+        invoices.SERVICE_PERIOD: "2026-10",
+        invoices.CHARGED_AT: "2026-10-01T10:00:00Z",
+        invoices.CANCELLED_AT: "",
+    },
+    invoices.INPUT_COLUMNS,
+    {invoices.INVOICE_ID: "INV-", invoices.CHARGE_ID: "ch_"},
+    validate_invoices,
+)
+
+#: The credit migration's raw legacy accounts: a good row with overrides, each of a distinct legacy
+#: account unless given (shared as :data:`INVOICES` is).
+ACCOUNTS = RawRows(
+    {
+        accounts.LEGACY_ACCOUNT_ID: "LEG-1",
+        accounts.EMAIL: "ada@example.com",
+        accounts.NAME: "Ada Lovelace",
+        accounts.CURRENCY: "usd",
+        accounts.CREDIT_BALANCE: "12.50",
+        accounts.UPDATED_AT: "2026-10-01T10:00:00Z",
+    },
+    accounts.INPUT_COLUMNS,
+    {accounts.LEGACY_ACCOUNT_ID: "LEG-"},
+    validate_accounts,
+)

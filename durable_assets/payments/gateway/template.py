@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from durable_assets.errors import ProviderResponseMismatchError, UsageError
 from durable_assets.kit.runtime import ProviderAccount
@@ -76,6 +77,11 @@ class _Creation:
     idempotency_key: str
 
 
+#: The request of one ``create_*``, and what its answer parses to (:meth:`GatewayTemplate._create`).
+RequestT = TypeVar("RequestT", bound=_Creation)
+CreatedT = TypeVar("CreatedT")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ChargeRequest(_Creation):
     amount: int
@@ -117,27 +123,53 @@ class GatewayTemplate(ABC):
         self._provider = provider
         self._livemode = livemode
 
+    def _create(
+        self,
+        post: Callable[[RequestT], object],
+        request: RequestT,
+        parse: Callable[[object], CreatedT],
+        echoes: Callable[[CreatedT], list[tuple[str, object, object]]],
+        *,
+        owned: Mapping[str, str] | None = None,
+    ) -> CreatedT:
+        """Every ``create_*``: one request sent, and its answer checked before it is believed.
+
+        The gateway's own metadata keys (the idempotency key, and ``owned``) are added to the
+        caller's, refusing a caller value that disagrees before anything is sent; the answer is
+        parsed, and each ``(what, answered, asked)`` of ``echoes`` must agree, so an answer to some
+        other request fails closed instead of being recorded as this one's. Written once so that no
+        creation can skip a step of it.
+        """
+        keys = {IDEMPOTENCY_KEY_METADATA: request.idempotency_key, **(owned or {})}
+        body = post(replace(request, metadata=with_owned_metadata(request.metadata, keys)))
+        created = parse(body)
+        for what, answered, asked in echoes(created):
+            expect(body, what, answered, asked)
+        return created
+
     # charges and refunds
 
     def create_charge(
         self, *, amount: int, currency: str, customer: str, metadata: dict[str, str], idempotency_key: str
     ) -> Charge:
         currency = currency.lower()
-        owned = with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key})
-        body = self._post_charge(
-            ChargeRequest(
-                amount=amount,
-                currency=currency,
-                customer=customer,
-                metadata=owned,
-                idempotency_key=idempotency_key,
-            )
+        request = ChargeRequest(
+            amount=amount,
+            currency=currency,
+            customer=customer,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
         )
-        charge = parse_charge(body)
-        expect(body, "a charge amount of", charge.amount, amount)
-        expect(body, "a charge currency of", charge.currency, currency)
-        expect(body, "a charge key of", charge.metadata.get(IDEMPOTENCY_KEY_METADATA), idempotency_key)
-        return charge
+        return self._create(
+            self._post_charge,
+            request,
+            parse_charge,
+            lambda charge: [
+                ("a charge amount of", charge.amount, amount),
+                ("a charge currency of", charge.currency, currency),
+                ("a charge key of", charge.metadata.get(IDEMPOTENCY_KEY_METADATA), idempotency_key),
+            ],
+        )
 
     def create_refund(
         self,
@@ -150,24 +182,25 @@ class GatewayTemplate(ABC):
         idempotency_key: str,
     ) -> Refund:
         """``currency`` is not sent (Stripe refunds inherit the charge's); it is checked on the answer."""
-        owned = with_owned_metadata(
-            metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key, DURABLE_REASON_METADATA: reason}
+        request = RefundRequest(
+            charge=charge_id,
+            amount=amount,
+            reason=stripe_reason(reason),
+            metadata=metadata,
+            idempotency_key=idempotency_key,
         )
-        body = self._post_refund(
-            RefundRequest(
-                charge=charge_id,
-                amount=amount,
-                reason=stripe_reason(reason),
-                metadata=owned,
-                idempotency_key=idempotency_key,
-            )
+        return self._create(
+            self._post_refund,
+            request,
+            parse_refund,
+            lambda refund: [
+                ("a refund of charge", refund.charge_id, charge_id),
+                ("a refund amount of", refund.amount, amount),
+                ("a refund currency of", refund.currency, currency.lower()),
+                ("a refund key of", refund.idempotency_key, idempotency_key),
+            ],
+            owned={DURABLE_REASON_METADATA: reason},
         )
-        refund = parse_refund(body)
-        expect(body, "a refund of charge", refund.charge_id, charge_id)
-        expect(body, "a refund amount of", refund.amount, amount)
-        expect(body, "a refund currency of", refund.currency, currency.lower())
-        expect(body, "a refund key of", refund.idempotency_key, idempotency_key)
-        return refund
 
     def retrieve_refund(self, refund_id: str) -> Refund:
         body = self._get_refund(refund_id)
@@ -206,15 +239,16 @@ class GatewayTemplate(ABC):
     def create_customer(
         self, *, email: str | None, name: str | None, metadata: dict[str, str], idempotency_key: str
     ) -> Customer:
-        owned = with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key})
-        body = self._post_customer(
-            CustomerRequest(email=email, name=name, metadata=owned, idempotency_key=idempotency_key)
+        return self._create(
+            self._post_customer,
+            CustomerRequest(email=email, name=name, metadata=metadata, idempotency_key=idempotency_key),
+            parse_customer,
+            lambda customer: [
+                ("a customer email of", customer.email, email),
+                ("a customer name of", customer.name, name),
+                ("a customer key of", customer.idempotency_key, idempotency_key),
+            ],
         )
-        customer = parse_customer(body)
-        expect(body, "a customer email of", customer.email, email)
-        expect(body, "a customer name of", customer.name, name)
-        expect(body, "a customer key of", customer.idempotency_key, idempotency_key)
-        return customer
 
     def retrieve_customer(self, customer_id: str) -> Customer:
         """The customer; a deleted one is returned (``deleted=True``), not raised."""
@@ -280,23 +314,25 @@ class GatewayTemplate(ABC):
         idempotency_key: str,
     ) -> BalanceTransaction:
         currency = currency.lower()
-        owned = with_owned_metadata(metadata, {IDEMPOTENCY_KEY_METADATA: idempotency_key})
-        body = self._post_balance_transaction(
-            BalanceTransactionRequest(
-                customer_id=customer_id,
-                amount=amount,
-                currency=currency,
-                description=description,
-                metadata=owned,
-                idempotency_key=idempotency_key,
-            )
+        request = BalanceTransactionRequest(
+            customer_id=customer_id,
+            amount=amount,
+            currency=currency,
+            description=description,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
         )
-        transaction = parse_balance_transaction(body)
-        expect(body, "a balance transaction of customer", transaction.customer_id, customer_id)
-        expect(body, "a balance transaction amount of", transaction.amount, amount)
-        expect(body, "a balance transaction currency of", transaction.currency, currency)
-        expect(body, "a balance transaction key of", transaction.idempotency_key, idempotency_key)
-        return transaction
+        return self._create(
+            self._post_balance_transaction,
+            request,
+            parse_balance_transaction,
+            lambda transaction: [
+                ("a balance transaction of customer", transaction.customer_id, customer_id),
+                ("a balance transaction amount of", transaction.amount, amount),
+                ("a balance transaction currency of", transaction.currency, currency),
+                ("a balance transaction key of", transaction.idempotency_key, idempotency_key),
+            ],
+        )
 
     def list_balance_transactions(self, customer_id: str) -> list[BalanceTransaction]:
         return every_page(
