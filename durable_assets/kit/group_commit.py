@@ -3,15 +3,16 @@
 Why a module of its own: it is the one piece of the effects runner with a thread and a clock.
 The runner hands every provider answer over as it arrives (from the futures' done-callbacks, in
 pool threads); one flusher thread writes them, results and review together
-(:meth:`~durable_assets.kit.ledger.Ledger.record`), as soon as ``window_s`` has passed since the
-oldest unrecorded answer or ``max_keys`` are waiting. So what a kill can leave answered but
-unrecorded is at most one window of answers, and requests never wait for the database.
+(:meth:`~durable_assets.kit.ledger.Ledger.record`), ``window_s`` after its last write or as soon
+as ``max_keys`` are waiting. So what a kill can leave answered but unrecorded is at most one window
+of answers (plus a write in progress), and requests never wait for the database.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from enum import StrEnum
 
 from durable_assets.kit.ledger import Ledger
@@ -52,6 +53,12 @@ class GroupCommit:
     answered, so nothing unanswered is ever recorded. :meth:`close` writes whatever is left (also
     when an error stops the step: finished results must still be recorded) and reports a failed
     write, which also stops the runner at its next chunk (:meth:`raise_if_failed`).
+
+    Why no lock per answer: at a fast provider every answer of every pool thread went through one
+    condition, whose handoffs under the GIL showed in py-spy as pool threads parked on it (bench
+    scenario 2). An answer is now a ``deque.append`` (atomic), and the flusher drains the deque on
+    a clock: every ``window_s`` after its last drain, or at once when a pool thread sees
+    ``max_keys`` waiting. An answer still waits at most one window (plus a write in progress).
     """
 
     def __init__(self, ledger: Ledger, scope: str, window_s: float, max_keys: int) -> None:
@@ -61,58 +68,47 @@ class GroupCommit:
         self.max_keys = max_keys
         self.finished: dict[str, Result] = {}  # recorded, for the report
         self.review: dict[str, Result] = {}
-        self.sent = 0
+        self.sent = 0  # counted by the flusher as it drains, read after close()
         self.looked_up = 0
         self.commits = 0
-        self._pending: dict[Outcome, dict[str, Result]] = {Outcome.OK: {}, Outcome.REVIEW: {}}
-        self._oldest: float | None = None  # when the oldest unrecorded answer arrived
+        self._answers: deque[tuple[str, Settled]] = deque()
+        self._wake = threading.Event()  # set by a full group or by close()
         self._closed = False
         self._error: BaseException | None = None
-        self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=f"{scope}-commit", daemon=True)
         self._thread.start()
 
     def add(self, key: str, settled: Settled) -> None:
-        outcome, result, how = settled
-        with self._cond:
-            self._pending[outcome][key] = result
-            self.sent += how is How.SENT
-            self.looked_up += how is How.LOOKUP
-            if self._oldest is None:
-                self._oldest = time.monotonic()
-                self._cond.notify_all()
-            elif self._count() >= self.max_keys:
-                self._cond.notify_all()
-
-    def _count(self) -> int:
-        return len(self._pending[Outcome.OK]) + len(self._pending[Outcome.REVIEW])
-
-    def _due(self) -> bool:
-        if self._closed or self._count() >= self.max_keys:
-            return True
-        return self._oldest is not None and time.monotonic() >= self._oldest + self.window_s
+        self._answers.append((key, settled))
+        if len(self._answers) >= self.max_keys and not self._wake.is_set():
+            self._wake.set()
 
     def _run(self) -> None:
         while True:
-            with self._cond:
-                while not self._due():
-                    wait = None if self._oldest is None else self._oldest + self.window_s - time.monotonic()
-                    self._cond.wait(wait)
-                finished, review = self._pending[Outcome.OK], self._pending[Outcome.REVIEW]
-                self._pending = {Outcome.OK: {}, Outcome.REVIEW: {}}
-                self._oldest = None
-                closing = self._closed
+            drained_at = time.monotonic()
+            # Cleared before the drain: a group filled after this point sets it again, and one
+            # filled before it is in this drain.
+            self._wake.clear()
+            closing = self._closed
+            finished: dict[str, Result] = {}
+            review: dict[str, Result] = {}
+            for _ in range(len(self._answers)):
+                key, (outcome, result, how) = self._answers.popleft()
+                (finished if outcome is Outcome.OK else review)[key] = result
+                self.sent += how is How.SENT
+                self.looked_up += how is How.LOOKUP
             if finished or review:
                 self._write(finished, review)
             if closing:
                 return
+            if len(self._answers) < self.max_keys:
+                self._wake.wait(max(0.0, drained_at + self.window_s - time.monotonic()))
 
     def _write(self, finished: dict[str, Result], review: dict[str, Result]) -> None:
         try:
             self.ledger.record(self.scope, finished=finished, review=review)
         except BaseException as exc:  # unrecorded keys stay intents: the next attempt re-sends them
-            with self._cond:
-                self._error = self._error or exc
+            self._error = self._error or exc
             return
         self.commits += 1
         self.finished.update(finished)
@@ -124,8 +120,7 @@ class GroupCommit:
 
     def close(self) -> BaseException | None:
         """Record everything added so far and stop; the first failed write, if any."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        self._closed = True
+        self._wake.set()
         self._thread.join()
         return self._error
