@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import dagster
+from dagster._config.pythonic_config import resource as _pythonic_resource
 from dagster._core.definitions.reconstruct import ReconstructableJob
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from dagster._core.event_api import EventLogCursor
@@ -149,6 +150,47 @@ def check_shard_again(instance: dagster.DagsterInstance, run_id: str) -> None:
     checked = getattr(instance.event_log_storage, SHARD_ATTRIBUTES[0], None)
     if isinstance(checked, set):
         checked.discard(run_id)
+
+
+#: Set on Dagster's pythonic-resource module once :func:`remember_config_schemas` has wrapped it.
+_SCHEMAS_REMEMBERED = "_durable_remembers_config_schemas"
+
+
+def remember_config_schemas() -> None:
+    """Infer each resource class's config schema once per process, not on every construction.
+
+    Dagster builds a ``ConfigurableResource`` anew for every step it initialises resources for
+    (``_with_updated_values`` calls the class again), and each construction infers the class's
+    Dagster config schema from its pydantic fields (``infer_schema_from_config_class``: a ``Field``
+    per field, shape hashes, nested classes). A worker task initialises the run's resources once
+    per step, so this was ~30 ms of a ~270 ms task in a cProfile of scenario 10's tasks, the same
+    answer every time: the schema depends on the class and the fields left out, nothing else, and
+    Dagster never mutates a ``Field`` once built (``_curry_config_schema`` copies it). Only the
+    constructor's call is wrapped (the name in the module that uses it); a call with a description
+    or a default is passed through. Idempotent; for the verified Dagster release only.
+    """
+    if not is_verified_version() or getattr(_pythonic_resource, _SCHEMAS_REMEMBERED, False):
+        return
+    infer = _pythonic_resource.infer_schema_from_config_class
+    known: dict[tuple[type, frozenset[str]], Any] = {}
+    lock = threading.Lock()
+
+    @functools.wraps(infer)
+    def remembered(
+        model_cls: type, description: Any = None, fields_to_omit: set[str] | None = None, default: Any = None
+    ) -> Any:
+        if description is not None or default is not None:
+            return infer(model_cls, description, fields_to_omit, default)
+        key = (model_cls, frozenset(fields_to_omit or ()))
+        schema = known.get(key)
+        if schema is None:
+            schema = infer(model_cls, fields_to_omit=fields_to_omit)
+            with lock:
+                known[key] = schema
+        return schema
+
+    _pythonic_resource.infer_schema_from_config_class = remembered  # type: ignore[assignment]
+    setattr(_pythonic_resource, _SCHEMAS_REMEMBERED, True)
 
 
 _REMEMBERED = "_durable_remembers_true"
@@ -377,6 +419,7 @@ __all__ = [
     "is_verified_version",
     "pack_value",
     "redirect_to_file",
+    "remember_config_schemas",
     "remember_schema_checks",
     "remember_true",
     "serializable_error_info_from_exc_info",

@@ -320,14 +320,16 @@ class DurableCeleryExecutor(Executor):
                     time.sleep(RESULT_TICK_S)
                     continue
                 for step in active.get_steps_to_execute():
+                    # Sent first, then the event written (an INSERT and a NOTIFY): the write is
+                    # no longer between one task's end and the next one's start on a worker.
+                    result = send(step, active.get_known_state())
+                    in_flight[step.key] = _InFlight(sends[step.key], [result], now())
+                    changed = True
                     yield DagsterEvent.engine_event(
                         ctx.for_step(step),
                         f"Sending step {step.key} to queue {queue!r}",
                         EngineEventData(),
                     )
-                    result = send(step, active.get_known_state())
-                    in_flight[step.key] = _InFlight(sends[step.key], [result], now())
-                    changed = True
                 if changed:
                     last_change = time.monotonic()
                 busy = time.monotonic() - last_change < BUSY_FOR_S
