@@ -121,14 +121,20 @@ def _worker_instance(ref: Any, run_id: str) -> tuple[DagsterInstance, DagsterRun
 _OWN = "<own DAGSTER_HOME>"
 
 
-def _own_instance() -> DagsterInstance | None:
-    """The worker's own instance (opened once per process), or None when it has none."""
+def _own_instance(settle: bool = True) -> DagsterInstance | None:
+    """The worker's own instance (opened once per process), or None when it has none.
+
+    ``settle``: whether a failure to open it is final for the process (a task's answer); the
+    warm-up's is not, so a worker that starts before its database leaves the question to its
+    first task, as it did before there was a warm-up."""
     with _instances_lock:
         own = _instances.get(_OWN)
         if own is None and _OWN not in _instances:
             try:
                 own = _for_tasks(_open_own())
             except Exception:  # no home of its own: the ref is all it has
+                if not settle:
+                    return None
                 own = None
             _instances[_OWN] = own
         return own
@@ -151,7 +157,7 @@ def warm_up() -> None:
     again, and is reported, in the task.
     """
     try:
-        own = _own_instance()
+        own = _own_instance(settle=False)
         if own is None:
             return
         own.get_run_by_id(_WARM_UP_PARTITION)  # run storage: a connection, its schema check

@@ -45,8 +45,9 @@ def test_a_warmed_up_child_s_first_read_opens_nothing_and_asks_no_catalog(
 def test_a_warm_up_without_a_home_of_its_own_leaves_the_ref_to_the_task(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """No instance of its own (a worker started without a home): nothing is raised, None is kept,
-    and the task falls back to the orchestrator's ref as it always did."""
+    """No instance of its own (a worker started without a home, or before its database): nothing
+    is raised and nothing kept; the first task asks again, and falls back to the orchestrator's ref
+    as it always did."""
     monkeypatch.setattr(step_task, "_instances", {})
 
     def no_instance() -> DagsterInstance:
@@ -54,4 +55,6 @@ def test_a_warm_up_without_a_home_of_its_own_leaves_the_ref_to_the_task(
 
     monkeypatch.setattr(step_task, "_open_own", no_instance)
     step_task.warm_up()
+    assert step_task._instances == {}
+    assert step_task._own_instance() is None  # the task's answer is final for the process
     assert step_task._instances == {step_task._OWN: None}
