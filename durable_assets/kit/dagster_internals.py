@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import dagster
+from dagster._config.pythonic_config import resource as _pythonic_resource
 from dagster._core.definitions.reconstruct import ReconstructableJob
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from dagster._core.event_api import EventLogCursor
@@ -149,6 +150,101 @@ def check_shard_again(instance: dagster.DagsterInstance, run_id: str) -> None:
     checked = getattr(instance.event_log_storage, SHARD_ATTRIBUTES[0], None)
     if isinstance(checked, set):
         checked.discard(run_id)
+
+
+#: Set on Dagster's pythonic-resource module once :func:`remember_config_schemas` has wrapped it.
+_SCHEMAS_REMEMBERED = "_durable_remembers_config_schemas"
+
+
+def remember_config_schemas() -> None:
+    """Infer each resource class's config schema once per process, not on every construction.
+
+    Dagster builds a ``ConfigurableResource`` anew for every step it initialises resources for
+    (``_with_updated_values`` calls the class again), and each construction infers the class's
+    Dagster config schema from its pydantic fields (``infer_schema_from_config_class``: a ``Field``
+    per field, shape hashes, nested classes). A worker task initialises the run's resources once
+    per step, so this was ~30 ms of a ~270 ms task in a cProfile of scenario 10's tasks, the same
+    answer every time: the schema depends on the class and the fields left out, nothing else, and
+    Dagster never mutates a ``Field`` once built (``_curry_config_schema`` copies it). Only the
+    constructor's call is wrapped (the name in the module that uses it); a call with a description
+    or a default is passed through.
+
+    Each construction then applies its values to that schema as defaults (``_curry_config_schema``:
+    the values validated against it, then a copy of it with them as its default), another ~17 ms
+    a task in the same profile. That too depends only on the schema and the values, so it is kept
+    per (schema, values) for the last :data:`_CURRIED_KEPT` pairs, when the values are plain
+    config (scalars, lists, dicts); anything else, and any values that fail validation, are passed
+    to Dagster each time, so its error is raised as before. Idempotent; for the verified Dagster
+    release only.
+    """
+    if not is_verified_version() or getattr(_pythonic_resource, _SCHEMAS_REMEMBERED, False):
+        return
+    infer = _pythonic_resource.infer_schema_from_config_class
+    known: dict[tuple[type, frozenset[str]], Any] = {}
+    lock = threading.Lock()
+
+    @functools.wraps(infer)
+    def remembered(
+        model_cls: type, description: Any = None, fields_to_omit: set[str] | None = None, default: Any = None
+    ) -> Any:
+        if description is not None or default is not None:
+            return infer(model_cls, description, fields_to_omit, default)
+        key = (model_cls, frozenset(fields_to_omit or ()))
+        schema = known.get(key)
+        if schema is None:
+            schema = infer(model_cls, fields_to_omit=fields_to_omit)
+            with lock:
+                known[key] = schema
+        return schema
+
+    curry = _pythonic_resource._curry_config_schema
+    curried: dict[tuple[int, Any], tuple[Any, Any]] = {}  # insertion-ordered: the oldest first
+
+    @functools.wraps(curry)
+    def curried_once(schema_field: Any, data: Any) -> Any:
+        frozen = _frozen_config(data)
+        if frozen is None:
+            return curry(schema_field, data)
+        key = (id(schema_field), frozen)
+        hit = curried.get(key)
+        if hit is not None and hit[0] is schema_field:  # the same schema, not a new one at its address
+            return hit[1]
+        result = curry(schema_field, data)  # raises on invalid values: nothing is kept then
+        with lock:
+            curried[key] = (schema_field, result)
+            if len(curried) > _CURRIED_KEPT:
+                del curried[next(iter(curried))]
+        return result
+
+    _pythonic_resource.infer_schema_from_config_class = remembered  # type: ignore[assignment]
+    _pythonic_resource._curry_config_schema = curried_once
+    setattr(_pythonic_resource, _SCHEMAS_REMEMBERED, True)
+
+
+#: How many (schema, values) pairs :func:`remember_config_schemas` keeps: a worker's resources take
+#: a few values per batch (its ID, its settings), so a long-lived worker keeps the recent ones.
+_CURRIED_KEPT = 256
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _frozen_config(value: Any) -> Any:
+    """A hashable image of plain config values, with their types (``1`` and ``True`` and ``"1"``
+    differ); None for anything that is not plain config."""
+    if isinstance(value, _SCALARS):
+        return (type(value), value)
+    if isinstance(value, dict):
+        items = []
+        for k, v in value.items():
+            frozen = _frozen_config(v)
+            if not isinstance(k, str) or frozen is None:
+                return None
+            items.append((k, frozen))
+        return (dict, tuple(sorted(items)))
+    if isinstance(value, list):
+        frozen_items = tuple(_frozen_config(v) for v in value)
+        return None if any(f is None for f in frozen_items) else (list, frozen_items)
+    return None
 
 
 _REMEMBERED = "_durable_remembers_true"
@@ -377,6 +473,7 @@ __all__ = [
     "is_verified_version",
     "pack_value",
     "redirect_to_file",
+    "remember_config_schemas",
     "remember_schema_checks",
     "remember_true",
     "serializable_error_info_from_exc_info",

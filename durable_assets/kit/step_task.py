@@ -109,14 +109,7 @@ def _worker_instance(ref: Any, run_id: str) -> tuple[DagsterInstance, DagsterRun
     orchestrator's database finds the run there and writes nothing under the orchestrator's path;
     one that does not (a worker started without a home of its own) keeps opening the ref.
     """
-    with _instances_lock:
-        own = _instances.get(_OWN)
-        if own is None and _OWN not in _instances:
-            try:
-                own = _for_tasks(_open_own())
-            except Exception:  # no home of its own: the ref is all it has
-                own = None
-            _instances[_OWN] = own
+    own = _own_instance()
     run = own.get_run_by_id(run_id) if own is not None else None
     if own is not None and run is not None:
         return own, run
@@ -126,6 +119,51 @@ def _worker_instance(ref: Any, run_id: str) -> tuple[DagsterInstance, DagsterRun
 
 #: The cache key of the worker's own instance (None cached when it has none).
 _OWN = "<own DAGSTER_HOME>"
+
+
+def _own_instance(settle: bool = True) -> DagsterInstance | None:
+    """The worker's own instance (opened once per process), or None when it has none.
+
+    ``settle``: whether a failure to open it is final for the process (a task's answer); the
+    warm-up's is not, so a worker that starts before its database leaves the question to its
+    first task, as it did before there was a warm-up."""
+    with _instances_lock:
+        own = _instances.get(_OWN)
+        if own is None and _OWN not in _instances:
+            try:
+                own = _for_tasks(_open_own())
+            except Exception:  # no home of its own: the ref is all it has
+                if not settle:
+                    return None
+                own = None
+            _instances[_OWN] = own
+        return own
+
+
+#: A partition no batch has: what the warm-up asks about (the answer, False, is not remembered).
+_WARM_UP_PARTITION = "<durable warm-up>"
+
+
+def warm_up() -> None:
+    """Open this pool child's instance, its storages' connections and their schema checks now,
+    not in its first task.
+
+    A child's first task paid ~0.3 s more than the next ones for this (a cProfile of scenario 10's
+    tasks: the instance's config and storages, the first connection of each, Dagster's schema
+    checks); with 4 fresh workers on a 4-shard step, the one whose first task was a shard started
+    it ~0.6 s after the others on a loaded 2-core machine, and the step waited for it. Run in a
+    thread of the child as it starts (``worker_process_init``): a task that arrives meanwhile waits
+    for the same lock, then finds the instance open. Best effort: anything that fails here fails
+    again, and is reported, in the task.
+    """
+    try:
+        own = _own_instance(settle=False)
+        if own is None:
+            return
+        own.get_run_by_id(_WARM_UP_PARTITION)  # run storage: a connection, its schema check
+        own.has_dynamic_partition(_WARM_UP_PARTITION, _WARM_UP_PARTITION)  # the event log's
+    except Exception:  # a warm-up: the first task opens (and reports) what this could not
+        pass
 
 
 def _after_fork_in_child() -> None:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
 from durable_assets.kit.celery_app import app, queue_of
+from durable_assets.kit.dagster_internals import remember_config_schemas
 from durable_assets.kit.db import (
     ConnectionBounds,
     bound_connections,
 )
-from durable_assets.kit.step_task import serve_from_home
+from durable_assets.kit.step_task import serve_from_home, warm_up
 
 
 def run_worker(concurrency: int, connections: ConnectionBounds, home: Path | None = None) -> None:
@@ -26,9 +28,11 @@ def run_worker(concurrency: int, connections: ConnectionBounds, home: Path | Non
     ``home``: the worker's own instance folder (default: DAGSTER_HOME), which its tasks use when it
     holds their run.
     """
-    from celery.signals import after_setup_logger
+    from celery.signals import after_setup_logger, worker_process_init
 
     bound_connections(connections)
+    # Before the pool forks, so every child inherits it: resources are built once per step.
+    remember_config_schemas()
     if home is not None:
         serve_from_home(home)
 
@@ -36,6 +40,11 @@ def run_worker(concurrency: int, connections: ConnectionBounds, home: Path | Non
     def _quiet_results(logger: Any, **_kwargs: Any) -> None:
         # Celery logs every task's return value at INFO: here, a step's whole event list.
         logging.getLogger("celery.app.trace").setLevel(logging.WARNING)
+
+    @worker_process_init.connect(weak=False)
+    def _warm_up_child(**_kwargs: Any) -> None:
+        # In a thread: the pool gives a child 4 s (worker_proc_alive_timeout) to finish its init.
+        threading.Thread(target=warm_up, name="durable-warm-up", daemon=True).start()
 
     celery = app()
     argv = [

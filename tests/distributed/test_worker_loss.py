@@ -270,9 +270,14 @@ def test_a_frozen_worker_is_replaced_and_stands_down_when_it_wakes(
 def test_cancel_reaches_the_tasks(cluster: Cluster, reader: InstanceReader) -> None:
     batch_id = "dist-cancel"
     run, _ = a_batch_mid_shard(cluster, reader, batch_id)
+    # The rest of the sharded step must outlast `job cancel`'s own start (3-5 s on a loaded 2-core
+    # machine): at 80 ms a request its 4 shards could all end first, once warm workers started
+    # them at once, and the cancel then landed at the next step, which asserts nothing here.
+    cluster.sim.configure(latency_ms=500)
     canceled = cluster.job(["cancel", "--id", batch_id])
     assert canceled.proc.returncode == EXIT_OK, canceled.tail()
     at_cancel = effects(cluster)
+    cluster.sim.configure(latency_ms=80)
     run.wait(240)
     assert run.proc.returncode != EXIT_OK, run.tail()
     after = effects(cluster)

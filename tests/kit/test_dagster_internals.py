@@ -40,6 +40,7 @@ OWN = {
     "Reason",
     "check_shard_again",
     "is_verified_version",
+    "remember_config_schemas",
     "remember_schema_checks",
     "remember_true",
     "skip_shard_checks",
@@ -399,3 +400,74 @@ def test_a_written_shard_is_read_without_its_schema_check(tmp_path: Path) -> Non
         assert [e.message for e in reader.all_logs(run.run_id)][-1] == "written"
         di.check_shard_again(reader, run.run_id)
         assert run.run_id not in reader.event_log_storage._initialized_dbs  # type: ignore[attr-defined]
+
+
+# --- resource config schemas a long-lived process infers once (remember_config_schemas) ---------
+
+
+def test_the_config_schema_inference_we_wrap_is_still_there() -> None:
+    from dagster._config.pythonic_config import resource as pythonic_resource
+
+    curry = pythonic_resource._curry_config_schema
+    assert tuple(inspect.signature(curry).parameters) == ("schema_field", "data")
+    infer = pythonic_resource.infer_schema_from_config_class
+    assert tuple(inspect.signature(infer).parameters) == (
+        "model_cls",
+        "description",
+        "fields_to_omit",
+        "default",
+    )
+
+
+def test_a_resource_class_s_schema_is_inferred_once_and_its_values_still_resolve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker builds each resource anew per step; the schema is the class's, so it is inferred
+    once. The values each construction is given still resolve (and are still checked) per object."""
+    from dagster import ConfigurableResource
+    from dagster._config.pythonic_config import resource as pythonic_resource
+
+    inferred: list[type] = []
+    original = pythonic_resource.infer_schema_from_config_class
+
+    def counted(model_cls: type, *args: Any, **kwargs: Any) -> Any:
+        inferred.append(model_cls)
+        return original(model_cls, *args, **kwargs)
+
+    curried: list[Any] = []
+    original_curry = pythonic_resource._curry_config_schema
+
+    def counted_curry(schema_field: Any, data: Any) -> Any:
+        curried.append(data)
+        return original_curry(schema_field, data)
+
+    # restored after the test: the attributes, and the flag that says they are wrapped
+    monkeypatch.setattr(pythonic_resource, "infer_schema_from_config_class", counted)
+    monkeypatch.setattr(pythonic_resource, "_curry_config_schema", counted_curry)
+    monkeypatch.setattr(pythonic_resource, di._SCHEMAS_REMEMBERED, False, raising=False)
+    di.remember_config_schemas()
+    di.remember_config_schemas()  # idempotent: one wrapper, not two
+
+    class Client(ConfigurableResource):  # type: ignore[type-arg]
+        url: str
+        retries: int = 3
+
+    first = Client(url="http://a")
+    second = first._with_updated_values({"retries": 5})
+    assert inferred == [Client]
+    assert second.retries == 5 and second.url == "http://a" and first.retries == 3
+    assert first._schema is second._schema
+    assert second._state__internal__.resolved_config_dict == {"url": "http://a", "retries": 5}
+    again = Client(url="http://a", retries=5)  # the same values: applied to the schema once
+    assert again._config_schema is second._config_schema
+    assert curried == [{"url": "http://a"}, {"url": "http://a", "retries": 5}]
+    assert Client(url="http://a", retries=6)._config_schema is not second._config_schema
+    with pytest.raises(Exception, match="retries"):
+        Client(url="http://a", retries="many")  # type: ignore[arg-type]
+
+
+def test_only_plain_config_values_are_kept_and_their_types_count() -> None:
+    frozen = di._frozen_config
+    assert frozen({"a": 1}) != frozen({"a": True}) != frozen({"a": "1"})
+    assert frozen({"a": [1, {"b": None}]}) == frozen({"a": [1, {"b": None}]})
+    assert frozen({"a": object()}) is None and frozen({1: "x"}) is None and frozen((1, 2)) is None
