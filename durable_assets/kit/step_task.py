@@ -8,6 +8,7 @@ connections.
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import socket
 import threading
@@ -37,6 +38,8 @@ from durable_assets.kit.db import (
 from durable_assets.kit.settings import DistributedSettings
 from durable_assets.kit.step_leases import StepHeartbeat, StepLeaseStore, TaskContext, current_task
 from durable_assets.kit.tags import BATCH_TAG, PARTITION_TAG
+
+_log = logging.getLogger(__name__)
 
 #: The declared defaults (the executor's config schema); the code location passes its environment's.
 _DISTRIBUTED = DistributedSettings()
@@ -162,8 +165,8 @@ def warm_up() -> None:
             return
         own.get_run_by_id(_WARM_UP_PARTITION)  # run storage: a connection, its schema check
         own.has_dynamic_partition(_WARM_UP_PARTITION, _WARM_UP_PARTITION)  # the event log's
-    except Exception:  # a warm-up: the first task opens (and reports) what this could not
-        pass
+    except Exception as error:  # a warm-up: the first task opens (and reports) what this could not
+        _log.debug("worker warm-up did not open the instance (its first task will): %s", error)
 
 
 def _after_fork_in_child() -> None:
