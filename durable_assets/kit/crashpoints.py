@@ -139,7 +139,12 @@ class _Armed:
             n = self.counts[point]
         if spec is not None and point is spec.point and n == spec.hit:
             self.write_counts()
-            os.kill(os.getpid(), spec.signal)
+            # At this thread, not the process: a process-directed SIGSTOP is taken by the main
+            # thread first, and the batch runs in a thread of its own (ops/interrupts.py), which
+            # went on working until the main thread was scheduled (tens of ms on a busy machine:
+            # a step read the provider after its "frozen" start). Taken here, the group stop
+            # begins in this thread before it returns to Python; SIGKILL ends every thread either way.
+            signal.pthread_kill(threading.get_ident(), spec.signal)
 
     def write_counts(self) -> None:
         """Append this process's passes as one JSON line (several processes may share the file)."""

@@ -19,6 +19,7 @@ from durable_assets.kit import crashpoints
 from durable_assets.kit.crashpoints import CrashPoint, CrashSpec, arm, crash_point, disarm, parse_spec
 from durable_assets.kit.settings import CrashHooks
 from tests.support.machine import scaled
+from tests.support.polling import wait_until
 from tests.support.processes import REPO
 
 
@@ -158,3 +159,64 @@ def test_a_bad_spec_in_the_environment_stops_the_cli_with_exit_2(tmp_path: Path)
     assert done.returncode == 2, done.stderr
     assert "DURABLE_CRASH_AT='nowhere:1' names no crash point" in done.stderr
     assert not (home / "storage").exists()  # nothing ran
+
+
+_THREAD_FREEZES = textwrap.dedent(
+    """
+    import mmap, os, struct, sys, threading, time
+    from durable_assets.kit.crashpoints import CrashPoint, crash_point
+
+    with open(sys.argv[1], "r+b") as f:
+        counter = mmap.mmap(f.fileno(), 8)
+
+    def batch():  # as `job run` runs a batch: in a thread of its own (ops/interrupts.py)
+        crash_point(CrashPoint.AFTER_INTENT_COMMIT)
+        n = 0
+        while True:  # what the step would do next, counted where the test can read it frozen
+            n += 1
+            struct.pack_into("<Q", counter, 0, n)
+
+    # The main thread, busy elsewhere, gets the CPU late: both threads on one CPU, the main one at
+    # idle priority (what a loaded machine does by chance, made certain).
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    threading.Thread(target=batch, daemon=True).start()
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    while True:
+        time.sleep(60)
+    """
+)
+
+
+def _stopped(pid: int) -> bool:
+    """Every thread of ``pid`` in the stopped state."""
+    states = [
+        (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        for task in Path(f"/proc/{pid}/task").iterdir()
+    ]
+    return all(state == "T" for state in states)
+
+
+def test_a_freeze_stops_the_thread_that_passed_the_point_before_it_runs_on(tmp_path: Path) -> None:
+    """`:stop` passed in a thread that is not the main one (every `job run` batch) stops that thread
+    at the point. Sent to the process, SIGSTOP was taken by the main thread first and the batch
+    thread ran on until the main thread got a CPU: on a busy machine a step read the provider after
+    its "frozen" start, and a test's change at the provider was missed (CI, 2026-12-06)."""
+    counter = tmp_path / "counter"
+    counter.write_bytes(bytes(8))
+    child = subprocess.Popen(
+        [sys.executable, "-c", _THREAD_FREEZES, str(counter)],
+        env={
+            "PYTHONPATH": str(REPO),
+            "PATH": "/usr/bin:/bin",
+            "DURABLE_CRASH_AT": "after_intent_commit:1:stop",
+        },
+    )
+    try:
+        wait_until(
+            lambda: child.poll() is not None or _stopped(child.pid), scaled(60), what="the child to stop"
+        )
+        assert child.poll() is None
+        assert int.from_bytes(counter.read_bytes(), "little") == 0  # not one step past the point
+    finally:
+        child.kill()
+        child.wait()
