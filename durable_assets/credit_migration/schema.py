@@ -112,16 +112,6 @@ class PlannedAction(StrEnum):
     DECIDED_BY_PERSON = "decided_by_person"  # a person's standing decision: nothing moves
 
 
-class AccountDecision(StrEnum):
-    """What a person may decide for one held account (``job decide --job credit_migration``): the
-    reviews the provider alone cannot settle, which would otherwise come back every night."""
-
-    #: The account gets no customer: nothing is created, adopted or moved for it.
-    NO_CUSTOMER = "no-customer"
-    #: The balance at the provider stands as it is: no adjustment, whatever the export says.
-    KEEP_PROVIDER_BALANCE = "keep-provider-balance"
-
-
 #: Step 4 (``planned_adjustments``): target against what the provider holds now. ``balance_version``
 #: is the id of the customer's newest balance transaction when the plan read it ("" for none): the
 #: adjustment is keyed by it, so it applies at most once to the balance it was computed from.
@@ -132,6 +122,16 @@ PLAN_DTYPES: Final[dict[str, str]] = {
     "adjustment_cents": kit.tables.INT64,
     **kit.tables.text_dtypes("action", "review_note"),
 }
+
+
+class AccountDecision(StrEnum):
+    """What a person may decide for one held account (``job decide --job credit_migration``): the
+    reviews the provider alone cannot settle, which would otherwise come back every night."""
+
+    #: The account gets no customer: nothing is created, adopted or moved for it.
+    NO_CUSTOMER = "no-customer"
+    #: The balance at the provider stands as it is: no adjustment, whatever the export says.
+    KEEP_PROVIDER_BALANCE = "keep-provider-balance"
 
 
 class AdjustmentOutcome(StrEnum):

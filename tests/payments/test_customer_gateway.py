@@ -15,14 +15,7 @@ import httpx
 import pytest
 import stripe
 
-from durable_assets.errors import (
-    IdempotencyKeyInFlightError,
-    IdempotencyKeyMismatchError,
-    ProviderRejectedError,
-    ProviderResponseMismatchError,
-    TransientProviderError,
-    UsageError,
-)
+from durable_assets import errors
 from durable_assets.payments.gateway import (
     BalanceTransaction,
     Customer,
@@ -119,9 +112,9 @@ def test_balance_moves_once_per_key_and_keeps_one_currency(gateway: EmbeddedGate
     )
     assert _move(gateway, customer, -5000, "credit-L1-1") == credit  # replayed, not applied again
     assert _move(gateway, customer, 1500, "credit-L1-2").ending_balance == -3500
-    with pytest.raises(ProviderRejectedError) as other_currency:
+    with pytest.raises(errors.ProviderRejectedError) as other_currency:
         _move(gateway, customer, -1, "credit-L1-3", currency="EUR")
-    with pytest.raises(IdempotencyKeyMismatchError):
+    with pytest.raises(errors.IdempotencyKeyMismatchError):
         _move(gateway, customer, -4999, "credit-L1-1")
 
     after = gateway.retrieve_customer(customer.id)
@@ -188,22 +181,22 @@ def test_find_customer_by_metadata(gateway: EmbeddedGateway | StripeGateway) -> 
     gateway.create_customer(
         email=None, name=None, metadata={"legacy_account_id": "L2"}, idempotency_key="dup"
     )
-    with pytest.raises(ProviderResponseMismatchError, match="2 customers"):
+    with pytest.raises(errors.ProviderResponseMismatchError, match="2 customers"):
         gateway.find_customer(metadata_key="legacy_account_id", value="L2")
 
 
 def test_errors_map_the_same_way(gateway: EmbeddedGateway | StripeGateway) -> None:
     customer = _customer(gateway)
 
-    with pytest.raises(ProviderRejectedError) as missing:
+    with pytest.raises(errors.ProviderRejectedError) as missing:
         gateway.retrieve_customer("cus_missing")
-    with pytest.raises(ProviderRejectedError) as missing_owner:
+    with pytest.raises(errors.ProviderRejectedError) as missing_owner:
         _move(gateway, Customer("cus_missing", None, None, 0, None), -1, "k-missing")
-    with pytest.raises(ProviderRejectedError) as zero:
+    with pytest.raises(errors.ProviderRejectedError) as zero:
         _move(gateway, customer, 0, "k-zero")
-    with pytest.raises(ProviderRejectedError) as bad_email:
+    with pytest.raises(errors.ProviderRejectedError) as bad_email:
         gateway.create_customer(email="not-an-email", name=None, metadata={}, idempotency_key="k-email")
-    with pytest.raises(UsageError):  # the gateway owns metadata["idempotency_key"]
+    with pytest.raises(errors.UsageError):  # the gateway owns metadata["idempotency_key"]
         gateway.create_customer(email=None, name=None, metadata={"idempotency_key": "x"}, idempotency_key="y")
 
     assert (missing.value.http_status, missing.value.code) == (404, "resource_missing")
@@ -230,7 +223,7 @@ def test_lost_response_after_commit_then_resend_moves_the_balance_once(
     customer = _customer(sdk_gateway)
     sim.configure(lost_response_rate=1.0)
 
-    with pytest.raises(TransientProviderError):
+    with pytest.raises(errors.TransientProviderError):
         _move(sdk_gateway, customer, -2500, "credit-lost")
     committed = sdk_gateway.list_balance_transactions(customer.id)  # GETs are never dropped
     sim.configure(lost_response_rate=0.0)
@@ -246,7 +239,7 @@ def test_lost_customer_creation_then_resend_gives_the_same_customer(
     sim: SimulatorServer, sdk_gateway: StripeGateway
 ) -> None:
     sim.configure(lost_response_rate=1.0)
-    with pytest.raises(TransientProviderError):
+    with pytest.raises(errors.TransientProviderError):
         _customer(sdk_gateway)
     sim.configure(lost_response_rate=0.0)
 
@@ -260,9 +253,9 @@ def test_injected_500_processes_nothing(sim: SimulatorServer, sdk_gateway: Strip
     customer = _customer(sdk_gateway)
     sim.configure(error_rate=1.0)
 
-    with pytest.raises(TransientProviderError) as failed:
+    with pytest.raises(errors.TransientProviderError) as failed:
         _move(sdk_gateway, customer, -100, "credit-500")
-    with pytest.raises(TransientProviderError):
+    with pytest.raises(errors.TransientProviderError):
         _customer(sdk_gateway, "L2")
     sim.configure(error_rate=0.0)
 
@@ -277,7 +270,7 @@ def test_rate_limit_applies_to_customer_routes(sim: SimulatorServer, sdk_gateway
     sim.configure(rate_limit=0.5)  # a burst of one request, then one every 2 s
 
     sdk_gateway.retrieve_customer(customer.id)
-    with pytest.raises(TransientProviderError) as limited:
+    with pytest.raises(errors.TransientProviderError) as limited:
         _move(sdk_gateway, customer, -1, "credit-429")
 
     assert limited.value.http_status == 429
@@ -297,7 +290,7 @@ def test_latency_and_an_in_flight_key_get_409(sim: SimulatorServer, sdk_gateway:
         lambda: sim.in_flight_count() == 1, timeout=5, interval=0.005, what="the first request in flight"
     )
 
-    with pytest.raises(IdempotencyKeyInFlightError):
+    with pytest.raises(errors.IdempotencyKeyInFlightError):
         _move(sdk_gateway, customer, -7, "credit-busy")
     holder.join(timeout=10)
     sim.configure(latency_ms=0)
@@ -362,11 +355,11 @@ def test_real_job_provider_serve_loses_every_answer_and_moves_the_balance_once(t
     server = SimulatorProcess(tmp_path / "cli.db", *options, command=command, timeout=30)
     try:
         gateway = StripeGateway(server.url, API_KEY, timeout_s=10)
-        with pytest.raises(TransientProviderError):
+        with pytest.raises(errors.TransientProviderError):
             _customer(gateway)
         [customer] = gateway.list_customers()  # committed before the answer was lost
         for _ in range(3):
-            with pytest.raises(TransientProviderError):
+            with pytest.raises(errors.TransientProviderError):
                 _move(gateway, customer, -1234, "credit-real-process")
         transactions = gateway.list_balance_transactions(customer.id)
         balance = gateway.retrieve_customer(customer.id).balance
