@@ -8,6 +8,7 @@ refuse is a fidelity bug (``tests/payments/test_simulator_fidelity.py``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from durable_assets.payments.stripe_currencies import SUPPORTED as SUPPORTED_CURRENCIES
@@ -30,6 +31,7 @@ METADATA_MAX_KEY_LENGTH = 40
 METADATA_MAX_VALUE_LENGTH = 500
 
 
+@dataclass(eq=False)  # compared by identity, as any exception
 class StripeApiError(Exception):
     """An error in Stripe's vocabulary, so every front can render or map it without guessing.
 
@@ -37,23 +39,16 @@ class StripeApiError(Exception):
     front turns it into Stripe's ``Idempotent-Replayed`` header.
     """
 
-    def __init__(
-        self,
-        http_status: int,
-        error_type: str,
-        code: str | None,
-        message: str,
-        param: str | None = None,
-        *,
-        replayed: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.http_status = http_status
-        self.error_type = error_type
-        self.code = code
-        self.message = message
-        self.param = param
-        self.replayed = replayed
+    http_status: int
+    error_type: str
+    code: str | None
+    message: str
+    param: str | None = None
+    _: KW_ONLY
+    replayed: bool = False
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)  # str(error) is the message
 
     def to_body(self) -> JsonObject:
         """Stripe omits absent fields, so ``None`` values are left out of the JSON."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -172,14 +172,7 @@ def enqueue(instance: DagsterInstance, config: WebhookSettings, run_id: str) -> 
     event, why = terminal_event(instance, run_id)
     if event is None:
         return None, why
-    Outbox(DurableDatabase.for_instance(instance)).enqueue(
-        batch_id=event.batch_id,
-        run_id=event.run_id,
-        event_type=event.event_type,
-        webhook_id=event.webhook_id,
-        body=event.body,
-        urls=config.urls,
-    )
+    Outbox(DurableDatabase.for_instance(instance)).enqueue(**asdict(event), urls=config.urls)
     return event, ""
 
 
