@@ -410,15 +410,20 @@ def hold_connections(instance: DagsterInstance) -> None:
     timeout would fail a batch, not a page). SQLite storages ignore it. One connection is kept per
     storage, and at most ``dagster_overflow`` more opened at once (:func:`bound_connections`).
 
+    On SQLite, where a connection is a file opened per statement and holding it buys little, what
+    is kept is each file's engine: Dagster built one per statement, and compiled every statement
+    anew in it (``keep_sqlite_engines``).
+
     Such a process also keeps what Dagster's storages learn of the schema (a migration that has run
     stays run): without it, each dynamic-partition check and asset or run read asked the catalog
     again, 13% of a worker task's time (``remember_schema_checks``).
     """
-    from durable_assets.kit.dagster_internals import remember_schema_checks
+    from durable_assets.kit.dagster_internals import keep_sqlite_engines, remember_schema_checks
 
     instance.optimize_for_webserver(
         statement_timeout=0, pool_recycle=3600, max_overflow=_bounds.dagster_overflow
     )
+    keep_sqlite_engines(instance)
     remember_schema_checks(instance)
 
 

@@ -40,6 +40,8 @@ OWN = {
     "Reason",
     "check_shard_again",
     "is_verified_version",
+    "keep_sqlite_engines",
+    "KEPT_SHARD_ENGINES",
     "remember_config_schemas",
     "remember_schema_checks",
     "remember_true",
@@ -175,6 +177,10 @@ USED: dict[str, tuple[Any, set[str]]] = {
         {"index_connection", "is_run_sharded", "supports_global_concurrency_limits"},
     ),
     "SqlRunStorage": (di.SqlRunStorage, {"connect", "delete_run"}),
+    # keep_sqlite_engines: the method it replaces and what its replacement calls as Dagster's did
+    "SqliteEventLogStorage": (di.SqliteEventLogStorage, {"_connect", "_initdb", "conn_string_for_shard"}),
+    "SqliteRunStorage": (di.SqliteRunStorage, {"connect"}),
+    "SqliteScheduleStorage": (di.SqliteScheduleStorage, {"connect"}),
     "DefaultRunLauncher": (
         DefaultRunLauncher,
         {"_instance"},
@@ -400,6 +406,68 @@ def test_a_written_shard_is_read_without_its_schema_check(tmp_path: Path) -> Non
         assert [e.message for e in reader.all_logs(run.run_id)][-1] == "written"
         di.check_shard_again(reader, run.run_id)
         assert run.run_id not in reader.event_log_storage._initialized_dbs  # type: ignore[attr-defined]
+
+
+# --- a SQLite file's engine built once per process (keep_sqlite_engines) ------------------------
+
+
+def _engines_used(work: Callable[[], Any]) -> set[Any]:
+    """The SQLAlchemy engines ``work``'s statements ran on (kept alive, so none is counted twice)."""
+    seen: set[Any] = set()
+
+    def record(conn: Any, *_args: Any) -> None:
+        seen.add(conn.engine)
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", record)
+    try:
+        work()
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", record)
+    return seen
+
+
+def test_a_kept_instance_builds_each_sqlite_files_engine_once_and_writes_what_dagster_reads(
+    tmp_path: Path,
+) -> None:
+    """Dagster builds an engine per statement (if a release stops doing so, the first assertion
+    fails: the wrapping saves nothing); kept, one per file. What is written is read by an instance
+    that keeps nothing, as before."""
+    job_def = _one_op_job()
+    with DagsterInstance.from_config(str(shipped_home(tmp_path))) as instance:
+
+        def a_run() -> str:
+            run = instance.create_run_for_job(job_def=job_def)
+            for i in range(5):
+                instance.report_engine_event(f"event {i}", run)
+            instance.report_run_failed(run, message="written")
+            assert instance.get_run_by_id(run.run_id) is not None
+            return run.run_id
+
+        assert len(_engines_used(a_run)) > 10
+        assert all(hasattr(instance.event_log_storage, name) for name in ("_db_lock", "_initialized_dbs"))
+        di.keep_sqlite_engines(instance)
+        di.keep_sqlite_engines(instance)  # idempotent: one wrapper, not two
+        run_ids: list[str] = []
+        # the run storage's, the index shard's and the new run's shard (the schedule storage's unused)
+        assert len(_engines_used(lambda: run_ids.append(a_run()))) == 3
+    with DagsterInstance.from_config(str(shipped_home(tmp_path))) as reader:
+        messages = [e.message for e in reader.all_logs(run_ids[0])]
+        assert messages[-6:-1] == [f"event {i}" for i in range(5)] and messages[-1] == "written"
+
+
+def test_a_kept_event_log_keeps_the_engines_of_its_most_recent_runs_only(tmp_path: Path) -> None:
+    with DagsterInstance.from_config(str(shipped_home(tmp_path))) as instance:
+        di.keep_sqlite_engines(instance)
+        runs = [instance.create_run_for_job(job_def=_one_op_job()) for _ in range(di.KEPT_SHARD_ENGINES + 1)]
+
+        def write(run: Any) -> Callable[[], None]:
+            return lambda: instance.report_engine_event("again", run)
+
+        first = _engines_used(write(runs[0]))
+        for run in runs[1:]:
+            write(run)()  # the first run's engine is the oldest, then dropped
+        assert _engines_used(write(runs[-1])) == _engines_used(write(runs[-1]))  # kept
+        assert _engines_used(write(runs[0])).isdisjoint(first)  # built again
 
 
 # --- resource config schemas a long-lived process infers once (remember_config_schemas) ---------
