@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import pytest_timeout
 
+from durable_assets.payments.resources import forget_checked_account
 from tests.support import machine
 from tests.support.homes import PG_BASE_URL, make_home, postgres_available, postgres_database
 from tests.support.processes import REPO, Process
@@ -182,3 +183,10 @@ def job_cli(
         check=False,
         cwd=cwd,
     )
+
+
+@pytest.fixture(autouse=True)
+def _no_account_check_from_an_earlier_test() -> None:
+    """A run reuses its thread's recent check of the provider's account (payments/resources.py);
+    one test's check must not answer for the next test's provider, started anew at the same address."""
+    forget_checked_account()

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -40,6 +43,49 @@ from durable_assets.payments.gateway import (
 
 #: The declared defaults (no environment read here): the code location passes its environment's.
 _KIT = KitSettings()
+
+#: How long a run reuses the answer :func:`resolve_provider_account` got in the same thread, for the
+#: same provider and key, to "which account is this key?". A Stripe secret key belongs to one
+#: account for its life, so the answer `job run` got checking the provider is the one the run's
+#: first step (in that thread) would get a moment later: one round trip (a provider latency) fewer
+#: before the first effect. A run with no such check just before it (launched from the UI, a
+#: schedule, a worker) asks itself.
+ACCOUNT_ANSWER_REUSE_S = 60.0
+
+
+@dataclass(frozen=True)
+class _CheckedAccount:
+    provider_and_key: str  # a digest: never the key itself
+    account: ProviderAccount
+    at: float  # time.monotonic()
+
+
+_checked_here: ContextVar[_CheckedAccount | None] = ContextVar("durable_checked_account", default=None)
+
+
+def _provider_and_key(provider: str, api_key: str | None) -> str:
+    return hashlib.sha256(f"{provider}\n{api_key or ''}".encode()).hexdigest()
+
+
+def _remember_checked(provider: str, api_key: str | None, account: ProviderAccount) -> None:
+    _checked_here.set(_CheckedAccount(_provider_and_key(provider, api_key), account, time.monotonic()))
+
+
+def _recently_checked(provider: str, api_key: str | None) -> ProviderAccount | None:
+    checked = _checked_here.get()
+    if checked is None or checked.provider_and_key != _provider_and_key(provider, api_key):
+        return None
+    return checked.account if time.monotonic() - checked.at <= ACCOUNT_ANSWER_REUSE_S else None
+
+
+def forget_checked_account() -> None:
+    """Forget this thread's last check (a test that starts providers anew at the same address)."""
+    _checked_here.set(None)
+
+
+def _provider_name(payments_url: str | None, embedded_path: str) -> str:
+    """One name per provider: its base URL, or the embedded store's file."""
+    return payments_url or f"embedded:{embedded_path}"
 
 
 def instance_dir(context: InitResourceContext) -> Path:
@@ -86,7 +132,7 @@ class PaymentGateway(ConfigurableResource):
         self._account = None
         embedded = str(instance_dir(context) / "payments.db")
         self._gateway = gateway_from_settings(self.payments_url, self.api_key, embedded)
-        self._provider = self.payments_url or f"embedded:{embedded}"
+        self._provider = _provider_name(self.payments_url, embedded)
         if context.instance is not None:
             self._cursors = ListCursors(DurableDatabase.for_instance(context.instance))
         run = context.dagster_run
@@ -111,9 +157,13 @@ class PaymentGateway(ConfigurableResource):
     @property
     def account(self) -> ProviderAccount:
         """The provider account this run talks to, asked once (paced and retried like any call)
-        the first time a step needs it, then kept for the run: one request, not one per step."""
+        the first time a step needs it, then kept for the run: one request, not one per step. When
+        this thread checked the provider for the same key within :data:`ACCOUNT_ANSWER_REUSE_S`
+        (`job run` and `job resume` do, just before an in-process run), that answer is the one."""
         gateway = self._open()
         with self._account_lock:
+            if self._account is None:
+                self._account = _recently_checked(self._provider, self.api_key)
             if self._account is None:
                 answer = call_with_retries(
                     lambda: {"account": gateway.account()}, self.limiter(), self.backoff()
@@ -182,12 +232,14 @@ def resolve_provider_account(
     when ``payments_url`` is unset), asks for its account and closes it. Transient faults (429,
     5xx, no answer) are retried for ``budget_s``.
     """
-    gateway = gateway_from_settings(payments_url, api_key, str(instance_root / "payments.db"))
+    embedded = str(instance_root / "payments.db")
+    gateway = gateway_from_settings(payments_url, api_key, embedded)
     try:
         answer = call_with_retries(
             lambda: {"account": gateway.account()}, RateLimiter(), Backoff(down_budget_s=budget_s)
         )
         account: ProviderAccount = answer["account"]
+        _remember_checked(_provider_name(payments_url, embedded), api_key, account)
         return account
     except ProviderUnavailableError as error:
         raise ProviderConfigError(

@@ -13,6 +13,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from durable_assets.errors import (
     ProviderResponseMismatchError,
 )
 from durable_assets.kit.accounts import ProviderAccount
+from durable_assets.payments import resources
 from durable_assets.payments.gateway import (
     EmbeddedGateway,
     StripeGateway,
@@ -317,6 +319,34 @@ def test_the_resource_asks_for_the_account_once(sim: SimulatorServer) -> None:
         accounts = [resource.account, resource.account]
     assert accounts == [ProviderAccount("stripe", sim.store.account_id, False)] * 2
     assert sim.stats()["requests"] - before == 1
+
+
+def test_a_run_reuses_the_account_its_thread_just_checked(
+    sim: SimulatorServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`job run` checks the provider, then runs the batch in the same thread: the run's first step
+    takes that answer instead of asking again. Another key, another thread, or an old answer asks."""
+
+    def asked(resource: PaymentGateway) -> int:
+        with instance_for_test() as instance:
+            resource.setup_for_execution(build_init_resource_context(instance=instance))
+            before = sim.stats()["requests"]
+            assert resource.account == ProviderAccount("stripe", sim.store.account_id, False)
+            return sim.stats()["requests"] - before
+
+    checked = resolve_provider_account(sim.url, API_KEY, tmp_path)
+    assert checked == ProviderAccount("stripe", sim.store.account_id, False)
+    assert asked(PaymentGateway(payments_url=sim.url, api_key=API_KEY)) == 0
+    assert asked(PaymentGateway(payments_url=sim.url, api_key="sk_test_other")) == 1
+    in_another_thread: list[int] = []
+    thread = threading.Thread(
+        target=lambda: in_another_thread.append(asked(PaymentGateway(payments_url=sim.url, api_key=API_KEY)))
+    )
+    thread.start()
+    thread.join()
+    assert in_another_thread == [1]
+    monkeypatch.setattr(resources, "ACCOUNT_ANSWER_REUSE_S", 0.0)  # the check is older than that
+    assert asked(PaymentGateway(payments_url=sim.url, api_key=API_KEY)) == 1
 
 
 def test_resolve_names_each_configured_provider(sim: SimulatorServer, tmp_path: Path) -> None:
