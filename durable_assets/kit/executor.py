@@ -23,7 +23,8 @@ location's job is the graph the UI shows. Its steps run one Celery task each; a 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dagster import (
@@ -129,7 +130,8 @@ def durable_executor(
     def _durable(init_context: InitExecutorContext) -> DurableExecutor:
         config: dict[str, Any] = dict(init_context.executor_config)
         if ExecutorKind.CELERY.value in config:
-            return DurableExecutor(ExecutorKind.CELERY, None, _celery(config[ExecutorKind.CELERY.value]))
+            celery_config = config[ExecutorKind.CELERY.value]
+            return DurableExecutor(ExecutorKind.CELERY, None, lambda: _celery(celery_config))
         in_process = in_process_executor.executor_creation_fn(  # type: ignore[misc]
             init_context._replace(
                 executor_def=in_process_executor, executor_config=config[ExecutorKind.IN_PROCESS.value]
@@ -138,7 +140,7 @@ def durable_executor(
         # A run tagged celery with config left at its default: the celery mode's defaults.
         defaults = {"retries": config[ExecutorKind.IN_PROCESS.value].get("retries", {"enabled": {}})}
         defaults |= {k: f.default_value for k, f in celery_fields.items() if k != "retries"}
-        return DurableExecutor(ExecutorKind.IN_PROCESS, in_process, _celery(defaults))
+        return DurableExecutor(ExecutorKind.IN_PROCESS, in_process, lambda: _celery(defaults))
 
     return _durable
 
@@ -156,10 +158,17 @@ def _celery(config: Mapping[str, Any]) -> Executor:
 class DurableExecutor(Executor):
     """Runs the plan in process or on the workers: the config's choice, unless the run's tag says celery."""
 
-    def __init__(self, configured: ExecutorKind, in_process: Executor | None, celery: Executor) -> None:
+    def __init__(
+        self, configured: ExecutorKind, in_process: Executor | None, celery: Callable[[], Executor]
+    ) -> None:
         self._configured = configured
         self._in_process = in_process
-        self._celery = celery
+        self._make_celery = celery
+
+    @functools.cached_property
+    def _celery(self) -> Executor:
+        """Built when a run goes to the workers: an in-process run never imports Celery (~40 ms)."""
+        return self._make_celery()
 
     @property
     def _default(self) -> Executor:
