@@ -320,6 +320,8 @@ def one_task_at_a_time(pool_size: int) -> ConnectionBounds:
 
 _bounds = THREADED
 _engines: dict[str, Engine] = {}
+#: Rows per round trip when an executemany goes to Postgres (a ledger chunk is at most 200 keys).
+EXECUTEMANY_PAGE_ROWS = 500
 _engines_lock = threading.Lock()
 
 
@@ -381,6 +383,11 @@ def engine_for_url(url: str) -> Engine:
                     pool_pre_ping=True,
                     pool_size=_bounds.pool_size,
                     max_overflow=_bounds.max_overflow,
+                    # psycopg2's own executemany sends one statement per round trip: a ledger chunk's
+                    # 200 intents were 200 round trips before its first request. In batches, it is one
+                    # (psycopg2's execute_batch; the statements and the transaction are the same).
+                    executemany_mode="values_plus_batch",
+                    executemany_batch_page_size=EXECUTEMANY_PAGE_ROWS,
                 )
             try:
                 upgrade_to_head(engine)
@@ -425,6 +432,27 @@ def hold_connections(instance: DagsterInstance) -> None:
     )
     keep_sqlite_engines(instance)
     remember_schema_checks(instance)
+
+
+#: Batches whose dynamic partition a process remembers exists (a few bytes each).
+KNOWN_PARTITIONS = 1024
+
+
+def remember_existing_partitions(instance: DagsterInstance) -> None:
+    """Ask this instance once per batch whether its dynamic partition exists, not ~80 times a run.
+
+    Dagster asks (``has_dynamic_partition``: a query each) for every input, output and data-version
+    lookup of every step: 80 times in a demo batch, 11% of a worker task's time in a profile
+    (docs/benchmarks.md, scenario 10). A batch's partition is added before its first run and deleted
+    only by retention, once the batch has ended, so "it exists" is remembered for the process (the
+    most recent :data:`KNOWN_PARTITIONS`); "it does not" is asked again. For a process that runs
+    batches (a worker, `job run`, `job resume`, `job backfill`), not one that serves reads for days.
+    """
+    from durable_assets.kit.dagster_internals import remember_true
+
+    instance.has_dynamic_partition = remember_true(  # type: ignore[method-assign]
+        instance.has_dynamic_partition, max_entries=KNOWN_PARTITIONS
+    )
 
 
 def database_url_for_instance(instance: DagsterInstance) -> str:

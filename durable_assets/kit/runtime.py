@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         metadata,
         now,
         one_task_at_a_time,
+        remember_existing_partitions,
         stop_requests,
         webhook_outbox,
     )
@@ -179,6 +180,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "metadata",
         "now",
         "one_task_at_a_time",
+        "remember_existing_partitions",
         "stop_requests",
         "webhook_outbox",
     ),

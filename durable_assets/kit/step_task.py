@@ -28,12 +28,12 @@ from durable_assets.kit.dagster_internals import (
     ReconstructableJob,
     create_execution_plan,
     execute_plan_iterator,
-    remember_true,
     unpack_value,
 )
 from durable_assets.kit.db import (
     DurableDatabase,
     hold_connections,
+    remember_existing_partitions,
 )
 from durable_assets.kit.settings import DistributedSettings
 from durable_assets.kit.step_leases import StepHeartbeat, StepLeaseStore, TaskContext, current_task
@@ -71,24 +71,12 @@ def _open_own() -> DagsterInstance:
     return DagsterInstance.from_config(_own_home) if _own_home is not None else DagsterInstance.get()
 
 
-#: Batches whose dynamic partition a worker process remembers exists (a few bytes each).
-_KNOWN_PARTITIONS = 1024
-
-
 def _for_tasks(instance: DagsterInstance) -> DagsterInstance:
     """An instance that serves every task of this worker process: it holds its connections and
-    keeps what it learnt that cannot become untrue while a task needs it.
-
-    Dagster checks that the run's partition exists (``has_dynamic_partition``: a query each) about
-    ten times per task, for inputs, outputs and the data-version lookup: 11% of a task's time in a
-    profile, its schema check included (docs/benchmarks.md, scenario 10). A batch's partition is
-    added before its first run and deleted only by retention, once the batch has ended, so "it
-    exists" is remembered; "it does not" is asked again.
-    """
+    keeps what it learnt that cannot become untrue while a task needs it (that a batch's partition
+    exists: ``remember_existing_partitions``)."""
     hold_connections(instance)
-    instance.has_dynamic_partition = remember_true(  # type: ignore[method-assign]
-        instance.has_dynamic_partition, max_entries=_KNOWN_PARTITIONS
-    )
+    remember_existing_partitions(instance)
     return instance
 
 

@@ -904,7 +904,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         bound_connections(_one_task_at_a_time())  # it orchestrates: the workers run every step
     instance = _instance(args.verbose)
     if args.command in ("run", "resume", "backfill"):
-        _long_lived(instance)
+        from durable_assets.kit.runtime import remember_existing_partitions
+
+        remember_existing_partitions(_long_lived(instance))  # it runs batches, a partition each
     if args.command == "run":
         _with_progress(
             instance,

@@ -129,3 +129,28 @@ def test_concurrent_workers_never_both_own_one_subject(durable_db_url: str) -> N
     for p in procs:
         p.join(timeout=scaled(60))
     assert sum(len(keys) for _key, keys in owned) == 1, owned
+
+
+@pytest.mark.postgres
+def test_a_chunks_rows_reach_postgres_in_one_round_trip_not_one_each(
+    pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg2's own executemany sends one statement per round trip (200 for a chunk's intents,
+    before its first request); the engine sends them as psycopg2's batches, with the same effect."""
+    import psycopg2.extras
+
+    batches: list[int] = []
+    execute_batch = psycopg2.extras.execute_batch
+
+    def counted(cursor: Any, sql: str, rows: Any, page_size: int = 100) -> None:
+        batches.append(len(rows))
+        execute_batch(cursor, sql, rows, page_size=page_size)
+
+    monkeypatch.setattr(psycopg2.extras, "execute_batch", counted)
+    ledger = _ledger(pg_database)
+    intents = [Intent(f"k{i}", {"amount": i}) for i in range(200)]
+    assert len(ledger.claim("refund", intents, owner="run-a").owned) == 200
+    ledger.record_results("refund", {f"k{i}": {"id": f"re_{i}"} for i in range(200)})
+    assert batches.count(200) >= 2  # the intents, then the results, each one executemany
+    again = ledger.claim("refund", intents, owner="run-b")
+    assert again.finished == {f"k{i}": {"id": f"re_{i}"} for i in range(200)}
