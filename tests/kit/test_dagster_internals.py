@@ -288,18 +288,20 @@ def test_the_schema_checks_we_remember_are_still_there(storage: str) -> None:
         assert tuple(inspect.signature(getattr(cls, name)).parameters) == expected, f"{cls.__name__}.{name}"
 
 
+def _watching_statements(work: Callable[[], Any], record: Callable[..., None]) -> None:
+    """``work``, with ``record(conn, cursor, statement, ...)`` called before each of its statements on
+    any engine."""
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", record)
+    try:
+        work()
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", record)
+
+
 def _statements(reads: Callable[[], None]) -> list[str]:
     """The SQL statements ``reads`` sends, through any engine."""
     seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        seen.append(statement)
-
-    sa.event.listen(sa.engine.Engine, "before_cursor_execute", record)
-    try:
-        reads()
-    finally:
-        sa.event.remove(sa.engine.Engine, "before_cursor_execute", record)
+    _watching_statements(reads, lambda _conn, _cursor, statement, *_args: seen.append(statement))
     return seen
 
 
@@ -414,15 +416,7 @@ def test_a_written_shard_is_read_without_its_schema_check(tmp_path: Path) -> Non
 def _engines_used(work: Callable[[], Any]) -> set[Any]:
     """The SQLAlchemy engines ``work``'s statements ran on (kept alive, so none is counted twice)."""
     seen: set[Any] = set()
-
-    def record(conn: Any, *_args: Any) -> None:
-        seen.add(conn.engine)
-
-    sa.event.listen(sa.engine.Engine, "before_cursor_execute", record)
-    try:
-        work()
-    finally:
-        sa.event.remove(sa.engine.Engine, "before_cursor_execute", record)
+    _watching_statements(work, lambda conn, *_args: seen.add(conn.engine))
     return seen
 
 
