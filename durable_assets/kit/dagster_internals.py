@@ -174,7 +174,7 @@ def keep_sqlite_engines(instance: dagster.DagsterInstance) -> None:
     Dagster's SQLite storages call ``create_engine`` for every connection they open and drop the
     engine after it. A new engine starts with an empty compiled-statement cache and an uninitialised
     dialect, so each of a run's ~100 events compiled its INSERT anew (and the asset and check events
-    their index-shard writes too): 544 engines for one demo batch, ~0.15 s of a 3.7 s `job run`
+    their index-shard writes too): 332 engines for one demo batch, ~0.16 s of a 4.3 s `job run`
     (alternating runs with and without, docs/benchmarks.md). Kept here: the run storage's and the
     schedule storage's engine, and the event log's per shard (its index and the last
     :data:`KEPT_SHARD_ENGINES` runs). The connections are what Dagster's are: ``NullPool``, one
