@@ -13,8 +13,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -36,6 +37,28 @@ def _sigint_default() -> None:
     """As from a terminal: the caller may run with SIGINT ignored (started in the background, as CI
     does), which a child inherits; Dagster maps SIGTERM to SIGINT's handler and would ignore both."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _sigint_not_ignored() -> Iterator[Callable[[], None] | None]:
+    """What gives a child SIGINT's default: the ``preexec_fn`` to pass, or None when none is needed.
+
+    A child inherits an ignored signal, never a handler (exec resets handlers to the default). So on
+    the main thread an ignored SIGINT is handled by Python's default handler while the child starts,
+    and no Python runs between fork and exec: that path forks with ``fork()``, whose ``atfork``
+    handlers include gRPC's, which hung a pytest worker that had talked to a code server (the
+    parent blocked in gRPC's prefork handler, inside ``fork``). Elsewhere, ``_sigint_default``.
+    """
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield None
+    elif threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            yield None
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    else:
+        yield _sigint_default
 
 
 class Process:
@@ -61,8 +84,8 @@ class Process:
     ) -> None:
         """Start ``argv``; its stdout goes to ``out``, its stderr to ``err`` (or ``out`` too).
 
-        ``sigint_default`` resets SIGINT in the child (see :func:`_sigint_default`); off by default
-        because it runs Python between fork and exec, which threads in the caller make risky.
+        ``sigint_default`` gives the child SIGINT's default even when the caller ignores it (see
+        :func:`_sigint_not_ignored`).
         ``track=False`` keeps it out of ``spawned``: for a child whose stop is its own business
         (scripts/ui.sh starts a session of its own, which reaping ui.sh's group would leak).
         """
@@ -72,6 +95,7 @@ class Process:
         with contextlib.ExitStack() as files:
             stdout = files.enter_context(open(out, "w"))
             stderr = files.enter_context(open(err, "w")) if err else subprocess.STDOUT
+            preexec = files.enter_context(_sigint_not_ignored()) if sigint_default else None
             self.proc = subprocess.Popen(
                 self.argv,
                 env=dict(env),
@@ -79,7 +103,7 @@ class Process:
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
-                preexec_fn=_sigint_default if sigint_default else None,
+                preexec_fn=preexec,
             )
         self.started = time.monotonic()
         self.ended: float | None = None
