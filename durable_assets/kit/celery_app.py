@@ -84,9 +84,22 @@ def queue_of(celery: Celery) -> str:
 
 
 def workers_answer(celery: Celery, queue: str) -> bool:
-    """Whether a worker consumes ``queue``: a plain ping is answered by every worker on the broker,
-    including those of other queues (another deployment, another test) that will never run ours."""
+    """Whether a worker consumes ``queue`` (a plain ping is answered by every worker on the broker,
+    including those of other queues, another deployment's or another test's, that never run ours).
+
+    On AMQP (RabbitMQ) the broker answers: a passive declare of the queue returns its consumer count
+    in one round trip (~10 ms), and a queue nobody declared yet has no worker. A broadcast
+    ``inspect`` instead waits its whole timeout for replies that may still come: 1 s before every
+    distributed run's first step, ~50 ms of each task of a small batch. Other transports count no
+    consumers, so they keep the broadcast."""
     try:
+        with celery.connection_for_read() as conn:
+            if conn.transport.driver_type == "amqp":
+                try:
+                    declared = conn.default_channel.queue_declare(queue=queue, passive=True)
+                except conn.channel_errors:  # not declared yet: no worker has consumed it
+                    return False
+                return int(declared.consumer_count) > 0
         replies = celery.control.inspect(timeout=1.0).active_queues() or {}
     except Exception:
         return False
