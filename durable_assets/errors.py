@@ -116,6 +116,11 @@ class CodeChangedError(UsageError):
     step runs (exit 2) until the old code is back or a person accepts the change."""
 
 
+class UnknownShardSchemeError(DurableError):
+    """A batch was started by a newer release, which split its shards in a way this one does not
+    know: resume it with that release."""
+
+
 class StoredOutputIncompatibleError(DurableError):
     """A step's stored output, written by the code the batch started with, does not load on the code
     deployed now (a class that moved, a module that is gone): resume on the batch's own code."""

@@ -46,6 +46,7 @@ from durable_assets.kit.tags import (
     FILES_KEY,
     GUARDRAIL_VARIABLES_KEY,
     LABEL_KEY,
+    SHARD_SCHEME_TAG,
     SHARDS_TAG,
     STEPS_KEY,
 )
@@ -379,6 +380,7 @@ class DurableJobs:
         """
         from durable_assets.kit.distributed import durable_celery_executor, executor_config
         from durable_assets.kit.modes import ExecutorKind
+        from durable_assets.kit.sharding import CURRENT_SCHEME
 
         if self._defs is None:
             raise RuntimeError("DurableJobs.definitions() has not been called in this code location")
@@ -396,7 +398,11 @@ class DurableJobs:
             ),
             description=job.description,
             metadata=job.job_metadata,
-            tags={EXECUTOR_TAG: ExecutorKind.CELERY.value, SHARDS_TAG: str(shards)},
+            tags={
+                EXECUTOR_TAG: ExecutorKind.CELERY.value,
+                SHARDS_TAG: str(shards),
+                SHARD_SCHEME_TAG: CURRENT_SCHEME.value,
+            },
         )
         defs = Definitions(
             assets=list(assets),

@@ -29,6 +29,10 @@ BATCH_TAG: Final = "durable/batch"
 EXECUTOR_TAG: Final = "durable/executor"
 #: How many shards a distributed run splits its mutating step into; written with ``EXECUTOR_TAG``.
 SHARDS_TAG: Final = "durable/shards"
+#: How a distributed run's shard steps split their rows (``sharding.ShardScheme``): written with
+#: ``SHARDS_TAG`` (kit/job.py); read by every shard step from its lineage's *first* run, so the
+#: shards of one batch split alike across a deploy. A first run without it split by CRC-32.
+SHARD_SCHEME_TAG: Final = "durable/shard_scheme"
 #: The run's worker was lost (its lease lapsed). Written by the run launcher's monitor and by
 #: ops/runner.py (takeover, cancel); read by ops/status.py, metrics and auto-resume. Its values are
 #: the ``WORKER_LOST_*`` names below.

@@ -20,7 +20,14 @@ from dagster import DagsterRun, JobDefinition, build_reconstructable_job
 
 from durable_assets.errors import UnknownJobError, UsageError
 from durable_assets.kit import DurableJob, DurableJobs
-from durable_assets.kit.runtime import BATCH_TAG, EXECUTOR_TAG, SHARDS_TAG, ExecutorKind, ReconstructableJob
+from durable_assets.kit.runtime import (
+    BATCH_TAG,
+    EXECUTOR_TAG,
+    SHARD_SCHEME_TAG,
+    SHARDS_TAG,
+    ExecutorKind,
+    ReconstructableJob,
+)
 from durable_assets.settings import InstanceSettings
 
 CODE_LOCATION_ENV = "DURABLE_CODE_LOCATION"
@@ -147,9 +154,10 @@ def shards_of_runs(runs: Sequence[DagsterRun]) -> int | None:
 
 
 def executor_tags_of_runs(runs: Sequence[DagsterRun]) -> dict[str, str]:
-    """The executor tags a resume of the lineage carries: its first run's, so it runs as that did."""
+    """The executor tags a resume of the lineage carries: its first run's, so it runs as that did
+    (shards read their split from the first run itself: ``kit.sharding.scheme_of_batch``)."""
     first = runs[0].tags if runs else {}
-    return {k: first[k] for k in (EXECUTOR_TAG, SHARDS_TAG) if k in first}
+    return {k: first[k] for k in (EXECUTOR_TAG, SHARDS_TAG, SHARD_SCHEME_TAG) if k in first}
 
 
 def job_of_runs(runs: Sequence[DagsterRun]) -> DurableJob:

@@ -16,7 +16,7 @@ import pytest
 
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.progress import Progress, ProgressStore, ShardOf
-from durable_assets.kit.sharding import rows_per_shard, shard_position
+from durable_assets.kit.sharding import ShardScheme, rows_per_shard, shard_position
 from tests.support.machine import scaled
 
 STEP, TOTAL, LABEL = 4, 7, "Issuing refunds"
@@ -143,5 +143,6 @@ def test_shard_names_and_row_counts() -> None:
 
     assert shard_position("issued_refunds__shard_2_of_4") == ShardOf("issued_refunds", 2, 4)
     assert shard_position("issued_refunds") is None
-    counts = rows_per_shard(pd.Series([f"inv_{i}" for i in range(1000)]), 4)
-    assert sum(counts) == 1000 and all(counts)
+    for scheme in ShardScheme:
+        counts = rows_per_shard(pd.Series([f"inv_{i}" for i in range(1000)]), 4, scheme)
+        assert sum(counts) == 1000 and all(counts), scheme
