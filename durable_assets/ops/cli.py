@@ -882,12 +882,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _print_jobs(args.json)
     if args.command == "worker":
         from durable_assets.kit.runtime import run_worker
-        from durable_assets.ops.registry import durable_jobs
+        from durable_assets.ops.registry import durable_jobs, prepare_distributed_jobs
 
         _instance(args.verbose)  # DAGSTER_HOME resolved and checked, as for every command
         # The code location, imported once here, before the pool forks: each child inherits it
-        # instead of importing it in its first task (~2 s of a batch's critical path per child).
+        # instead of importing it in its first task (~2 s of a batch's critical path per child),
+        # and its jobs as a run with the default shard count executes them.
         durable_jobs()
+        prepare_distributed_jobs()
         run_worker(args.concurrency, _one_task_at_a_time(), _home())
         return EXIT_OK
 
