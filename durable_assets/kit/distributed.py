@@ -209,8 +209,8 @@ class DurableCeleryExecutor(Executor):
         task = celery.tasks[TASK_NAME]
         if not workers_answer(celery, queue):
             warning = (
-                f"no `job worker` answered a ping on {str(celery.conf.broker_url).split('@')[-1]} (queue "
-                f"{queue!r}); the steps wait in the queue until one starts"
+                f"no `job worker` consumes queue {queue!r} on {str(celery.conf.broker_url).split('@')[-1]}; "
+                "the steps wait in the queue until one starts"
             )
             ctx.log.warning(warning)  # the batch's log (and the terminal with --verbose)
             yield DagsterEvent.engine_event(ctx, warning, EngineEventData())

@@ -97,7 +97,7 @@ def test_a_refund_batch_runs_sharded_and_waits_for_a_worker(cluster: Cluster) ->
     log = cluster.home / "logs" / f"{batch}.log"  # where `job run` sends Dagster's output
     wait_until(
         lambda: (
-            (log.is_file() and "no `job worker` answered a ping" in log.read_text())
+            (log.is_file() and "no `job worker` consumes queue" in log.read_text())
             or run.proc.poll() is not None
         ),
         timeout=120,
