@@ -14,6 +14,8 @@ by the request it answers, which is not sent again before it; a longer one than 
 least (1 s: RFC 9110 allows only whole seconds, so a provider whose token is back in 10 ms says
 1) pauses everyone. Pausing everyone on every such 1 s let the provider's bucket fill whole, to
 be spent in the next burst: the bursts and pauses issue #37 measured (144, 123, 32, 151, ...).
+What the provider refills while we pause (a step boundary) is spent at once by the next step, up
+to the burst the first 429s showed; paced at the learned rate instead, it was left unspent.
 
 A 429 is the provider pacing us, never a fault: it is not an attempt and never makes a request give
 up. Faults (5xx, connection errors, timeouts) are retried with backoff until the provider has given
@@ -73,6 +75,12 @@ MIN_RATE = 1.0
 #: A process that saw the provider down for its whole budget fails further calls without sending
 #: them for this long (each would cost a timeout against a black hole); later calls probe again.
 FAIL_FAST_S = 5.0
+#: A pause in our sending at least this long (a step boundary) lets the provider's bucket refill:
+#: the next requests may spend that refill at once (:meth:`RateLimiter.wait_s`).
+IDLE_CREDIT_AFTER_S = 0.2
+#: The share of the provider's burst, as learned, that a refill after a pause may spend at once:
+#: a margin for the estimate, so the credit ends before the provider's bucket does.
+IDLE_CREDIT_SHARE = 0.8
 
 
 class RateLimiter:
@@ -102,6 +110,13 @@ class RateLimiter:
         self._successes: deque[float] = deque()
         self._down_since: float | None = None  # first failure after the last success
         self._last_failure = now - FAIL_FAST_S
+        # The provider's burst, learned from the first 429 of an unlimited start (see _learn_burst).
+        self._first_success: float | None = None
+        self._first_run: tuple[int, float] | None = None  # successes and seconds before the first 429
+        self._refill: float | None = None  # the provider's refill rate, as last measured
+        self._burst = 0.0
+        self._credit = 0.0  # requests that may go at once: the provider's refill during our pause
+        self._granted_at = now
 
     @property
     def rate(self) -> float | None:
@@ -127,10 +142,27 @@ class RateLimiter:
             capacity = max(1.0, rate / 20)  # bursts of at most 50 ms of requests
             self._tokens = min(capacity, self._tokens + (now - self._refilled) * rate)
             self._refilled = now
+            self._credit_pause(now)
             if self._tokens >= 1.0:
                 self._tokens -= 1.0
-                return 0.0
-            return (1.0 - self._tokens) / rate
+            elif self._credit >= 1.0:  # on top of the rate: the provider refills as we spend it
+                self._credit -= 1.0
+            else:
+                return (1.0 - self._tokens) / rate
+            self._granted_at = now
+            return 0.0
+
+    def _credit_pause(self, now: float) -> None:
+        """After a pause in our sending (a step's end and the next one's start: ~0.3-0.6 s), the
+        provider's bucket holds what it refilled meanwhile, up to its burst. Paced at the learned rate
+        the next step left it unspent: a 180-request step after a 0.57 s pause took 1.68 s where
+        1.23 s would do. So the next requests may go at once, up to that refill (at the learned
+        refill rate, within :data:`IDLE_CREDIT_SHARE` of the learned burst). Not with a ceiling: the
+        user's cap is a rate never exceeded. A 429 ends the credit (the estimate was wrong)."""
+        idle = now - self._granted_at
+        if self.ceiling or idle < IDLE_CREDIT_AFTER_S or not self._burst or not self._refill:
+            return
+        self._credit = max(self._credit, min(IDLE_CREDIT_SHARE * self._burst, idle * self._refill))
 
     def acquire(self) -> None:
         while (wait := self.wait_s()) > 0:
@@ -139,6 +171,8 @@ class RateLimiter:
     def succeeded(self) -> None:
         with self._lock:
             now = self.clock()
+            if self._first_success is None:
+                self._first_success = now
             self._successes.append(now)
             self._since_decrease += 1
             while self._successes and self._successes[0] < now - WINDOW_S:
@@ -152,17 +186,32 @@ class RateLimiter:
             now = self.clock()
             self._failed(now)
             own_wait = retry_after or 0.0
+            self._credit = 0.0
             if own_wait > PAUSE_EVERYONE_ABOVE_S:
                 self._paused_until = max(self._paused_until, now + own_wait)
                 own_wait = 0.0  # acquire() waits it out, for this caller as for everyone
             if now - self._decreased_at < WINDOW_S:
                 return own_wait  # this window's 429s were already answered by one decrease
             let_through = self._let_through(now)
+            self._learn_burst(now, let_through)
             current = self._rate(now)
             floor = current / 2 if current else MIN_RATE  # at most halve on an empty window
             self._learned = max(MIN_RATE, floor, DECREASE * min(let_through, current or let_through))
             self._decreased_at, self._decreased_once, self._since_decrease = now, True, 0
             return own_wait
+
+    def _learn_burst(self, now: float, let_through: float) -> None:
+        """The provider's burst: what an unlimited start got through before its first 429, less what
+        the provider refills in that time (its rate, known from the second 429 on)."""
+        if self.ceiling or self._first_success is None:
+            return
+        if not self._decreased_once:
+            self._first_run = (self._since_decrease, now - self._first_success)
+            return
+        self._refill = let_through
+        if self._first_run is not None and not self._burst:
+            successes, seconds = self._first_run
+            self._burst = max(0.0, successes - let_through * seconds)
 
     def _let_through(self, now: float) -> float:
         """Requests/s the provider admitted lately. Since the last decrease (its bucket was empty

@@ -289,3 +289,88 @@ def test_a_pool_sends_at_the_limit_without_bursts_and_pauses(limit: float) -> No
     per_second = [sum(1 for t in admitted if s <= t < s + 1) for s in range(10, 40)]
     assert sum(per_second) / len(per_second) >= 0.97 * limit, per_second
     assert max(per_second) / min(per_second) <= 1.3, per_second
+
+
+class _NoBurst:
+    """A provider bucket that admits ``rate`` requests/s with no burst at all (one token)."""
+
+    def __init__(self, rate: float, clock: Clock) -> None:
+        self.rate, self.clock = rate, clock
+        self.tokens, self.updated = 1.0, clock()
+
+    def take(self) -> float | None:
+        now = self.clock()
+        self.tokens = min(1.0, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return None
+        return (1.0 - self.tokens) / self.rate
+
+
+def simulate_steps(
+    steps: list[int], pause_s: float, *, burst: bool = True, ceiling: float | None = None
+) -> tuple[list[float], int, list[float]]:
+    """A batch's steps against one provider on a fake clock: each step sends its requests with 16
+    workers at 100 ms (as :func:`simulate_pool`), and the next starts ``pause_s`` after the last
+    answer (Dagster's step boundary), against a provider at 100/s. Returns each step's span (first
+    send to last answer), the 429s the provider answered in all, and when it admitted each request."""
+    clock = Clock()
+    provider = TokenBucket(100.0, clock=clock) if burst else _NoBurst(100.0, clock)
+    lim = limiter(clock, ceiling)
+    spans: list[float] = []
+    admitted: list[float] = []
+    refused, at = 0, clock.now
+    for n in steps:
+        started, last, remaining = at, at, n
+        events = [(at, w, "send") for w in range(16)]
+        heapq.heapify(events)
+        while events:
+            at, worker, kind = heapq.heappop(events)
+            clock.now = at
+            if kind == "answered":
+                lim.succeeded()
+                last = at
+            if remaining == 0:
+                continue
+            if (wait := lim.wait_s()) > 0:  # at least 1 us: the fake clock must move on
+                heapq.heappush(events, (at + max(wait, 1e-6), worker, "send"))
+            elif (refusal := provider.take()) is None:
+                remaining -= 1
+                admitted.append(at)
+                heapq.heappush(events, (at + 0.1, worker, "answered"))
+            else:
+                refused += 1
+                own = lim.throttled(float(format_retry_after(refusal)))
+                heapq.heappush(events, (at + own, worker, "send"))
+        spans.append(last - started)
+        at = last + pause_s
+    return spans, refused, admitted
+
+
+def test_a_step_after_a_pause_spends_what_the_provider_refilled_meanwhile() -> None:
+    """The refund batch's shape: 1,000 charges, then 180 refunds and 180 listings, each after a
+    step boundary of ~0.6 s. The provider's bucket refills in each pause (up to its one-second
+    burst, learned from the first 429s); paced at the learned rate, a 180-request step took ~1.7 s
+    (1.23 s is the floor with 57 refilled tokens). Spent at once, it takes ~1.4 s, with no more
+    429s than before."""
+    spans, refused, _ = simulate_steps([1_000, 180, 180], pause_s=0.6)
+    assert spans[1] <= 1.45 and spans[2] <= 1.45, spans
+    _, unpaused, _ = simulate_steps([1_000, 180, 180], pause_s=0.0)
+    assert refused <= unpaused <= 10, (refused, unpaused)
+
+
+def test_no_credit_for_a_provider_that_allows_no_burst() -> None:
+    """A provider whose bucket holds one token refills nothing worth a burst: after a pause the
+    steps go on at the learned rate, with no 429s from the pause."""
+    _, paused, _ = simulate_steps([1_000, 180, 180], pause_s=0.6, burst=False)
+    _, unpaused, _ = simulate_steps([1_000, 180, 180], pause_s=0.0, burst=False)
+    assert paused <= unpaused + 2, (paused, unpaused)
+
+
+def test_a_ceiling_is_never_exceeded_after_a_pause() -> None:
+    """``DURABLE_RATE_LIMIT`` is a hard cap: a pause earns no burst above it, even against a
+    provider whose burst the 429s taught (here a ceiling of 120/s over a provider at 100/s)."""
+    _, _, admitted = simulate_steps([1_000, 180, 180], pause_s=0.6, ceiling=120.0)
+    most = max(sum(1 for t in admitted if s <= t < s + 0.5) for s in admitted)
+    assert most <= 120 * 0.5 + 6, most  # half a second at the ceiling, and the bucket's 50 ms
