@@ -271,7 +271,7 @@ def simulate_pool(limit: float, seconds: float, workers: int = 16, latency_s: fl
             kind = "send"
         wait = lim.wait_s()
         if wait > 0:
-            heapq.heappush(events, (at + wait, worker, "send"))
+            heapq.heappush(events, (at + max(wait, 1e-6), worker, "send"))  # the fake clock moves on
         elif (refused := provider.take()) is None:
             admitted.append(at)
             heapq.heappush(events, (at + latency_s, worker, "answered"))
