@@ -180,7 +180,14 @@ def executor_tags_of_runs(runs: Sequence[DagsterRun]) -> dict[str, str]:
     """The executor tags a resume of the lineage carries: its first run's, so it runs as that did
     (shards read their split from the first run itself: ``kit.sharding.scheme_of_batch``)."""
     first = runs[0].tags if runs else {}
-    return {k: first[k] for k in (EXECUTOR_TAG, SHARDS_TAG, SHARD_SCHEME_TAG) if k in first}
+    tags = {k: first[k] for k in (EXECUTOR_TAG, SHARDS_TAG, SHARD_SCHEME_TAG) if k in first}
+    if SHARDS_TAG in tags and SHARD_SCHEME_TAG not in tags:
+        # Sharded before the split had a tag: its shards split by CRC-32, and the resume's run says
+        # so in the UI instead of the deployed job's default.
+        from durable_assets.kit.runtime import ShardScheme
+
+        tags[SHARD_SCHEME_TAG] = ShardScheme.CRC32.value
+    return tags
 
 
 def job_of_runs(runs: Sequence[DagsterRun]) -> DurableJob:

@@ -27,5 +27,12 @@ def test_a_resume_carries_its_first_runs_executor_shards_and_split() -> None:
     first = {EXECUTOR_TAG: "celery", SHARDS_TAG: "3", SHARD_SCHEME_TAG: "crc32"}
     later = {EXECUTOR_TAG: "celery", SHARDS_TAG: "3", SHARD_SCHEME_TAG: "balanced"}
     assert registry.executor_tags_of_runs([run(first), run(later)]) == first
+    # Sharded before the split had a tag: its shards split by CRC-32 (kit.sharding.scheme_of_batch),
+    # and the resume's run is tagged so, not with the deployed job's default.
     before_the_split_tag = {EXECUTOR_TAG: "celery", SHARDS_TAG: "3"}
-    assert registry.executor_tags_of_runs([run(before_the_split_tag)]) == before_the_split_tag
+    assert registry.executor_tags_of_runs([run(before_the_split_tag)]) == {
+        **before_the_split_tag,
+        SHARD_SCHEME_TAG: "crc32",
+    }
+    in_process = {EXECUTOR_TAG: "in_process"}
+    assert registry.executor_tags_of_runs([run(in_process)]) == in_process
