@@ -81,6 +81,8 @@ _ENDPOINT_PATHS = {
 _COUNTED_REPLAYS = frozenset({_REFUNDS, _CUSTOMERS, _BALANCE_TRANSACTIONS})
 _BUSY_TIMEOUT_MS = 30_000
 _ID_ALPHABET = string.ascii_letters + string.digits
+#: Enough random bits for 24 base-62 digits, less biased than 2**-10 towards any.
+_ID_BITS = 154
 
 _STAT_NAMES = (
     "refund_requests",
@@ -1084,7 +1086,13 @@ def _list_body(data: list[JsonObject], has_more: bool, url: str) -> JsonObject:
 
 
 def _new_id(prefix: str) -> str:
-    return f"{prefix}_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
+    """24 random characters of 62, as Stripe's ids; from one draw of the OS's randomness, not 24
+    (17 us each, in the writer's transaction that every concurrent request waits on)."""
+    number, chars = secrets.randbits(_ID_BITS), []
+    for _ in range(24):
+        number, digit = divmod(number, 62)
+        chars.append(_ID_ALPHABET[digit])
+    return f"{prefix}_" + "".join(chars)
 
 
 # --- parameter validation ------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import re
 import threading
 from collections.abc import Iterator
 from multiprocessing.queues import Queue
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from durable_assets.payments.gateway import EmbeddedGateway
-from durable_assets.payments.store import PaymentStore, StripeApiError
+from durable_assets.payments.store import PaymentStore, StripeApiError, _new_id
 from tests.support.counters import counters
 
 
@@ -47,6 +48,15 @@ def test_charge_is_stripe_shaped(store: PaymentStore) -> None:
     assert charge["refunded"] is False
     assert charge["metadata"] == {"invoice": "inv_1"}
     assert isinstance(charge["created"], int)
+
+
+def test_ids_are_stripe_shaped_and_use_every_character() -> None:
+    """24 characters of 62 after the prefix, from one random draw each: no id repeats, and every
+    character of the alphabet turns up in every position over a few thousand ids."""
+    ids = [_new_id("ch") for _ in range(3_000)]
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"ch_[A-Za-z0-9]{24}", i) for i in ids)
+    assert all(len({i[3 + position] for i in ids}) == 62 for position in range(24))
 
 
 def test_refund_never_exceeds_the_unrefunded_amount(store: PaymentStore) -> None:
