@@ -158,9 +158,10 @@ class RateLimiter:
         the next step left it unspent: a 180-request step after a 0.57 s pause took 1.68 s where
         1.23 s would do. So the next requests may go at once, up to that refill (at the learned
         refill rate, within :data:`IDLE_CREDIT_SHARE` of the learned burst). Not with a ceiling: the
-        user's cap is a rate never exceeded. A 429 ends the credit (the estimate was wrong)."""
+        user's cap is a rate never exceeded, and :meth:`_learn_burst` learns no burst under one. A
+        429 ends the credit (the estimate was wrong)."""
         idle = now - self._granted_at
-        if self.ceiling or idle < IDLE_CREDIT_AFTER_S or not self._burst or not self._refill:
+        if idle < IDLE_CREDIT_AFTER_S or not self._burst or not self._refill:
             return
         self._credit = max(self._credit, min(IDLE_CREDIT_SHARE * self._burst, idle * self._refill))
 

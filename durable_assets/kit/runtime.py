@@ -105,7 +105,7 @@ if TYPE_CHECKING:  # what mypy and readers see; at run time each name is importe
         StorageSettings,
     )
     from durable_assets.kit.shard_names import step_of_shard
-    from durable_assets.kit.sharding import ShardScheme
+    from durable_assets.kit.sharding import UNTAGGED_SCHEME
     from durable_assets.kit.storage import (
         S3_SCHEME,
         BatchKeys,
@@ -249,7 +249,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "worker_lost_reason",
     ),
     "durable_assets.kit.shard_names": ("step_of_shard",),
-    "durable_assets.kit.sharding": ("ShardScheme",),
+    "durable_assets.kit.sharding": ("UNTAGGED_SCHEME",),
     # Deploys: the code a batch ran with, and the guardrails pinned with it.
     "durable_assets.kit.code_versions": (
         "CodeChange",

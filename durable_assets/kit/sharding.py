@@ -66,6 +66,8 @@ class ShardScheme(enum.StrEnum):
 
 #: What a new distributed batch is tagged with.
 CURRENT_SCHEME = ShardScheme.BALANCED
+#: How a batch whose first run has no ``SHARD_SCHEME_TAG`` splits: it started before the tag existed.
+UNTAGGED_SCHEME = ShardScheme.CRC32
 
 
 def scheme_of_batch(instance: DagsterInstance, run: DagsterRun) -> ShardScheme:
@@ -76,7 +78,7 @@ def scheme_of_batch(instance: DagsterInstance, run: DagsterRun) -> ShardScheme:
     no longer stored (pruned) leaves this run's tag, the deployed code's choice."""
     first = instance.get_run_by_id(run.root_run_id) if run.root_run_id else run
     tags = (first or run).tags
-    value = tags.get(SHARD_SCHEME_TAG, ShardScheme.CRC32.value)
+    value = tags.get(SHARD_SCHEME_TAG, UNTAGGED_SCHEME.value)
     try:
         return ShardScheme(value)
     except ValueError:

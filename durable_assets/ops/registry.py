@@ -184,9 +184,9 @@ def executor_tags_of_runs(runs: Sequence[DagsterRun]) -> dict[str, str]:
     if SHARDS_TAG in tags and SHARD_SCHEME_TAG not in tags:
         # Sharded before the split had a tag: its shards split by CRC-32, and the resume's run says
         # so in the UI instead of the deployed job's default.
-        from durable_assets.kit.runtime import ShardScheme
+        from durable_assets.kit.runtime import UNTAGGED_SCHEME
 
-        tags[SHARD_SCHEME_TAG] = ShardScheme.CRC32.value
+        tags[SHARD_SCHEME_TAG] = UNTAGGED_SCHEME.value
     return tags
 
 
