@@ -46,7 +46,7 @@ from durable_assets.kit.ledger import (
     LedgerEntry,
     unambiguous_items,
 )
-from durable_assets.kit.pacing import Backoff, RateLimiter, Result, call_with_retries
+from durable_assets.kit.pacing import Backoff, RateLimiter, Result, UnsentCount, call_with_retries
 from durable_assets.kit.settings import KitSettings
 
 #: The declared defaults; a step's runner gets the wired values (kit.steps.effect_runner).
@@ -118,6 +118,7 @@ class EffectRunner:
     commits: int = 0
     on_progress: Callable[[int, int], None] = lambda _done, _of: None
     _items: dict[str, Intent] = field(default_factory=dict, init=False, repr=False)
+    _unsent: UnsentCount = field(default_factory=lambda: UnsentCount(0), init=False, repr=False)
 
     def run(self, intents: Sequence[Intent]) -> EffectReport:
         """Claim and send chunk by chunk, with the next chunk queued while one finishes; answers are
@@ -131,6 +132,7 @@ class EffectRunner:
         total = len(intents)
         done = _Counter()
         self._items = self._check_items(intents)
+        self._unsent = UnsentCount(total)
         self.on_progress(0, total)
 
         def settled(n: int = 1) -> None:
@@ -220,6 +222,7 @@ class EffectRunner:
         report.subject_taken += len(claim.taken)
         if claim.finished or claim.review or claim.taken:
             settled(len(claim.finished) + len(claim.review) + len(claim.taken))
+            self._unsent.take(len(claim.finished) + len(claim.review) + len(claim.taken))
         held_keys = set(claim.held_elsewhere)
         held.extend(i for i in chunk if i.key in held_keys)
         by_key = {i.key: i for i in chunk}
@@ -280,11 +283,15 @@ class EffectRunner:
 
     def _settle(self, intent: Intent, stale: bool, entry: LedgerEntry) -> Settled:
         """Reach a final answer for one key (its outcome, the result, and where it came from)."""
+        self._unsent.take()
+        left = self._unsent.left
         if (stale or self.lookup_first) and self.lookup is not None:
             # The provider may have forgotten this key (a resend would not be deduplicated), or the
             # effect may exist without our key at all.
             lookup = self.lookup
-            found = call_with_retries(lambda: {"found": lookup(entry)}, self.limiter, self.backoff)["found"]
+            found = call_with_retries(
+                lambda: {"found": lookup(entry)}, self.limiter, self.backoff, left=left
+            )["found"]
             if found is not None:
                 crash_point(CrashPoint.AFTER_PROVIDER_ANSWER)
                 return self._judge(intent, found, How.LOOKUP)
@@ -295,7 +302,7 @@ class EffectRunner:
             return self.perform(intent)
 
         try:
-            answer = call_with_retries(send, self.limiter, self.backoff)
+            answer = call_with_retries(send, self.limiter, self.backoff, left=left)
         except ProviderRejectedError as exc:
             crash_point(CrashPoint.AFTER_PROVIDER_ANSWER)
             return (

@@ -81,6 +81,15 @@ IDLE_CREDIT_AFTER_S = 0.2
 #: The share of the provider's burst, as learned, that a refill after a pause may spend at once:
 #: a margin for the estimate, so the credit ends before the provider's bucket does.
 IDLE_CREDIT_SHARE = 0.8
+#: When what is left to send would take less than this at the current rate (a step's last
+#: second), the rate holds at the provider's measured refill instead of growing past it. A 429 there
+#: makes its request wait ``Retry-After`` (1 s at least) after the others are done, and the step
+#: ends that much later: in half the provider-bound batches, step 5 took 2.0-2.3 s instead of 1.6 s
+#: that way. Probing past the refill over the last second could gain a few percent of it.
+TAIL_S = 1.0
+#: ... unless the provider's bucket holds enough to go past it, by our count, less this share of
+#: its burst: answers not yet counted (in flight) and the refill's measurement error.
+TAIL_MARGIN = 0.2
 
 
 class RateLimiter:
@@ -124,19 +133,31 @@ class RateLimiter:
         with self._lock:
             return self._rate(self.clock())
 
-    def _rate(self, now: float) -> float | None:
+    def _rate(self, now: float, left: int | None = None) -> float | None:
         if self._learned is None:
             return self.ceiling
         grown = self._learned * (1.0 + INCREASE_PER_S * (now - self._decreased_at))
+        if left is not None and self._refill and grown > self._refill and left < grown * TAIL_S:
+            grown = self._tail_rate(now, grown, self._refill, left)
         return min(grown, self.ceiling) if self.ceiling else grown
 
-    def wait_s(self) -> float:
-        """Take a slot now (returns 0) or say how long to wait before asking again."""
+    def _tail_rate(self, now: float, grown: float, refill: float, left: int) -> float:
+        """The rate for a caller's last second (:data:`TAIL_S`): ``grown`` only if the provider's
+        bucket holds what sending the ``left`` requests at it would take beyond the refill, by our
+        count (empty at the last 429, refilled since, less what it admitted), with a margin; else
+        the refill, at which the bucket never empties."""
+        held = min(self._burst, refill * (now - self._decreased_at) - self._since_decrease)
+        needed = left * (1.0 - refill / grown)
+        return grown if held - TAIL_MARGIN * self._burst >= needed else refill
+
+    def wait_s(self, left: int | None = None) -> float:
+        """Take a slot now (returns 0) or say how long to wait before asking again. ``left``: the
+        caller's requests still to be sent after this one (None: unknown), see :data:`TAIL_S`."""
         with self._lock:
             now = self.clock()
             if now < self._paused_until:
                 return self._paused_until - now
-            rate = self._rate(now)
+            rate = self._rate(now, left)
             if rate is None:
                 return 0.0
             capacity = max(1.0, rate / 20)  # bursts of at most 50 ms of requests
@@ -165,8 +186,8 @@ class RateLimiter:
             return
         self._credit = max(self._credit, min(IDLE_CREDIT_SHARE * self._burst, idle * self._refill))
 
-    def acquire(self) -> None:
-        while (wait := self.wait_s()) > 0:
+    def acquire(self, left: Callable[[], int] | None = None) -> None:
+        while (wait := self.wait_s(left() if left is not None else None)) > 0:
             self.sleep(wait)
 
     def succeeded(self) -> None:
@@ -323,13 +344,13 @@ class SharedRateLimiter(RateLimiter):
         self.bucket = bucket
         self.ceiling = bucket.rate  # reported as the cap; enforced by the bucket, not the local one
 
-    def _rate(self, now: float) -> float | None:
+    def _rate(self, now: float, left: int | None = None) -> float | None:
         if self._learned is None:
             return None  # the account's ceiling is the bucket's business
-        return super()._rate(now)
+        return super()._rate(now, left)
 
-    def wait_s(self) -> float:
-        local = super().wait_s()
+    def wait_s(self, left: int | None = None) -> float:
+        local = super().wait_s(left)
         return local if local > 0 else self.bucket.take()
 
 
@@ -389,6 +410,23 @@ class Backoff:
         )
 
 
+class UnsentCount:
+    """How many of a caller's calls (a step's effects or reads) are still to be sent, for the
+    limiter's :data:`TAIL_S`. A call leaves the count when it is first attempted, or when it is
+    answered without a request (the ledger had its answer)."""
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._lock = threading.Lock()
+
+    def left(self) -> int:
+        return self._count
+
+    def take(self, n: int = 1) -> None:
+        with self._lock:
+            self._count -= n
+
+
 class PacedProvider(Protocol):
     """A provider resource that knows its own pace: what a step needs to send effects to it.
 
@@ -409,12 +447,19 @@ class PacedProvider(Protocol):
     def backoff(self) -> Backoff: ...
 
 
-def call_with_retries(call: Callable[[], Result], limiter: RateLimiter, backoff: Backoff) -> Result:
+def call_with_retries(
+    call: Callable[[], Result],
+    limiter: RateLimiter,
+    backoff: Backoff,
+    *,
+    left: Callable[[], int] | None = None,
+) -> Result:
     """One provider call (safe to repeat: reads, or writes with the same idempotency key), paced.
 
     429: the whole process slows down and waits ``Retry-After``; not an attempt. Faults: backoff,
     until the provider has let nothing through for ``backoff.down_budget_s`` (this call's own faults
-    count from its first one, so one request failing forever is bounded too).
+    count from its first one, so one request failing forever is bounded too). ``left``: how many of
+    the caller's calls are still to be sent after this one (the limiter's :data:`TAIL_S`).
     """
     first_fault: float | None = None
     last: BaseException | None = None
@@ -422,7 +467,7 @@ def call_with_retries(call: Callable[[], Result], limiter: RateLimiter, backoff:
     while True:
         if limiter.known_down(backoff.down_budget_s):
             raise backoff.unavailable(limiter.down_s(first_fault), last)
-        limiter.acquire()
+        limiter.acquire(left)
         try:
             result = call()
         except (TransientProviderError, IdempotencyKeyInFlightError) as exc:
@@ -466,10 +511,12 @@ def paced_map(
     limiter, backoff, concurrency = provider.limiter(), provider.backoff(), provider.concurrency
     done = 0
     lock = threading.Lock()
+    unsent = UnsentCount(len(items))
 
     def one(item: T) -> Result:
         nonlocal done
-        result = call_with_retries(lambda: call(item), limiter, backoff)
+        unsent.take()
+        result = call_with_retries(lambda: call(item), limiter, backoff, left=unsent.left)
         with lock:
             done += 1
             count = done
