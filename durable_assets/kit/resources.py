@@ -219,11 +219,13 @@ class BatchRuntime(ConfigurableResource):
             return
         if self._heartbeat is not None and self._heartbeat.lost.is_set():
             raise FencedOutError(f"this worker lost the lease on batch {self._batch_id!r}")
-        raise_unless_may_send(
-            self._db, self.batch_id, self._lease.fence, self._run_id if self._task is not None else None
+        if self._task is None:
+            raise_unless_may_send(self._db, self.batch_id, self._lease.fence)
+            return
+        standing = raise_unless_may_send(
+            self._db, self.batch_id, self._lease.fence, self._run_id, self._task.step_key
         )
-        if self._task is not None:
-            self._task.stand_down_if_superseded()
+        self._task.stand_down_if_superseded(standing.step_owner)
 
     def report(self, p: Progress, *, force: bool = False, shard: ShardOf | None = None) -> None:
         if self._reporter is not None:

@@ -97,14 +97,6 @@ class StepLeaseStore:
                 .values(finished=True, expires_at=self.db.clock(conn))
             )
 
-    def owns(self, run_id: str, step_key: str, owner: str) -> bool:
-        c = step_leases.c
-        with self.db.read() as conn:
-            found = conn.execute(
-                sa.select(c.owner).where(c.run_id == run_id, c.step_key == step_key)
-            ).scalar_one_or_none()
-        return found == owner
-
     def of_run(self, run_id: str) -> dict[str, StepLease]:
         c = step_leases.c
         with self.db.read() as conn:
@@ -129,11 +121,12 @@ class TaskContext:
     store: StepLeaseStore
     lost: threading.Event = field(default_factory=threading.Event)
 
-    def still_current(self) -> bool:
-        """False once a newer execution of this step took it over (this one must send nothing more)."""
-        return not self.lost.is_set() and self.store.owns(self.run_id, self.step_key, self.owner)
+    def still_current(self, step_owner: str | None) -> bool:
+        """False once a newer execution of this step took it over (this one must send nothing more),
+        given who holds the step's lease, as read with the batch's standing (kit/standing.py)."""
+        return not self.lost.is_set() and step_owner == self.owner
 
-    def stand_down_if_superseded(self) -> None:
+    def stand_down_if_superseded(self, step_owner: str | None) -> None:
         """Before a provider request: a superseded execution (a frozen worker that woke up after its
         step was sent again) ends its process at once, without a word in the run's event log.
 
@@ -141,7 +134,7 @@ class TaskContext:
         the pool child's exit instead looks to Celery like a lost worker, whose stale message the
         broker's redelivery then finds revoked or superseded.
         """
-        if not self.still_current():
+        if not self.still_current(step_owner):
             sys.stderr.write(
                 f"durable-assets: step {self.step_key} of run {self.run_id} was taken over by a newer "
                 "execution; this one stops before sending anything more\n"

@@ -11,6 +11,7 @@ from durable_assets.kit.cancel import CancelStore
 from durable_assets.kit.db import DurableDatabase
 from durable_assets.kit.leases import LeaseStore
 from durable_assets.kit.standing import Standing, raise_unless_may_send, read_standing
+from durable_assets.kit.step_leases import StepLeaseStore
 from durable_assets.ops.interrupts import request_stop_of_run
 
 
@@ -64,3 +65,19 @@ def test_a_stop_request_stops_the_tasks_of_its_run_only(durable_db_url: str) -> 
     CancelStore(db).request("b1")
     with pytest.raises(BatchCanceledError):  # a cancel is still judged first
         raise_unless_may_send(db, "b1", fence, run_id="run-a")
+
+
+def test_a_task_reads_who_holds_its_step_in_the_same_statement(durable_db_url: str) -> None:
+    """A distributed task's check names its step: the step lease's owner comes back with the
+    batch's standing (one statement per effect, not two), and only the current execution is it."""
+    db = DurableDatabase(durable_db_url)
+    LeaseStore(db, ttl_s=15).acquire("b1", "run-a")
+    steps = StepLeaseStore(db, ttl_s=15)
+    assert read_standing(db, "b1", "run-a", "refunds__shard_0_of_4").step_owner is None
+    assert steps.acquire("run-a", "refunds__shard_0_of_4", "b1", attempt=1, owner="exec-1")
+    assert read_standing(db, "b1", "run-a", "refunds__shard_0_of_4").step_owner == "exec-1"
+    assert steps.acquire("run-a", "refunds__shard_0_of_4", "b1", attempt=2, owner="exec-2")
+    assert read_standing(db, "b1", "run-a", "refunds__shard_0_of_4").step_owner == "exec-2"
+    assert read_standing(db, "b1", "run-a", "refunds__shard_1_of_4").step_owner is None
+    assert read_standing(db, "b1", "run-b", "refunds__shard_0_of_4").step_owner is None
+    assert read_standing(db, "b1").step_owner is None  # no step named: a run in process
