@@ -81,9 +81,10 @@ class _Deployment:
         self.workers = []
 
 
-def _shard_span(home: Path, pg_url: str, batch_id: str, step: str) -> tuple[float, list[int]]:
-    """Seconds from the first shard of ``step`` starting to the last one succeeding, and each
-    shard's rows (the step waits for its largest)."""
+def _shard_span(home: Path, pg_url: str, batch_id: str, step: str) -> tuple[float, list[int], dict[str, Any]]:
+    """Seconds from the first shard of ``step`` starting to the last one succeeding, each shard's
+    rows (the step waits for its largest), and when each shard started and ended (seconds after
+    the first start, in shard order: what a worker's task start cost, what its work)."""
     import os
 
     from dagster import DagsterEventType, DagsterInstance
@@ -98,8 +99,8 @@ def _shard_span(home: Path, pg_url: str, batch_id: str, step: str) -> tuple[floa
     }
     with DagsterInstance.from_config(str(home)) as instance:
         run = batch_runs(instance, batch_id)[-1]
-        starts: list[float] = []
-        ends: list[float] = []
+        starts: dict[str, float] = {}
+        ends: dict[str, float] = {}
         rows: dict[str, int] = {}
         for record in instance.all_logs(run.run_id, of_type=kinds):
             event = record.dagster_event
@@ -109,8 +110,15 @@ def _shard_span(home: Path, pg_url: str, batch_id: str, step: str) -> tuple[floa
                 metadata = event.step_materialization_data.materialization.metadata
                 rows[str(event.step_key)] = int(metadata["rows"].value)  # type: ignore[arg-type]
                 continue
-            (starts if event.event_type == DagsterEventType.STEP_START else ends).append(record.timestamp)
-    return max(ends) - min(starts), [rows[k] for k in sorted(rows)]
+            (starts if event.event_type == DagsterEventType.STEP_START else ends)[str(event.step_key)] = (
+                record.timestamp
+            )
+    first = min(starts.values())
+    timeline = {
+        "starts_s": [round(starts[k] - first, 3) for k in sorted(starts)],
+        "ends_s": [round(ends[k] - first, 3) for k in sorted(ends)],
+    }
+    return max(ends.values()) - first, [rows[k] for k in sorted(rows)], timeline
 
 
 def _refund_rate(
@@ -130,12 +138,13 @@ def _refund_rate(
     after = sim.stats()
     refunds = after["refunds_created"] - before["refunds_created"]
     requests = after["refund_requests"] - before["refund_requests"]
-    span, shard_rows = _shard_span(dep.home, dep.pg_url, batch, "issued_refunds")
+    span, shard_rows, shard_times = _shard_span(dep.home, dep.pg_url, batch, "issued_refunds")
     return {
         "refunds": refunds,
         "requests": requests,
         "span_s": round(span, 3),
         "shard_rows": shard_rows,
+        "shard_times": shard_times,
         "per_s": refunds / span,  # the step's own rate, shard task starts included
         "provider_per_s": _flowing_rate(samples, before["refund_requests"], after["refund_requests"]),
         "wall_s": round(p.wall_s, 2),
