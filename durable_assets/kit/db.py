@@ -501,8 +501,7 @@ class DurableDatabase:
         of ours, and on SQLite it never waits on a writer, as :meth:`read` does not. On Postgres it
         runs in autocommit, as SQLAlchemy's own ping does: no ``BEGIN``, and no ``ROLLBACK`` round
         trip when the pool takes the connection back."""
-        sql, names, fixed = compiled_for(self.engine.dialect, stmt)
-        full = {**fixed, **row}
+        sql, params = statement_params(self.engine.dialect, stmt, row)
         conn = self.engine.raw_connection()
         try:
             driver = conn.dbapi_connection
@@ -512,7 +511,7 @@ class DurableDatabase:
             try:
                 cursor = conn.cursor()
                 try:
-                    cursor.execute(sql, tuple(full[n] for n in names) if names is not None else full)
+                    cursor.execute(sql, params)
                     found = cursor.fetchone()
                 finally:
                     cursor.close()
@@ -594,7 +593,12 @@ def compiled_for(dialect: sa.Dialect, stmt: sa.ClauseElement) -> tuple[str, list
 
 def driver_params(conn: Connection, stmt: sa.ClauseElement, row: Mapping[str, Any]) -> tuple[str, Any]:
     """``stmt``'s SQL and ``row`` as the driver takes them (see :func:`compiled_for`)."""
-    sql, names, fixed = compiled_for(conn.dialect, stmt)
+    return statement_params(conn.dialect, stmt, row)
+
+
+def statement_params(dialect: sa.Dialect, stmt: sa.ClauseElement, row: Mapping[str, Any]) -> tuple[str, Any]:
+    """:func:`driver_params` for a dialect, no connection needed (:meth:`DurableDatabase.read_row`)."""
+    sql, names, fixed = compiled_for(dialect, stmt)
     full = {**fixed, **row}
     return sql, tuple(full[n] for n in names) if names is not None else full
 
